@@ -1,0 +1,156 @@
+/* pi0.h — inference engine for Physical Intelligence's π0 and π0.5 policies (openpi).
+ *
+ * Usage:
+ *     pi0_model *m = NULL; pi0_session *s = NULL;
+ *     if (pi0_model_load(&m, "ckpt_dir", NULL) != PI0_OK) { fprintf(stderr, "%s\n", pi0_last_error()); ... }
+ *     pi0_session_create(&s, m, &(pi0_session_params){ .max_batch = 1 });
+ *     pi0_inputs in = { .batch = 1, .images = img, .image_masks = im, .state = st,
+ *                       .tokens = ids, .token_mask = tm, .n_tokens = L, .noise = NULL, .seed = 42 };
+ *     float actions[50 * 32];                        // [B, H, A]
+ *     pi0_infer(s, &in, actions);
+ *     pi0_session_free(s); pi0_model_free(m);
+ *
+ * Two handles: pi0_model (weights, immutable after load, shareable across threads) and pi0_session
+ * (one inference stream with its activations and KV cache; use from one thread at a time).
+ * Every fallible function returns pi0_status; pi0_last_error() gives this thread's message.
+ * The library never exits or aborts on bad input.
+ */
+#ifndef PI0_H
+#define PI0_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PI0_OK = 0,
+    PI0_ERR_ARG,         /* bad argument from the caller */
+    PI0_ERR_IO,          /* file missing, unreadable or unwritable */
+    PI0_ERR_FORMAT,      /* malformed file contents (safetensors, JSON, ...) */
+    PI0_ERR_SHAPE,       /* a tensor or input has the wrong shape or dtype */
+    PI0_ERR_NOMEM,       /* allocation failed */
+    PI0_ERR_CUDA,        /* CUDA runtime or library failure */
+    PI0_ERR_UNSUPPORTED  /* valid request this build cannot serve (e.g. no CUDA backend) */
+} pi0_status;
+
+/* Static name of a status ("PI0_ERR_SHAPE"). */
+const char *pi0_status_str(pi0_status st);
+/* Detail message of the last failure on this thread ("" if none). Valid until the next call. */
+const char *pi0_last_error(void);
+
+typedef enum { PI0_BACKEND_DEFAULT = 0, PI0_BACKEND_CPU, PI0_BACKEND_CUDA } pi0_backend_kind;
+
+typedef enum {
+    PI0_DT_F32 = 0, PI0_DT_F16, PI0_DT_BF16, PI0_DT_I32, PI0_DT_I64, PI0_DT_U8, PI0_DT_BOOL,
+    PI0_DT_COUNT
+} pi0_dtype;
+
+typedef struct pi0_model pi0_model;
+typedef struct pi0_session pi0_session;
+
+typedef struct {
+    pi0_backend_kind backend;/* 0 = CPU (the only backend of this build unless CUDA is compiled in) */
+    int n_threads;         /* CPU threads; 0 = all cores */
+    int quiet;             /* 1 = no warnings on stderr (unknown tensors etc.) */
+    int action_horizon;    /* overrides config.json's H (weights do not depend on it); 0 = keep */
+    int max_token_len;     /* overrides the prompt length limit; 0 = keep */
+} pi0_model_params;
+
+/* Loads a checkpoint directory (model.safetensors + config.json, openpi PyTorch layout, BF16/F16/F32
+ * weights) and validates every tensor. params may be NULL. On failure *out is NULL. */
+pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_params *params);
+void pi0_model_free(pi0_model *m);
+
+typedef struct {
+    int pi05;            /* 1 = π0.5 (adaRMS expert, state in the prompt) */
+    int action_dim;      /* A: 32 for openpi checkpoints */
+    int action_horizon;  /* H */
+    int max_token_len;   /* L of the tokenizer: 48 (π0), 200 (π0.5) unless config.json overrides */
+    int n_cameras;       /* N: 3 (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb) */
+    int image_size;      /* R: 224 */
+    int vocab_size;
+    int64_t n_params;    /* parameters used by inference (orphan lm_head excluded) */
+} pi0_model_info;
+void pi0_model_get_info(const pi0_model *m, pi0_model_info *info);
+
+/* Named fp32 intermediate ("vision.out", "prefix.k.03", "denoise.v.07"), shape in row-major order.
+ * Called from pi0_infer on the calling thread; data valid only during the call. */
+typedef void (*pi0_dump_fn)(void *user, const char *name, const float *data, int ndim, const int64_t *shape);
+
+typedef struct {
+    int max_batch;       /* B the session is sized for; 0 = 1 */
+    int num_steps;       /* flow-matching steps; 0 = 10 */
+    pi0_dump_fn dump;    /* optional intermediates callback (slows inference) */
+    void *dump_user;
+} pi0_session_params;
+
+pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_session_params *params);
+void pi0_session_free(pi0_session *s);
+
+/* Model-level inputs (PI0_IO.md section 2). All arrays are caller-owned and read during the call only. */
+typedef struct {
+    int batch;                   /* B, 1..max_batch */
+    const float *images;         /* [B, N, R, R, 3] HWC RGB in [-1, 1] */
+    const uint8_t *image_masks;  /* [B, N], 1 = camera present; NULL = all present */
+    const float *state;          /* [B, A] normalised, zero-padded (ignored by π0.5) */
+    const int32_t *tokens;       /* [B, n_tokens] prompt ids */
+    const uint8_t *token_mask;   /* [B, n_tokens], 1 = real token */
+    int n_tokens;                /* 1..max_token_len */
+    const float *noise;          /* [B, H, A] start x(t=1); NULL = N(0,1) draw from seed */
+    uint64_t seed;
+} pi0_inputs;
+
+/* Runs the whole inference; writes actions [B, H, A] (normalised action space). */
+pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
+
+/* Wall-clock split of the last pi0_infer on this session, in milliseconds. */
+typedef struct {
+    double vision_ms, prefill_ms, denoise_ms, total_ms;
+} pi0_timing;
+void pi0_session_get_timing(const pi0_session *s, pi0_timing *t);
+/* Name of the backend the session runs on ("cpu", "cuda"). */
+const char *pi0_session_backend(const pi0_session *s);
+
+/* ---- Tensor files (safetensors), for tools: inputs/outputs of `pi0 infer`, fixtures. ---- */
+typedef struct pi0_tensors pi0_tensors;
+
+/* Opens a safetensors file read-only (mmap, validated). */
+pi0_status pi0_tensors_open(pi0_tensors **out, const char *path);
+/* Empty in-memory set for writing. */
+pi0_status pi0_tensors_new(pi0_tensors **out);
+void pi0_tensors_free(pi0_tensors *t);
+/* Looks a tensor up; returns PI0_ERR_ARG (with message) when absent. Any out pointer may be NULL.
+ * shape must hold 8 entries. data stays valid until pi0_tensors_free. */
+pi0_status pi0_tensors_get(const pi0_tensors *t, const char *name, pi0_dtype *dtype, int *ndim,
+                           int64_t *shape, const void **data);
+/* Copies a tensor into a set made by pi0_tensors_new. */
+pi0_status pi0_tensors_add(pi0_tensors *t, const char *name, pi0_dtype dtype, int ndim,
+                           const int64_t *shape, const void *data);
+pi0_status pi0_tensors_save(const pi0_tensors *t, const char *path);
+
+/* Reads model inputs from a tensor set (names of PI0_IO.md section 2) and checks every shape and
+ * dtype against the model. The returned inputs point into `t` and a buffer owned by *buf
+ * (free with pi0_inputs_buf_free after use). */
+typedef struct pi0_inputs_buf pi0_inputs_buf;
+pi0_status pi0_inputs_from_tensors(const pi0_model *m, const pi0_tensors *t, const char *what,
+                                   pi0_inputs *in, pi0_inputs_buf **buf);
+void pi0_inputs_buf_free(pi0_inputs_buf *b);
+
+/* ---- Checkpoint generation (random weights, openpi layout) ---- */
+typedef struct {
+    const char *variant;   /* "pi0", "pi05", "tiny-pi0", "tiny-pi05" */
+    uint64_t seed;
+    int f32;               /* 0 = store BF16 (openpi's default conversion), 1 = F32 */
+    int action_horizon;    /* 0 = the variant's (50 full size, 5 tiny) */
+    int max_token_len;     /* 0 = the variant's */
+} pi0_gen_params;
+/* Writes DIR/model.safetensors, DIR/config.json, DIR/assets/<id>/norm_stats.json (creates DIR). */
+pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

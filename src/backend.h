@@ -1,0 +1,95 @@
+/* backend.h — the op table that model.c is written against, filled by the CPU reference (src/cpu/)
+ * and, later, the CUDA backend. Ops enqueue work and never synchronise, except download.
+ *
+ * Buffers (pt) are allocated by the backend at session create; model.c never dereferences them.
+ * A pt has a kind: PT_ACT is the backend's activation storage (fp32 on the CPU, bf16 on the GPU),
+ * PT_F32 is always fp32 (flow state x_t, velocities, time terms), PT_I32 holds indices.
+ * All matrices are row-major. Shape letters: M rows, N out features, K in features, D width.
+ * Every op documents the spec section it implements; the CPU twin is the definition. */
+#ifndef PI0_BACKEND_H
+#define PI0_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pi0.h"
+#include "weights.h"
+
+enum { PT_ACT = 0, PT_F32 = 1, PT_I32 = 2 };
+
+typedef struct {
+    char *p;     /* backend address (device pointer on GPUs): never dereferenced outside the backend */
+    int kind;
+} pt;
+
+enum pi0_epi { EPI_STORE, EPI_ADD, EPI_GELU };   /* linear epilogues: y=, y+=, y=gelu_tanh() */
+enum pi0_act { ACT_NONE, ACT_SWISH };
+
+/* Attention over segments (one per image or batch element), spec 3.6/3.7/3.10.
+ * Query rows of segment s: [q_off[s], q_off[s+1]). Keys/values come from source 1 (rows
+ * [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned with the queries).
+ * Query j of a segment sees all of its source-1 keys and source-2 keys [0, j < block0 ? block0 : n).
+ * Heads: query head h reads kv head h / (heads / kv_heads). Logits scaled by `scale`, softmax in fp32. */
+typedef struct {
+    int nseg, heads, kv_heads, head_dim;
+    float scale;
+    pt q_off, k_off;      /* I32 [nseg + 1] */
+    pt k1, v1;            /* rows of kv_heads*head_dim */
+    pt k2, v2;            /* optional (p == NULL): suffix keys */
+    int block0;
+    int max_q, max_k;     /* upper bounds of segment query / total key counts (scratch sizing) */
+} pi0_attn;
+
+typedef struct pi0_backend pi0_backend;
+struct pi0_backend {
+    const char *name;
+    void *ctx;
+    /* Weights: called once per tensor at session create; may copy to the device (fills t->dev). */
+    pi0_status (*prepare_weight)(pi0_backend *be, const char *name, pi0_wt *t);
+    pt (*alloc)(pi0_backend *be, size_t n, int kind);   /* zero-filled; p == NULL on failure */
+    void (*release)(pi0_backend *be, pt t);             /* frees one alloc() result; NULL p is a no-op */
+    /* Scratch for the largest linear (max_rows) and attention row (max_keys); called at session create. */
+    pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys);
+    void (*sync)(pi0_backend *be);                      /* waits for queued work (stage timing) */
+    void (*destroy)(pi0_backend *be);
+    pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
+    pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
+    size_t (*elem_size)(int kind);
+
+    /* out[i] (M = n*T rows, Dv) = conv14(img[sel[i]]) + b + pos (spec 3.4, fp32 math); img F32 [*, R, R, 3] */
+    void (*patch_embed)(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
+                        const pi0_wt *pos, int image_size, int patch);
+    void (*layernorm)(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps);
+    /* Gemma RMSNorm: out = x * rsqrt(mean(x^2) + eps) * (1 + w) (spec 3.7) */
+    void (*rmsnorm)(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);
+    /* adaRMS: out = x * rsqrt(mean(x^2)+eps) * (1 + scale) + shift; mod F32 rows of [scale|shift|gate]
+     * (stride 3D), row r uses mod row r / rows_per_mod (spec 3.7). */
+    void (*adarms)(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
+    /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. */
+    void (*linear)(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
+                   enum pi0_epi epi);
+    /* In-place half-split RoPE on rows of `heads` heads of head_dim, angles pos[row] * 10000^(-2i/hd). */
+    void (*rope)(pi0_backend *be, pt x, pt pos, int M, int heads, int head_dim);
+    void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
+    /* out = gelu_tanh(g) * u, (M, F) */
+    void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
+    /* out[rows[i]] = table[ids[i]] * scale, i < n (spec 3.6); ids were range-checked by the caller */
+    void (*embed)(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
+    /* dst[di ? di[i] : i] = src[si ? si[i] : i], n rows of D (kinds may differ: converts) */
+    void (*copy_rows)(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
+    /* x[r] += gate[r / rows_per_gate] * y[r]; gate F32 rows with stride gate_stride */
+    void (*gated_add)(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
+    /* x[r] = act(x[r] + v[r / rows_per_vec]) with v F32 rows of D */
+    void (*add_rows)(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
+    /* x += alpha * y (F32) */
+    void (*axpy)(pi0_backend *be, pt x, pt y, float alpha, size_t n);
+};
+
+pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
+
+static inline pt pt_at(const pi0_backend *be, pt t, size_t elems) {
+    t.p += elems * be->elem_size(t.kind);
+    return t;
+}
+
+#endif

@@ -1,0 +1,344 @@
+/* cpu_backend.c — the plain-C fp32 reference backend: the numerical oracle for every other backend.
+ * Each op is the definition of its contract in backend.h, written to read like the spec formulas.
+ * Weights stay in the checkpoint mapping (BF16/F16/F32) and are widened to fp32 tile by tile inside
+ * the GEMM; all math is fp32. OpenMP splits rows or output features across cores; every output
+ * element is computed by one thread in a fixed order, so results do not depend on the thread count. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "../util.h"
+
+typedef struct {
+    int n_threads;
+    float *scratch;        /* per-thread attention scores / weight tiles */
+    size_t scratch_per_thread;
+} cpu_ctx;
+
+#define CTX(be) ((cpu_ctx *)(be)->ctx)
+#define F(t) ((float *)(t).p)
+#define I(t) ((int32_t *)(t).p)
+
+enum { NB = 16, KB = 512 };   /* GEMM tile: 16 weight rows x 512 columns (32 KB fp32, fits L1/L2) */
+
+static size_t cpu_elem_size(int kind) { (void)kind; return 4; }
+
+static pt cpu_alloc(pi0_backend *be, size_t n, int kind) {
+    (void)be;
+    pt t = {calloc(n ? n : 1, 4), kind};
+    return t;
+}
+
+static void cpu_release(pi0_backend *be, pt t) { (void)be; free(t.p); }
+static void cpu_sync(pi0_backend *be) { (void)be; }
+
+static void cpu_destroy(pi0_backend *be) {
+    if (!be) return;
+    free(CTX(be)->scratch);
+    free(be->ctx);
+    free(be);
+}
+
+static pi0_status cpu_prepare_weight(pi0_backend *be, const char *name, pi0_wt *t) {
+    (void)be; (void)name; (void)t;   /* weights are read from the mapping in place */
+    return PI0_OK;
+}
+
+static pi0_status cpu_upload(pi0_backend *be, pt dst, const void *src, size_t n) {
+    (void)be;
+    memcpy(dst.p, src, n * 4);
+    return PI0_OK;
+}
+
+static pi0_status cpu_download(pi0_backend *be, float *dst, pt src, size_t n) {
+    (void)be;
+    memcpy(dst, src.p, n * 4);
+    return PI0_OK;
+}
+
+/* Element i of a weight as fp32. */
+static inline float wv(const pi0_wt *w, int64_t i) {
+    switch (w->dtype) {
+    case PI0_DT_BF16: return pi0_bf16_to_f32(((const uint16_t *)w->data)[i]);
+    case PI0_DT_F16: return pi0_f16_to_f32(((const uint16_t *)w->data)[i]);
+    default: return ((const float *)w->data)[i];
+    }
+}
+
+/* Widens n consecutive weight elements starting at i into dst. */
+static void wrow(float *dst, const pi0_wt *w, int64_t i, int n) {
+    const char *p = (const char *)w->data + (size_t)i * pi0_dtype_size(w->dtype);
+    pi0_to_f32(dst, p, w->dtype, (size_t)n);
+}
+
+static void cpu_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
+                            const pi0_wt *pos, int R, int P) {
+    (void)be;
+    int G = R / P, T = G * G, Dv = (int)w->rows, CK = 3 * P * P;
+    #pragma omp parallel
+    {
+        float *patch = malloc((size_t)CK * sizeof(float)), *wr = malloc((size_t)CK * sizeof(float));
+        #pragma omp for collapse(2) schedule(static)
+        for (int i = 0; i < n; i++)
+            for (int t = 0; t < T; t++) {
+                if (!patch || !wr) continue;
+                const float *im = F(img) + (size_t)I(sel)[i] * R * R * 3;
+                int py = t / G, px = t % G;
+                /* gather the patch in the weight's (c, y, x) order from HWC pixels */
+                for (int c = 0; c < 3; c++)
+                    for (int y = 0; y < P; y++)
+                        for (int x = 0; x < P; x++)
+                            patch[(c * P + y) * P + x] = im[((size_t)(py * P + y) * R + (px * P + x)) * 3 + c];
+                float *o = F(out) + ((size_t)i * T + t) * Dv;
+                for (int d = 0; d < Dv; d++) {
+                    wrow(wr, w, (int64_t)d * CK, CK);
+                    float acc = 0;
+                    for (int k = 0; k < CK; k++) acc += wr[k] * patch[k];
+                    o[d] = acc + wv(b, d) + wv(pos, (int64_t)t * Dv + d);
+                }
+            }
+        free(patch);
+        free(wr);
+    }
+}
+
+static void cpu_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps) {
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *xr = F(x) + (size_t)r * D;
+        float *o = F(out) + (size_t)r * D;
+        double mean = 0, var = 0;
+        for (int i = 0; i < D; i++) mean += xr[i];
+        mean /= D;
+        for (int i = 0; i < D; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= D;
+        float inv = (float)(1.0 / sqrt(var + eps));
+        for (int i = 0; i < D; i++) o[i] = (float)(xr[i] - mean) * inv * wv(w, i) + wv(b, i);
+    }
+}
+
+static float rms_inv(const float *x, int D, float eps) {
+    double ss = 0;
+    for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+    return (float)(1.0 / sqrt(ss / D + eps));
+}
+
+static void cpu_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps) {
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *xr = F(x) + (size_t)r * D;
+        float *o = F(out) + (size_t)r * D, inv = rms_inv(xr, D, eps);
+        for (int i = 0; i < D; i++) o[i] = xr[i] * inv * (1.0f + wv(w, i));
+    }
+}
+
+static void cpu_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps) {
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *xr = F(x) + (size_t)r * D, *m = F(mod) + (size_t)(r / rows_per_mod) * 3 * D;
+        float *o = F(out) + (size_t)r * D, inv = rms_inv(xr, D, eps);
+        for (int i = 0; i < D; i++) o[i] = xr[i] * inv * (1.0f + m[i]) + m[D + i];
+    }
+}
+
+static float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+static float dot(const float *a, const float *b, int n) {
+    float acc = 0;
+    #pragma omp simd reduction(+:acc)
+    for (int k = 0; k < n; k++) acc += a[k] * b[k];
+    return acc;
+}
+
+/* out (M, N) = x (M, K) . W[:, k0:k0+K]^T (+ b). Parallel over blocks of NB output features; each
+ * thread widens a (NB, KB) weight tile to fp32 once and reuses it for all M rows. */
+static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
+                       enum pi0_epi epi) {
+    cpu_ctx *c = CTX(be);
+    int nblocks = (N + NB - 1) / NB;
+    float *y = F(out);
+    const float *xs = F(x);
+    /* Partial sums live in per-thread scratch; EPI_ADD adds the finished x.W^T + b to the residual. */
+    #pragma omp parallel for schedule(dynamic, 1)
+    for (int nb = 0; nb < nblocks; nb++) {
+        float *tile = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
+        int n0 = nb * NB, nn = N - n0 < NB ? N - n0 : NB;
+        float *part = tile + (size_t)NB * KB;   /* (M, NB) partial sums */
+        memset(part, 0, (size_t)M * NB * sizeof(float));
+        for (int kb = 0; kb < K; kb += KB) {
+            int kk = K - kb < KB ? K - kb : KB;
+            for (int j = 0; j < nn; j++) wrow(tile + (size_t)j * KB, W, (int64_t)(n0 + j) * W->cols + k0 + kb, kk);
+            for (int m = 0; m < M; m++) {
+                const float *xr = xs + (size_t)m * K + kb;
+                for (int j = 0; j < nn; j++) part[(size_t)m * NB + j] += dot(xr, tile + (size_t)j * KB, kk);
+            }
+        }
+        for (int m = 0; m < M; m++)
+            for (int j = 0; j < nn; j++) {
+                float v = part[(size_t)m * NB + j] + (b ? wv(b, n0 + j) : 0.0f);
+                float *o = y + (size_t)m * N + n0 + j;
+                *o = epi == EPI_ADD ? *o + v : epi == EPI_GELU ? gelu_tanh(v) : v;
+            }
+    }
+}
+
+static void cpu_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
+    (void)be;
+    int half = hd / 2;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++) {
+        float p = (float)I(pos)[r];
+        for (int h = 0; h < heads; h++) {
+            float *v = F(x) + ((size_t)r * heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                /* spec 3.7: inv_freq_i = 10000^(-2i/hd), angle in fp32 */
+                float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = p * inv_freq;
+                float cs = cosf(th), sn = sinf(th), x1 = v[i], x2 = v[half + i];
+                v[i] = x1 * cs - x2 * sn;
+                v[half + i] = x2 * cs + x1 * sn;
+            }
+        }
+    }
+}
+
+static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
+    cpu_ctx *c = CTX(be);
+    int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
+    const int32_t *qo = I(a->q_off), *ko = I(a->k_off);
+    int total_q = qo[a->nseg];
+    #pragma omp parallel for collapse(2) schedule(dynamic, 8)
+    for (int r = 0; r < total_q; r++)
+        for (int h = 0; h < H; h++) {
+            float *sc = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
+            int s = 0;
+            while (qo[s + 1] <= r) s++;
+            int j = r - qo[s], nq = qo[s + 1] - qo[s], n1 = ko[s + 1] - ko[s];
+            int n2 = a->k2.p ? (j < a->block0 ? a->block0 : nq) : 0;
+            int kvh = h / group;
+            const float *qr = F(q) + ((size_t)r * H + h) * hd;
+            float mx = -INFINITY;
+            for (int t = 0; t < n1 + n2; t++) {
+                const float *kr = t < n1 ? F(a->k1) + (size_t)(ko[s] + t) * kvw + kvh * hd
+                                         : F(a->k2) + (size_t)(qo[s] + t - n1) * kvw + kvh * hd;
+                sc[t] = dot(qr, kr, hd) * a->scale;
+                if (sc[t] > mx) mx = sc[t];
+            }
+            float sum = 0;
+            for (int t = 0; t < n1 + n2; t++) { sc[t] = expf(sc[t] - mx); sum += sc[t]; }
+            float *o = F(out) + ((size_t)r * H + h) * hd;
+            memset(o, 0, (size_t)hd * sizeof(float));
+            for (int t = 0; t < n1 + n2; t++) {
+                const float *vr = t < n1 ? F(a->v1) + (size_t)(ko[s] + t) * kvw + kvh * hd
+                                         : F(a->v2) + (size_t)(qo[s] + t - n1) * kvw + kvh * hd;
+                float p = sc[t] / sum;
+                for (int e = 0; e < hd; e++) o[e] += p * vr[e];
+            }
+        }
+}
+
+static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
+    (void)be;
+    size_t n = (size_t)M * Fd;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) F(out)[i] = gelu_tanh(F(g)[i]) * F(u)[i];
+}
+
+static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {
+    (void)be;
+    int D = (int)table->cols;
+    #pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        float *o = F(out) + (size_t)I(rows)[i] * D;
+        wrow(o, table, (int64_t)I(ids)[i] * D, D);
+        for (int d = 0; d < D; d++) o[d] *= scale;
+    }
+}
+
+static void cpu_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        size_t d = di.p ? (size_t)I(di)[i] : (size_t)i, s = si.p ? (size_t)I(si)[i] : (size_t)i;
+        memcpy(F(dst) + d * D, F(src) + s * D, (size_t)D * sizeof(float));
+    }
+}
+
+static void cpu_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D) {
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *g = F(gate) + (size_t)(r / rows_per_gate) * gate_stride;
+        for (int i = 0; i < D; i++) F(x)[(size_t)r * D + i] += g[i] * F(y)[(size_t)r * D + i];
+    }
+}
+
+static void cpu_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act) {
+    (void)be;
+    #pragma omp parallel for schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *vr = F(v) + (size_t)(r / rows_per_vec) * D;
+        for (int i = 0; i < D; i++) {
+            float z = F(x)[(size_t)r * D + i] + vr[i];
+            F(x)[(size_t)r * D + i] = act == ACT_SWISH ? z / (1.0f + expf(-z)) : z;
+        }
+    }
+}
+
+static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) F(x)[i] += alpha * F(y)[i];
+}
+
+/* Scratch per thread: a GEMM weight tile (NB x KB) plus (M_max x NB) partial sums, or attention scores. */
+static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys) {
+    cpu_ctx *c = CTX(be);
+    size_t need = (size_t)NB * KB + max_rows * NB;
+    if (max_keys > need) need = max_keys;
+    if (need <= c->scratch_per_thread) return PI0_OK;
+    float *s = realloc(c->scratch, need * (size_t)c->n_threads * sizeof(float));
+    if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory for CPU scratch (%zu floats per thread)", need);
+    c->scratch = s;
+    c->scratch_per_thread = need;
+    return PI0_OK;
+}
+
+pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
+    *out = NULL;
+    pi0_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    if (n_threads > 0) omp_set_num_threads(n_threads);
+    c->n_threads = omp_get_max_threads();
+    be->name = "cpu";
+    be->ctx = c;
+    be->prepare_weight = cpu_prepare_weight;
+    be->alloc = cpu_alloc;
+    be->release = cpu_release;
+    be->reserve = cpu_reserve;
+    be->sync = cpu_sync;
+    be->destroy = cpu_destroy;
+    be->upload = cpu_upload;
+    be->download = cpu_download;
+    be->elem_size = cpu_elem_size;
+    be->patch_embed = cpu_patch_embed;
+    be->layernorm = cpu_layernorm;
+    be->rmsnorm = cpu_rmsnorm;
+    be->adarms = cpu_adarms;
+    be->linear = cpu_linear;
+    be->rope = cpu_rope;
+    be->attention = cpu_attention;
+    be->gelu_mul = cpu_gelu_mul;
+    be->embed = cpu_embed;
+    be->copy_rows = cpu_copy_rows;
+    be->gated_add = cpu_gated_add;
+    be->add_rows = cpu_add_rows;
+    be->axpy = cpu_axpy;
+    *out = be;
+    return PI0_OK;
+}

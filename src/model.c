@@ -1,0 +1,494 @@
+/* model.c — the π0 / π0.5 inference (spec 3.4-3.13), written once against the op table of backend.h.
+ *
+ * Layout: every sample's prefix is COMPACTED (spec 3.3/3.13): masked cameras and padded tokens are
+ * dropped, positions run 0..Np-1, and the prefixes of all samples are concatenated row-wise
+ * ("varlen"): sample b owns rows [p_off[b], p_off[b+1]). Row-wise ops (linear, norms, RoPE) run on
+ * all rows at once; only attention sees the segments. Suffix rows are b*S + i.
+ * The time-dependent terms (π0: action_time_mlp_in's time half; π0.5: time MLP and every adaRMS
+ * modulation) depend only on t, which takes a fixed sequence, so they are computed at session create
+ * with the same ops (spec 3.13).
+ *
+ * Pitfalls that have bitten (keep in mind when editing):
+ *  - Gemma RMSNorm scales by (1 + w), SigLIP LayerNorm by w; eps 1e-6 for both.
+ *  - RoPE is half-split (x[0:hd/2], x[hd/2:]), not interleaved; q and k both rotate, v does not.
+ *  - π0 suffix = [state token, H action tokens]; the state token sees only itself in the suffix,
+ *    action tokens see the state token and all action tokens (block0 = 1). π0.5: block0 = 0.
+ *  - action_time_mlp_in input is concat(action_emb, time_emb): action columns first.
+ *  - posemb(t): sin block first, then cos; period = 0.004 * 1000^(i/(half-1)).
+ *  - π0.5 swish comes after BOTH time MLP layers; the final adaRMS gate is unused.
+ *  - t accumulates in fp32 (1.0, 0.9, ...); dt = -1/steps in fp32; x += dt * v in fp32.
+ *  - Text embeddings are scaled by sqrt(width); image tokens are not.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util.h"
+
+#define EPS 1e-6f
+#define MAX_BUFS 128
+
+struct model_sess {
+    pi0_backend *be;
+    const pi0_config *c;
+    pi0_weights *w;
+    int max_b, steps;
+    int N, T, R, L, P, S, H, A;      /* cameras, tokens/image, image size, max tokens, P, S, horizon, A */
+    int Dv, Fv, Hv, D, F, De, Fe, Hq, Kv, Dh;
+    float dt;
+    float *tvals;                    /* [steps] t at the start of each step (fp32 accumulation) */
+    pt bufs[MAX_BUFS];
+    int n_bufs;
+    /* vision */
+    pt img, sel, v_off, vx, va, vq, vk, vv, vo, vm, vout;
+    /* prefix */
+    pt ids, id_rows, img_rows, pos, p_off, h, y, q, att, g, u;
+    pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */
+    /* suffix */
+    pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, s_off, act_rows, st_rows, out_rows;
+    pt x, vel, noise_b, state, st_tok, a_emb, a_hid, a_out, vin;
+    pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
+    pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
+    /* host index scratch (sized at create) */
+    int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_poff, *h_spos, *h_soff;
+    int32_t *h_full;                 /* compacted prefix row -> uncompacted (b*P + j), for dumps */
+    float *h_noise;
+};
+
+static pt buf(model_sess *s, size_t n, int kind) {
+    pt t = {NULL, kind};
+    if (s->n_bufs == MAX_BUFS) return t;
+    t = s->be->alloc(s->be, n, kind);
+    if (t.p) s->bufs[s->n_bufs++] = t;
+    return t;
+}
+
+void model_sess_free(model_sess *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_bufs; i++) s->be->release(s->be, s->bufs[i]);
+    free(s->kc); free(s->vc); free(s->tvals);
+    free(s->h_sel); free(s->h_voff); free(s->h_ids); free(s->h_idrows); free(s->h_imgrows);
+    free(s->h_pos); free(s->h_poff); free(s->h_spos); free(s->h_soff); free(s->h_full); free(s->h_noise);
+    free(s);
+}
+
+/* Sinusoidal time embedding (spec 3.10), computed in double and rounded to fp32 like the PT ref. */
+static void posemb(float *out, float t, int dim) {
+    int half = dim / 2;
+    for (int i = 0; i < half; i++) {
+        double frac = half > 1 ? (double)i / (half - 1) : 0.0;
+        double period = 0.004 * pow(1000.0, frac), w = 2.0 * M_PI / period;
+        out[i] = (float)sin((double)t * w);
+        out[half + i] = (float)cos((double)t * w);
+    }
+}
+
+static pt mod_at(model_sess *s, int norm, int step) {   /* norm: 2l attn, 2l+1 mlp, 2*depth final */
+    return pt_at(s->be, s->mods, ((size_t)norm * s->steps + step) * 3 * s->De);
+}
+
+/* Time-only terms for every step, with the same ops as the per-step path (spec 3.13). */
+static pi0_status precompute_time(model_sess *s) {
+    pi0_backend *be = s->be;
+    pi0_weights *w = s->w;
+    int De = s->De, K = s->steps;
+    float *temb = malloc((size_t)K * De * sizeof(float));
+    if (!temb) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < K; k++) posemb(temb + (size_t)k * De, s->tvals[k], De);
+    pt te = buf(s, (size_t)K * De, PT_F32), h1 = buf(s, (size_t)K * De, PT_F32), cond = buf(s, (size_t)K * De, PT_F32);
+    pi0_status st = te.p && h1.p && cond.p ? be->upload(be, te, temb, (size_t)K * De) : pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    free(temb);
+    if (st != PI0_OK) return st;
+    if (!s->c->pi05) {
+        /* action_time_mlp_in(concat(a, temb)) = W[:, :De].a + (W[:, De:].temb + b) */
+        be->linear(be, s->time_terms, te, &w->atm_in_w, &w->atm_in_b, K, De, De, De, EPI_STORE);
+        return PI0_OK;
+    }
+    pt zero = buf(s, (size_t)De, PT_F32);
+    if (!zero.p) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    be->linear(be, h1, te, &w->time_in_w, &w->time_in_b, K, De, De, 0, EPI_STORE);
+    be->add_rows(be, h1, zero, K, K, De, ACT_SWISH);
+    be->linear(be, cond, h1, &w->time_out_w, &w->time_out_b, K, De, De, 0, EPI_STORE);
+    be->add_rows(be, cond, zero, K, K, De, ACT_SWISH);
+    int depth = s->c->ex.depth;
+    for (int l = 0; l < depth; l++) {
+        be->linear(be, mod_at(s, 2 * l, 0), cond, &w->ex[l].attn_norm_dw, &w->ex[l].attn_norm_db, K, 3 * De, De, 0, EPI_STORE);
+        be->linear(be, mod_at(s, 2 * l + 1, 0), cond, &w->ex[l].mlp_norm_dw, &w->ex[l].mlp_norm_db, K, 3 * De, De, 0, EPI_STORE);
+    }
+    be->linear(be, mod_at(s, 2 * depth, 0), cond, &w->ex_norm_dw, &w->ex_norm_db, K, 3 * De, De, 0, EPI_STORE);
+    return PI0_OK;
+}
+
+pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config *c, pi0_weights *w, int max_b,
+                             int steps) {
+    *out = NULL;
+    model_sess *s = calloc(1, sizeof *s);
+    if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    s->be = be; s->c = c; s->w = w; s->max_b = max_b; s->steps = steps;
+    s->N = c->n_cameras; s->T = cfg_tokens_per_image(c); s->R = c->vis.image_size; s->L = c->max_token_len;
+    s->P = cfg_prefix_len(c); s->S = cfg_suffix_len(c); s->H = c->action_horizon; s->A = c->action_dim;
+    s->Dv = c->vis.width; s->Fv = c->vis.mlp_dim; s->Hv = c->vis.num_heads;
+    s->D = c->lm.width; s->F = c->lm.mlp_dim; s->De = c->ex.width; s->Fe = c->ex.mlp_dim;
+    s->Hq = c->lm.num_heads; s->Kv = c->lm.num_kv_heads; s->Dh = c->lm.head_dim;
+    int depth = c->lm.depth, B = max_b;
+    size_t nimg = (size_t)B * s->N, vrows = nimg * s->T, prow = (size_t)B * s->P, srow = (size_t)B * s->S;
+    size_t hrow = (size_t)B * s->H, qw = (size_t)s->Hq * s->Dh, kvw = (size_t)s->Kv * s->Dh;
+    pi0_status st = PI0_ERR_NOMEM;
+
+    /* t sequence: t0 = 1, t += dt in fp32, exactly `steps` iterations (spec 3.11). */
+    s->dt = -1.0f / (float)steps;
+    s->tvals = malloc((size_t)steps * sizeof(float));
+    s->kc = calloc((size_t)depth, sizeof(pt));
+    s->vc = calloc((size_t)depth, sizeof(pt));
+    if (!s->tvals || !s->kc || !s->vc) goto fail;
+    float t = 1.0f;
+    for (int k = 0; k < steps; k++) { s->tvals[k] = t; t = t + s->dt; }
+
+    s->img = buf(s, nimg * s->R * s->R * 3, PT_F32);
+    s->sel = buf(s, nimg, PT_I32);
+    s->v_off = buf(s, nimg + 1, PT_I32);
+    s->vx = buf(s, vrows * s->Dv, PT_ACT);
+    s->va = buf(s, vrows * s->Dv, PT_ACT);
+    s->vq = buf(s, vrows * s->Dv, PT_ACT);
+    s->vk = buf(s, vrows * s->Dv, PT_ACT);
+    s->vv = buf(s, vrows * s->Dv, PT_ACT);
+    s->vo = buf(s, vrows * s->Dv, PT_ACT);
+    s->vm = buf(s, vrows * s->Fv, PT_ACT);
+    s->vout = buf(s, vrows * s->D, PT_ACT);
+    s->ids = buf(s, (size_t)B * s->L, PT_I32);
+    s->id_rows = buf(s, (size_t)B * s->L, PT_I32);
+    s->img_rows = buf(s, vrows, PT_I32);
+    s->pos = buf(s, prow, PT_I32);
+    s->p_off = buf(s, (size_t)B + 1, PT_I32);
+    s->h = buf(s, prow * s->D, PT_ACT);
+    s->y = buf(s, prow * s->D, PT_ACT);
+    s->q = buf(s, prow * qw, PT_ACT);
+    s->att = buf(s, prow * qw, PT_ACT);
+    s->g = buf(s, prow * s->F, PT_ACT);
+    s->u = buf(s, prow * s->F, PT_ACT);
+    for (int l = 0; l < depth; l++) { s->kc[l] = buf(s, prow * kvw, PT_ACT); s->vc[l] = buf(s, prow * kvw, PT_ACT); }
+    s->s = buf(s, srow * s->De, PT_ACT);
+    s->sy = buf(s, srow * s->De, PT_ACT);
+    s->stmp = buf(s, srow * s->De, PT_ACT);
+    s->sq = buf(s, srow * qw, PT_ACT);
+    s->sk = buf(s, srow * kvw, PT_ACT);
+    s->sv = buf(s, srow * kvw, PT_ACT);
+    s->satt = buf(s, srow * qw, PT_ACT);
+    s->sg = buf(s, srow * s->Fe, PT_ACT);
+    s->su = buf(s, srow * s->Fe, PT_ACT);
+    s->spos = buf(s, srow, PT_I32);
+    s->s_off = buf(s, (size_t)B + 1, PT_I32);
+    s->act_rows = buf(s, hrow, PT_I32);
+    s->st_rows = buf(s, (size_t)B, PT_I32);
+    s->out_rows = buf(s, hrow, PT_I32);
+    s->x = buf(s, hrow * s->A, PT_F32);
+    s->vel = buf(s, hrow * s->A, PT_F32);
+    s->state = buf(s, (size_t)B * s->A, PT_F32);
+    s->st_tok = buf(s, (size_t)B * s->De, PT_F32);
+    s->a_emb = buf(s, hrow * s->De, PT_F32);
+    s->a_hid = buf(s, hrow * s->De, PT_F32);
+    s->a_out = buf(s, hrow * s->De, PT_F32);
+    s->vin = buf(s, hrow * s->De, PT_F32);
+    if (c->pi05) s->mods = buf(s, (size_t)(2 * depth + 1) * steps * 3 * s->De, PT_F32);
+    else s->time_terms = buf(s, (size_t)steps * s->De, PT_F32);
+    for (int i = 0; i < s->n_bufs; i++) if (!s->bufs[i].p) goto fail;
+    if (s->n_bufs == MAX_BUFS || !(c->pi05 ? s->mods.p : s->time_terms.p)) goto fail;
+
+    s->h_sel = malloc(nimg * 4); s->h_voff = malloc((nimg + 1) * 4);
+    s->h_ids = malloc((size_t)B * s->L * 4); s->h_idrows = malloc((size_t)B * s->L * 4);
+    s->h_imgrows = malloc(vrows * 4); s->h_pos = malloc(prow * 4); s->h_poff = malloc(((size_t)B + 1) * 4);
+    s->h_spos = malloc(srow * 4); s->h_soff = malloc(((size_t)B + 1) * 4); s->h_full = malloc(prow * 4);
+    s->h_noise = malloc(hrow * s->A * sizeof(float));
+    if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_poff ||
+        !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise)
+        goto fail;
+
+    size_t max_rows = prow > vrows ? prow : vrows;
+    if ((st = be->reserve(be, max_rows, (size_t)s->P + s->S)) != PI0_OK) goto fail;
+    if ((st = precompute_time(s)) != PI0_OK) goto fail;
+    *out = s;
+    return PI0_OK;
+fail:
+    if (st == PI0_ERR_NOMEM) pi0_fail(PI0_ERR_NOMEM, "out of memory creating a session for batch %d", max_b);
+    model_sess_free(s);
+    return st;
+}
+
+/* ---- dumps: download, expand compacted rows to the uncompacted layout (zeros elsewhere) ---- */
+
+static void dump_rows(model_sess *s, pi0_dump_fn dump, void *user, const char *name, pt src, int rows, int width,
+                      const int32_t *map, int ndim, const int64_t *shape) {
+    size_t total = 1;
+    for (int i = 0; i < ndim; i++) total *= (size_t)shape[i];
+    float *tmp = malloc((size_t)rows * width * sizeof(float)), *full = calloc(total, sizeof(float));
+    if (tmp && full && s->be->download(s->be, tmp, src, (size_t)rows * width) == PI0_OK) {
+        for (int r = 0; r < rows; r++)
+            memcpy(full + (size_t)(map ? map[r] : r) * width, tmp + (size_t)r * width, (size_t)width * sizeof(float));
+        dump(user, name, full, ndim, shape);
+    }
+    free(tmp);
+    free(full);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* ---- stages ---- */
+
+static void vision(model_sess *s, int nimg) {
+    pi0_backend *be = s->be;
+    pi0_weights *w = s->w;
+    int M = nimg * s->T, Dv = s->Dv;
+    be->patch_embed(be, s->vx, s->img, s->sel, nimg, &w->patch_w, &w->patch_b, &w->pos, s->R, s->c->vis.patch_size);
+    pi0_attn a = {.nseg = nimg, .heads = s->Hv, .kv_heads = s->Hv, .head_dim = Dv / s->Hv,
+                  .scale = 1.0f / sqrtf((float)(Dv / s->Hv)), .q_off = s->v_off, .k_off = s->v_off,
+                  .k1 = s->vk, .v1 = s->vv, .max_q = s->T, .max_k = s->T};
+    for (int l = 0; l < s->c->vis.depth; l++) {
+        const pi0_vis_layer *L = &w->vis[l];
+        be->layernorm(be, s->va, s->vx, &L->ln1_w, &L->ln1_b, M, Dv, EPS);
+        be->linear(be, s->vq, s->va, &L->q_w, &L->q_b, M, Dv, Dv, 0, EPI_STORE);
+        be->linear(be, s->vk, s->va, &L->k_w, &L->k_b, M, Dv, Dv, 0, EPI_STORE);
+        be->linear(be, s->vv, s->va, &L->v_w, &L->v_b, M, Dv, Dv, 0, EPI_STORE);
+        be->attention(be, s->vo, s->vq, &a);
+        be->linear(be, s->vx, s->vo, &L->o_w, &L->o_b, M, Dv, Dv, 0, EPI_ADD);
+        be->layernorm(be, s->va, s->vx, &L->ln2_w, &L->ln2_b, M, Dv, EPS);
+        be->linear(be, s->vm, s->va, &L->fc1_w, &L->fc1_b, M, s->Fv, Dv, 0, EPI_GELU);
+        be->linear(be, s->vx, s->vm, &L->fc2_w, &L->fc2_b, M, Dv, s->Fv, 0, EPI_ADD);
+    }
+    be->layernorm(be, s->va, s->vx, &w->vis_norm_w, &w->vis_norm_b, M, Dv, EPS);
+    be->linear(be, s->vout, s->va, &w->proj_w, &w->proj_b, M, s->D, Dv, 0, EPI_STORE);
+}
+
+/* One pre-norm MLP block: x += down(gelu(gate(y)) * up(y)) with y already normalised. */
+static void mlp(pi0_backend *be, pt x_or_tmp, pt y, pt g, pt u, const pi0_gemma_layer *L, int M, int D, int F,
+                enum pi0_epi epi) {
+    be->linear(be, g, y, &L->gate, NULL, M, F, D, 0, EPI_STORE);
+    be->linear(be, u, y, &L->up, NULL, M, F, D, 0, EPI_STORE);
+    be->gelu_mul(be, g, g, u, M, F);
+    be->linear(be, x_or_tmp, g, &L->down, NULL, M, D, F, 0, epi);
+}
+
+static void prefill(model_sess *s, int Mp, int B, int maxp, pi0_dump_fn dump, void *user) {
+    pi0_backend *be = s->be;
+    int D = s->D, depth = s->c->lm.depth, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
+    pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
+                  .q_off = s->p_off, .k_off = s->p_off, .max_q = maxp, .max_k = maxp};
+    for (int l = 0; l < depth; l++) {
+        const pi0_gemma_layer *L = &s->w->lm[l];
+        be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
+        be->linear(be, s->q, s->y, &L->q, NULL, Mp, qw, D, 0, EPI_STORE);
+        be->linear(be, s->kc[l], s->y, &L->k, NULL, Mp, kvw, D, 0, EPI_STORE);
+        be->linear(be, s->vc[l], s->y, &L->v, NULL, Mp, kvw, D, 0, EPI_STORE);
+        be->rope(be, s->q, s->pos, Mp, s->Hq, s->Dh);
+        be->rope(be, s->kc[l], s->pos, Mp, s->Kv, s->Dh);
+        if (dump) {
+            char name[32];
+            int64_t shape[3] = {B, s->P, kvw};
+            snprintf(name, sizeof name, "prefix.k.%02d", l);
+            dump_rows(s, dump, user, name, s->kc[l], Mp, kvw, s->h_full, 3, shape);
+            snprintf(name, sizeof name, "prefix.v.%02d", l);
+            dump_rows(s, dump, user, name, s->vc[l], Mp, kvw, s->h_full, 3, shape);
+        }
+        if (l == depth - 1) break;   /* nothing reads the last layer's attention output or MLP (3.13) */
+        a.k1 = s->kc[l];
+        a.v1 = s->vc[l];
+        be->attention(be, s->att, s->q, &a);
+        be->linear(be, s->h, s->att, &L->o, NULL, Mp, D, qw, 0, EPI_ADD);
+        be->rmsnorm(be, s->y, s->h, &L->mlp_norm, Mp, D, EPS);
+        mlp(be, s->h, s->y, s->g, s->u, L, Mp, D, s->F, EPI_ADD);
+    }
+}
+
+/* Expert norm: plain RMSNorm (π0) or adaRMS with this step's modulation (π0.5). */
+static void ex_norm(model_sess *s, pt out, pt x, const pi0_wt *plain, int norm, int step, int M) {
+    if (s->c->pi05) s->be->adarms(s->be, out, x, mod_at(s, norm, step), M, M, s->De, EPS);
+    else s->be->rmsnorm(s->be, out, x, plain, M, s->De, EPS);
+}
+
+/* Residual into s: plain add (π0) or gated by the norm's gate (π0.5, spec 3.7). */
+static void ex_residual(model_sess *s, int norm, int step, int M) {
+    if (s->c->pi05)
+        s->be->gated_add(s->be, s->s, s->stmp, pt_at(s->be, mod_at(s, norm, step), 2 * (size_t)s->De), 3 * s->De, M, M,
+                         s->De);
+}
+
+static void suffix_embed(model_sess *s, int B, int step) {
+    pi0_backend *be = s->be;
+    pi0_weights *w = s->w;
+    int Mh = B * s->H, De = s->De;
+    be->linear(be, s->a_emb, s->x, &w->action_in_w, &w->action_in_b, Mh, De, s->A, 0, EPI_STORE);
+    if (s->c->pi05) {   /* suffix = action tokens, rows b*H + i */
+        be->copy_rows(be, s->s, (pt){0}, s->a_emb, (pt){0}, Mh, De);
+        return;
+    }
+    /* π0: swish(W_in[:, :De].a + time_term) then W_out; state token in row b*S */
+    be->linear(be, s->a_hid, s->a_emb, &w->atm_in_w, NULL, Mh, De, De, 0, EPI_STORE);
+    be->add_rows(be, s->a_hid, pt_at(be, s->time_terms, (size_t)step * De), Mh, Mh, De, ACT_SWISH);
+    be->linear(be, s->a_out, s->a_hid, &w->atm_out_w, &w->atm_out_b, Mh, De, De, 0, EPI_STORE);
+    be->copy_rows(be, s->s, s->act_rows, s->a_out, (pt){0}, Mh, De);
+    be->copy_rows(be, s->s, s->st_rows, s->st_tok, (pt){0}, B, De);
+}
+
+static void denoise(model_sess *s, int B, int maxp, pi0_dump_fn dump, void *user) {
+    pi0_backend *be = s->be;
+    pi0_weights *w = s->w;
+    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
+    pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
+                  .q_off = s->s_off, .k_off = s->p_off, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1,
+                  .max_q = s->S, .max_k = maxp + s->S};
+    enum pi0_epi res = s->c->pi05 ? EPI_STORE : EPI_ADD;
+    pt res_dst = s->c->pi05 ? s->stmp : s->s;
+    if (!s->c->pi05)   /* the state token does not depend on x_t or t: once per inference */
+        be->linear(be, s->st_tok, s->state, &w->state_w, &w->state_b, B, De, s->A, 0, EPI_STORE);
+    for (int k = 0; k < s->steps; k++) {
+        suffix_embed(s, B, k);
+        for (int l = 0; l < depth; l++) {
+            const pi0_gemma_layer *L = &w->ex[l];
+            ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
+            be->linear(be, s->sq, s->sy, &L->q, NULL, Ms, qw, De, 0, EPI_STORE);
+            be->linear(be, s->sk, s->sy, &L->k, NULL, Ms, kvw, De, 0, EPI_STORE);
+            be->linear(be, s->sv, s->sy, &L->v, NULL, Ms, kvw, De, 0, EPI_STORE);
+            be->rope(be, s->sq, s->spos, Ms, s->Hq, s->Dh);
+            be->rope(be, s->sk, s->spos, Ms, s->Kv, s->Dh);
+            a.k1 = s->kc[l];
+            a.v1 = s->vc[l];
+            be->attention(be, s->satt, s->sq, &a);
+            be->linear(be, res_dst, s->satt, &L->o, NULL, Ms, De, qw, 0, res);
+            ex_residual(s, 2 * l, k, Ms);
+            ex_norm(s, s->sy, s->s, &L->mlp_norm, 2 * l + 1, k, Ms);
+            mlp(be, res_dst, s->sy, s->sg, s->su, L, Ms, De, s->Fe, res);
+            ex_residual(s, 2 * l + 1, k, Ms);
+        }
+        ex_norm(s, s->sy, s->s, &w->ex_norm, 2 * depth, k, Ms);
+        be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
+        be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
+        be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
+        if (dump) {
+            char name[32];
+            int64_t shape[3] = {B, s->H, s->A};
+            snprintf(name, sizeof name, "denoise.v.%02d", k);
+            dump_rows(s, dump, user, name, s->vel, Mh, s->A, NULL, 3, shape);
+            snprintf(name, sizeof name, "denoise.x.%02d", k);
+            dump_rows(s, dump, user, name, s->x, Mh, s->A, NULL, 3, shape);
+        }
+    }
+}
+
+/* Builds the compacted index arrays on the host and uploads them with the inputs. */
+static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_out, int *Mp_out, int *maxp_out) {
+    pi0_backend *be = s->be;
+    int B = in->batch, N = s->N, T = s->T, nimg = 0, ntext = 0, Mp = 0, maxp = 0;
+    for (int b = 0; b < B; b++) {
+        s->h_poff[b] = Mp;
+        for (int c = 0; c < N; c++) {
+            if (in->image_masks && !in->image_masks[b * N + c]) continue;
+            for (int t = 0; t < T; t++) {
+                s->h_imgrows[nimg * T + t] = Mp + t;
+                s->h_full[Mp + t] = b * s->P + c * T + t;
+            }
+            s->h_voff[nimg] = nimg * T;
+            s->h_sel[nimg++] = b * N + c;
+            Mp += T;
+        }
+        for (int j = 0; j < in->n_tokens; j++) {
+            if (!in->token_mask[b * in->n_tokens + j]) continue;
+            s->h_ids[ntext] = in->tokens[b * in->n_tokens + j];
+            s->h_idrows[ntext++] = Mp;
+            s->h_full[Mp++] = b * s->P + N * T + j;
+        }
+        for (int r = s->h_poff[b]; r < Mp; r++) s->h_pos[r] = r - s->h_poff[b];   /* cumsum(valid) - 1 */
+        if (Mp - s->h_poff[b] > maxp) maxp = Mp - s->h_poff[b];
+        for (int i = 0; i < s->S; i++) s->h_spos[b * s->S + i] = Mp - s->h_poff[b] + i;
+        s->h_soff[b] = b * s->S;
+    }
+    s->h_poff[B] = Mp;
+    s->h_soff[B] = B * s->S;
+    s->h_voff[nimg] = nimg * T;
+    size_t R3 = (size_t)s->R * s->R * 3;
+    pi0_status st = PI0_OK;
+    if (nimg) {
+        st = be->upload(be, s->img, in->images, (size_t)B * N * R3);
+        if (st == PI0_OK) st = be->upload(be, s->sel, s->h_sel, (size_t)nimg);
+        if (st == PI0_OK) st = be->upload(be, s->img_rows, s->h_imgrows, (size_t)nimg * T);
+    }
+    if (st == PI0_OK) st = be->upload(be, s->v_off, s->h_voff, (size_t)nimg + 1);
+    if (st == PI0_OK && ntext) st = be->upload(be, s->ids, s->h_ids, (size_t)ntext);
+    if (st == PI0_OK && ntext) st = be->upload(be, s->id_rows, s->h_idrows, (size_t)ntext);
+    if (st == PI0_OK && Mp) st = be->upload(be, s->pos, s->h_pos, (size_t)Mp);
+    if (st == PI0_OK) st = be->upload(be, s->p_off, s->h_poff, (size_t)B + 1);
+    if (st == PI0_OK) st = be->upload(be, s->spos, s->h_spos, (size_t)B * s->S);
+    if (st == PI0_OK) st = be->upload(be, s->s_off, s->h_soff, (size_t)B + 1);
+    /* suffix row maps (reusing h_spos after its upload): outputs = last H rows of each sample, which are
+     * also the action-token rows (π0: after the state token at b*S) */
+    int32_t *rows = s->h_spos;
+    if (st == PI0_OK) {
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < s->H; j++) rows[b * s->H + j] = b * s->S + (s->S - s->H) + j;
+        st = be->upload(be, s->out_rows, rows, (size_t)B * s->H);
+        if (st == PI0_OK) st = be->upload(be, s->act_rows, rows, (size_t)B * s->H);   /* actions follow the state token */
+    }
+    if (st == PI0_OK && !s->c->pi05) {
+        for (int b = 0; b < B; b++) rows[b] = b * s->S;
+        st = be->upload(be, s->st_rows, rows, (size_t)B);
+        if (st == PI0_OK) st = be->upload(be, s->state, in->state, (size_t)B * s->A);
+    }
+    if (st == PI0_OK) {
+        const float *noise = in->noise;
+        if (!noise) {
+            pi0_rng r;
+            pi0_rng_seed(&r, in->seed);
+            for (size_t i = 0; i < (size_t)B * s->H * s->A; i++) s->h_noise[i] = (float)pi0_rng_normal(&r);
+            noise = s->h_noise;
+        }
+        st = be->upload(be, s->x, noise, (size_t)B * s->H * s->A);
+    }
+    *nimg_out = nimg;
+    *Mp_out = Mp;
+    *maxp_out = maxp;
+    return st;
+}
+
+pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
+                       model_timing *tm) {
+    pi0_backend *be = s->be;
+    int B = in->batch, nimg, Mp, maxp;
+    double t0 = now_ms();
+    pi0_status st = upload_inputs(s, in, &nimg, &Mp, &maxp);
+    if (st != PI0_OK) return st;
+    int ntext = Mp - nimg * s->T;
+    if (nimg) vision(s, nimg);
+    be->sync(be);
+    double t1 = now_ms();
+    if (dump && nimg) {
+        int64_t shape[4] = {B, s->N, s->T, s->D};
+        int32_t *map = malloc((size_t)nimg * s->T * sizeof(int32_t));
+        if (map) {
+            for (int i = 0; i < nimg; i++)
+                for (int t = 0; t < s->T; t++) map[i * s->T + t] = s->h_sel[i] * s->T + t;
+            dump_rows(s, dump, user, "vision.out", s->vout, nimg * s->T, s->D, map, 4, shape);
+            free(map);
+        }
+    }
+    /* prefix embeddings: image tokens then text tokens scaled by sqrt(D) (spec 3.6) */
+    if (nimg) be->copy_rows(be, s->h, s->img_rows, s->vout, (pt){0}, nimg * s->T, s->D);
+    if (ntext) be->embed(be, s->h, s->id_rows, s->ids, ntext, &s->w->embed, sqrtf((float)s->D));
+    if (dump) {
+        int64_t shape[3] = {B, s->P, s->D};
+        dump_rows(s, dump, user, "prefix.emb", s->h, Mp, s->D, s->h_full, 3, shape);
+    }
+    prefill(s, Mp, B, maxp, dump, user);
+    be->sync(be);
+    double t2 = now_ms();
+    denoise(s, B, maxp, dump, user);
+    st = be->download(be, actions, s->x, (size_t)B * s->H * s->A);
+    double t3 = now_ms();
+    if (tm) *tm = (model_timing){t1 - t0, t2 - t1, t3 - t2, t3 - t0};
+    return st;
+}

@@ -1,0 +1,24 @@
+/* model.h — the π0 / π0.5 forward pass (spec 3.4-3.12), written once against backend.h.
+ * A model_sess owns every activation buffer of one inference stream, sized at create for max_batch;
+ * model_infer allocates nothing on the backend. */
+#ifndef PI0_MODEL_H
+#define PI0_MODEL_H
+
+#include "backend.h"
+#include "config.h"
+#include "weights.h"
+
+typedef struct model_sess model_sess;
+
+typedef struct {
+    double vision_ms, prefill_ms, denoise_ms, total_ms;
+} model_timing;
+
+pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config *c, pi0_weights *w,
+                             int max_batch, int steps);
+void model_sess_free(model_sess *s);
+/* Inputs must already be validated (pi0.c). dump may be NULL. */
+pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
+                       model_timing *timing);
+
+#endif

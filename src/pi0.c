@@ -1,0 +1,490 @@
+/* pi0.c — the public API of include/pi0.h: model and session lifecycle, input validation, pi0_infer,
+ * tensor files for tools, checkpoint generation. The math lives in model.c, files in safetensors.c,
+ * the tensor table in weights.c. Everything a caller, a file or a peer can get wrong is reported
+ * through pi0_status + pi0_last_error(), never by aborting. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend.h"
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+#include "util.h"
+#include "weights.h"
+
+struct pi0_model {
+    char *dir;
+    pi0_config cfg;
+    st_file *file;
+    pi0_weights w;
+    pi0_backend_kind backend;
+    int n_threads;
+};
+
+struct pi0_session {
+    const pi0_model *m;
+    pi0_backend *be;
+    model_sess *ms;
+    int max_batch;
+    pi0_dump_fn dump;
+    void *dump_user;
+    model_timing timing;
+};
+
+static char *join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+void pi0_model_free(pi0_model *m) {
+    if (!m) return;
+    weights_free(&m->w);
+    st_close(m->file);
+    free(m->dir);
+    free(m);
+}
+
+pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_params *p) {
+    if (!out || !dir) return pi0_fail(PI0_ERR_ARG, "pi0_model_load: NULL argument");
+    *out = NULL;
+    pi0_model_params def = {0};
+    if (!p) p = &def;
+    if (p->backend != PI0_BACKEND_DEFAULT && p->backend != PI0_BACKEND_CPU)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "backend %d: this build has only the CPU backend", (int)p->backend);
+    pi0_model *m = calloc(1, sizeof *m);
+    char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
+    pi0_status st = PI0_ERR_NOMEM;
+    if (!m || !cfg_path || !st_path || !(m->dir = strdup(dir))) { pi0_fail(st, "out of memory"); goto fail; }
+    m->backend = PI0_BACKEND_CPU;
+    m->n_threads = p->n_threads;
+    if ((st = config_load(&m->cfg, cfg_path)) != PI0_OK) goto fail;
+    if ((st = st_open(&m->file, st_path)) != PI0_OK) goto fail;
+    int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL;
+    if (m->cfg.pi05 < 0) m->cfg.pi05 = has_marker;
+    else if (m->cfg.pi05 != has_marker) {
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: \"pi05\": %s, but %s %s the adaRMS tensor '%s'", cfg_path,
+                      m->cfg.pi05 ? "true" : "false", st_path, has_marker ? "has" : "lacks", PI0_PI05_MARKER);
+        goto fail;
+    }
+    if (p->action_horizon < 0 || p->max_token_len < 0) {
+        st = pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d: expected >= 0", p->action_horizon, p->max_token_len);
+        goto fail;
+    }
+    if (p->action_horizon) m->cfg.action_horizon = p->action_horizon;
+    if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
+    if ((st = config_finish(&m->cfg, cfg_path)) != PI0_OK) goto fail;
+    if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
+    free(cfg_path);
+    free(st_path);
+    *out = m;
+    return PI0_OK;
+fail:
+    free(cfg_path);
+    free(st_path);
+    pi0_model_free(m);
+    return st;
+}
+
+void pi0_model_get_info(const pi0_model *m, pi0_model_info *info) {
+    const pi0_config *c = &m->cfg;
+    *info = (pi0_model_info){.pi05 = c->pi05, .action_dim = c->action_dim, .action_horizon = c->action_horizon,
+                             .max_token_len = c->max_token_len, .n_cameras = c->n_cameras,
+                             .image_size = c->vis.image_size, .vocab_size = c->lm.vocab_size,
+                             .n_params = m->w.n_params};
+}
+
+void pi0_session_free(pi0_session *s) {
+    if (!s) return;
+    model_sess_free(s->ms);
+    if (s->be) s->be->destroy(s->be);
+    free(s);
+}
+
+static pi0_status prepare_weight(void *user, const char *name, pi0_wt *t) {
+    pi0_backend *be = user;
+    return be->prepare_weight(be, name, t);
+}
+
+pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_session_params *p) {
+    if (!out || !m) return pi0_fail(PI0_ERR_ARG, "pi0_session_create: NULL argument");
+    *out = NULL;
+    pi0_session_params def = {0};
+    if (!p) p = &def;
+    int max_b = p->max_batch ? p->max_batch : 1, steps = p->num_steps ? p->num_steps : 10;
+    if (max_b < 1 || max_b > 4096) return pi0_fail(PI0_ERR_ARG, "max_batch %d: expected 1..4096", p->max_batch);
+    if (steps < 1 || steps > 1000) return pi0_fail(PI0_ERR_ARG, "num_steps %d: expected 1..1000", p->num_steps);
+    pi0_session *s = calloc(1, sizeof *s);
+    if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->max_batch = max_b;
+    s->dump = p->dump;
+    s->dump_user = p->dump_user;
+    /* One backend instance per session: its scratch is not shared between threads. CPU weights are
+     * views into the model's mapping, so preparing them is free. */
+    pi0_status st = cpu_backend_create(&s->be, m->n_threads);
+    if (st == PI0_OK) st = weights_foreach((pi0_weights *)&m->w, &m->cfg, prepare_weight, s->be);
+    if (st == PI0_OK) st = model_sess_create(&s->ms, s->be, &m->cfg, (pi0_weights *)&m->w, max_b, steps);
+    if (st != PI0_OK) { pi0_session_free(s); return st; }
+    *out = s;
+    return PI0_OK;
+}
+
+void pi0_session_get_timing(const pi0_session *s, pi0_timing *t) {
+    *t = (pi0_timing){s->timing.vision_ms, s->timing.prefill_ms, s->timing.denoise_ms, s->timing.total_ms};
+}
+
+const char *pi0_session_backend(const pi0_session *s) { return s->be->name; }
+
+/* First non-finite (or out of [lo, hi]) element, or -1. */
+static long long bad_float(const float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++)
+        if (!(x[i] >= lo && x[i] <= hi)) return (long long)i;
+    return -1;
+}
+
+static pi0_status check_inputs(const pi0_session *s, const pi0_inputs *in) {
+    const pi0_config *c = &s->m->cfg;
+    if (!in) return pi0_fail(PI0_ERR_ARG, "inputs: NULL");
+    if (in->batch < 1 || in->batch > s->max_batch)
+        return pi0_fail(PI0_ERR_ARG, "inputs: batch %d, expected 1..%d (the session's max_batch)", in->batch, s->max_batch);
+    if (in->n_tokens < 1 || in->n_tokens > c->max_token_len)
+        return pi0_fail(PI0_ERR_ARG, "inputs: n_tokens %d, expected 1..%d (max_token_len)", in->n_tokens, c->max_token_len);
+    if (!in->images || !in->tokens || !in->token_mask || (!c->pi05 && !in->state))
+        return pi0_fail(PI0_ERR_ARG, "inputs: images, tokens, token_mask%s are required", c->pi05 ? "" : " and state");
+    int B = in->batch, N = c->n_cameras, R = c->vis.image_size, A = c->action_dim, H = c->action_horizon;
+    long long i;
+    /* 1e-5 slack: [-1, 1] images made in float64 and rounded may land a hair outside */
+    if ((i = bad_float(in->images, (size_t)B * N * R * R * 3, -1.00001f, 1.00001f)) >= 0)
+        return pi0_fail(PI0_ERR_ARG, "inputs: images[%lld] = %g, expected a finite value in [-1, 1] (preprocessed "
+                        "pixels; uint8 images must be mapped with x/255*2-1)", i, (double)in->images[i]);
+    if (!c->pi05 && (i = bad_float(in->state, (size_t)B * A, -INFINITY, INFINITY)) >= 0)
+        return pi0_fail(PI0_ERR_ARG, "inputs: state[%lld] is not finite", i);
+    if (in->noise && (i = bad_float(in->noise, (size_t)B * H * A, -INFINITY, INFINITY)) >= 0)
+        return pi0_fail(PI0_ERR_ARG, "inputs: noise[%lld] is not finite", i);
+    for (int k = 0; k < B * in->n_tokens; k++)
+        if (in->token_mask[k] && (in->tokens[k] < 0 || in->tokens[k] >= c->lm.vocab_size))
+            return pi0_fail(PI0_ERR_ARG, "inputs: tokens[%d][%d] = %d, expected 0..%d (vocab_size - 1)",
+                            k / in->n_tokens, k % in->n_tokens, in->tokens[k], c->lm.vocab_size - 1);
+    return PI0_OK;
+}
+
+pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions) {
+    if (!s || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_infer: NULL argument");
+    pi0_status st = check_inputs(s, in);
+    if (st != PI0_OK) return st;
+    st = model_infer(s->ms, in, actions, s->dump, s->dump_user, &s->timing);
+    if (st != PI0_OK) return st;
+    const pi0_config *c = &s->m->cfg;
+    long long i = bad_float(actions, (size_t)in->batch * c->action_horizon * c->action_dim, -INFINITY, INFINITY);
+    if (i >= 0)
+        return pi0_fail(PI0_ERR_FORMAT, "inference produced a non-finite action at index %lld (weights of %s overflow?)",
+                        i, s->m->dir);
+    return PI0_OK;
+}
+
+/* ---- tensor files ---- */
+
+typedef struct {
+    char *name;
+    pi0_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    void *data;
+    size_t bytes;
+} mem_tensor;
+
+struct pi0_tensors {
+    st_file *file;     /* opened file, or NULL for an in-memory set */
+    mem_tensor *mem;
+    int n_mem, cap;
+};
+
+pi0_status pi0_tensors_open(pi0_tensors **out, const char *path) {
+    if (!out || !path) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_open: NULL argument");
+    *out = NULL;
+    pi0_tensors *t = calloc(1, sizeof *t);
+    if (!t) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    pi0_status st = st_open(&t->file, path);
+    if (st != PI0_OK) { free(t); return st; }
+    *out = t;
+    return PI0_OK;
+}
+
+pi0_status pi0_tensors_new(pi0_tensors **out) {
+    if (!out) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_new: NULL argument");
+    *out = calloc(1, sizeof **out);
+    return *out ? PI0_OK : pi0_fail(PI0_ERR_NOMEM, "out of memory");
+}
+
+void pi0_tensors_free(pi0_tensors *t) {
+    if (!t) return;
+    st_close(t->file);
+    for (int i = 0; i < t->n_mem; i++) { free(t->mem[i].name); free(t->mem[i].data); }
+    free(t->mem);
+    free(t);
+}
+
+pi0_status pi0_tensors_get(const pi0_tensors *t, const char *name, pi0_dtype *dtype, int *ndim, int64_t *shape,
+                           const void **data) {
+    if (!t || !name) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_get: NULL argument");
+    if (t->file) {
+        const st_tensor *x = st_find(t->file, name);
+        if (!x) return pi0_fail(PI0_ERR_ARG, "%s: no tensor '%s'", t->file->path, name);
+        if (dtype) *dtype = x->dtype;
+        if (ndim) *ndim = x->ndim;
+        if (shape) memcpy(shape, x->shape, sizeof x->shape);
+        if (data) *data = x->data;
+        return PI0_OK;
+    }
+    for (int i = 0; i < t->n_mem; i++)
+        if (!strcmp(t->mem[i].name, name)) {
+            if (dtype) *dtype = t->mem[i].dtype;
+            if (ndim) *ndim = t->mem[i].ndim;
+            if (shape) memcpy(shape, t->mem[i].shape, sizeof t->mem[i].shape);
+            if (data) *data = t->mem[i].data;
+            return PI0_OK;
+        }
+    return pi0_fail(PI0_ERR_ARG, "no tensor '%s'", name);
+}
+
+pi0_status pi0_tensors_add(pi0_tensors *t, const char *name, pi0_dtype dtype, int ndim, const int64_t *shape,
+                           const void *data) {
+    if (!t || !name || (ndim && !shape) || !data) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_add: NULL argument");
+    if (t->file) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_add: set was opened from a file (read-only)");
+    if ((unsigned)dtype >= PI0_DT_COUNT || ndim < 0 || ndim > ST_MAX_DIMS)
+        return pi0_fail(PI0_ERR_ARG, "pi0_tensors_add: '%s': bad dtype or ndim %d", name, ndim);
+    size_t n = pi0_dtype_size(dtype);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_add: '%s': negative dimension", name);
+        n *= (size_t)shape[i];
+    }
+    if (t->n_mem == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 16;
+        mem_tensor *m = realloc(t->mem, (size_t)cap * sizeof *m);
+        if (!m) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        t->mem = m;
+        t->cap = cap;
+    }
+    mem_tensor *m = &t->mem[t->n_mem];
+    memset(m, 0, sizeof *m);
+    m->name = strdup(name);
+    m->data = malloc(n ? n : 1);
+    if (!m->name || !m->data) { free(m->name); free(m->data); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    memcpy(m->data, data, n);
+    m->dtype = dtype;
+    m->ndim = ndim;
+    if (ndim) memcpy(m->shape, shape, (size_t)ndim * sizeof *shape);
+    m->bytes = n;
+    t->n_mem++;
+    return PI0_OK;
+}
+
+pi0_status pi0_tensors_save(const pi0_tensors *t, const char *path) {
+    if (!t || !path) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_save: NULL argument");
+    st_entry *e = calloc((size_t)t->n_mem + 1, sizeof *e);
+    if (!e) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < t->n_mem; i++) {
+        e[i].name = t->mem[i].name;
+        e[i].dtype = t->mem[i].dtype;
+        e[i].ndim = t->mem[i].ndim;
+        memcpy(e[i].shape, t->mem[i].shape, sizeof e[i].shape);
+    }
+    st_writer w;
+    pi0_status st = st_writer_open(&w, path, e, t->n_mem, NULL, 0);
+    free(e);
+    for (int i = 0; i < t->n_mem && st == PI0_OK; i++) st = st_writer_write(&w, t->mem[i].data, t->mem[i].bytes);
+    if (st == PI0_OK) return st_writer_close(&w);
+    st_writer_abort(&w);
+    return st;
+}
+
+/* ---- model inputs from a tensor file (PI0_IO.md section 2) ---- */
+
+struct pi0_inputs_buf {
+    uint8_t *masks, *token_mask;
+    int32_t *tokens;
+};
+
+void pi0_inputs_buf_free(pi0_inputs_buf *b) {
+    if (!b) return;
+    free(b->masks); free(b->token_mask); free(b->tokens);
+    free(b);
+}
+
+/* Looks up name and checks dtype (one of two) and shape; -1 in want means "any, returned in got". */
+static pi0_status expect(const pi0_tensors *t, const char *what, const char *name, pi0_dtype d1, pi0_dtype d2,
+                         int ndim, const int64_t *want, int64_t *got, pi0_dtype *dt, const void **data) {
+    int nd;
+    int64_t shape[ST_MAX_DIMS];
+    if (pi0_tensors_get(t, name, dt, &nd, shape, data) != PI0_OK)
+        return pi0_fail(PI0_ERR_SHAPE, "%s: missing tensor '%s'", what, name);
+    int ok = (*dt == d1 || *dt == d2) && nd == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = want[i] < 0 || shape[i] == want[i];
+    if (!ok) {
+        char w[128], g[128];
+        int64_t ws[ST_MAX_DIMS];
+        for (int i = 0; i < ndim; i++) ws[i] = want[i] < 0 ? shape[i] : want[i];
+        st_describe(w, sizeof w, ndim, ws, d1);
+        return pi0_fail(PI0_ERR_SHAPE, "%s: tensor '%s': expected %s%s%s, found %s", what, name, w,
+                        d1 != d2 ? " or " : "", d1 != d2 ? pi0_dtype_name(d2) : "", st_describe(g, sizeof g, nd, shape, *dt));
+    }
+    if (got) memcpy(got, shape, (size_t)ndim * sizeof *shape);
+    return PI0_OK;
+}
+
+static pi0_status bool_array(const char *what, const char *name, const uint8_t *src, size_t n, uint8_t **dst) {
+    for (size_t i = 0; i < n; i++)
+        if (src[i] > 1) return pi0_fail(PI0_ERR_FORMAT, "%s: '%s'[%zu] = %d, expected 0 or 1", what, name, i, src[i]);
+    *dst = malloc(n ? n : 1);
+    if (!*dst) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    memcpy(*dst, src, n);
+    return PI0_OK;
+}
+
+pi0_status pi0_inputs_from_tensors(const pi0_model *m, const pi0_tensors *t, const char *what, pi0_inputs *in,
+                                   pi0_inputs_buf **bufp) {
+    if (!m || !t || !in || !bufp) return pi0_fail(PI0_ERR_ARG, "pi0_inputs_from_tensors: NULL argument");
+    *bufp = NULL;
+    if (!what) what = "inputs";
+    const pi0_config *c = &m->cfg;
+    pi0_inputs_buf *b = calloc(1, sizeof *b);
+    if (!b) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    memset(in, 0, sizeof *in);
+    pi0_dtype dt;
+    const void *data;
+    int64_t got[5];
+    pi0_status st;
+    int64_t w_img[5] = {-1, c->n_cameras, c->vis.image_size, c->vis.image_size, 3};
+    if ((st = expect(t, what, "images", PI0_DT_F32, PI0_DT_F32, 5, w_img, got, &dt, &data)) != PI0_OK) goto fail;
+    int64_t B = got[0];
+    if (B < 1 || B > 4096) { st = pi0_fail(PI0_ERR_SHAPE, "%s: batch %lld, expected 1..4096", what, (long long)B); goto fail; }
+    in->batch = (int)B;
+    in->images = data;
+    int64_t w_mask[2] = {B, c->n_cameras};
+    if ((st = expect(t, what, "image_masks", PI0_DT_BOOL, PI0_DT_U8, 2, w_mask, NULL, &dt, &data)) != PI0_OK) goto fail;
+    if ((st = bool_array(what, "image_masks", data, (size_t)(B * c->n_cameras), &b->masks)) != PI0_OK) goto fail;
+    in->image_masks = b->masks;
+    int64_t w_state[2] = {B, c->action_dim};
+    if (!c->pi05 || pi0_tensors_get(t, "state", NULL, NULL, NULL, NULL) == PI0_OK) {
+        if ((st = expect(t, what, "state", PI0_DT_F32, PI0_DT_F32, 2, w_state, NULL, &dt, &data)) != PI0_OK) goto fail;
+        in->state = data;
+    }
+    int64_t w_tok[2] = {B, -1};
+    if ((st = expect(t, what, "tokens", PI0_DT_I32, PI0_DT_I64, 2, w_tok, got, &dt, &data)) != PI0_OK) goto fail;
+    int64_t L = got[1];
+    if (L < 1 || L > c->max_token_len) {
+        st = pi0_fail(PI0_ERR_SHAPE, "%s: tokens: length %lld, expected 1..%d (max_token_len)", what, (long long)L,
+                      c->max_token_len);
+        goto fail;
+    }
+    in->n_tokens = (int)L;
+    if (!(b->tokens = malloc((size_t)(B * L) * sizeof(int32_t)))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
+    for (int64_t i = 0; i < B * L; i++) {
+        int64_t v = dt == PI0_DT_I64 ? ((const int64_t *)data)[i] : ((const int32_t *)data)[i];
+        if (v < 0 || v >= c->lm.vocab_size) {
+            st = pi0_fail(PI0_ERR_FORMAT, "%s: tokens[%lld][%lld] = %lld, expected 0..%d", what, (long long)(i / L),
+                          (long long)(i % L), (long long)v, c->lm.vocab_size - 1);
+            goto fail;
+        }
+        b->tokens[i] = (int32_t)v;
+    }
+    in->tokens = b->tokens;
+    int64_t w_tm[2] = {B, L};
+    if ((st = expect(t, what, "token_mask", PI0_DT_BOOL, PI0_DT_U8, 2, w_tm, NULL, &dt, &data)) != PI0_OK) goto fail;
+    if ((st = bool_array(what, "token_mask", data, (size_t)(B * L), &b->token_mask)) != PI0_OK) goto fail;
+    in->token_mask = b->token_mask;
+    if (pi0_tensors_get(t, "noise", NULL, NULL, NULL, NULL) == PI0_OK) {
+        int64_t w_noise[3] = {B, c->action_horizon, c->action_dim};
+        if ((st = expect(t, what, "noise", PI0_DT_F32, PI0_DT_F32, 3, w_noise, NULL, &dt, &data)) != PI0_OK) goto fail;
+        in->noise = data;
+    }
+    pi0_clear_error();
+    *bufp = b;
+    return PI0_OK;
+fail:
+    pi0_inputs_buf_free(b);
+    memset(in, 0, sizeof *in);
+    return st;
+}
+
+/* ---- checkpoint generation ---- */
+
+static pi0_status mkdir_p(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return pi0_fail(PI0_ERR_ARG, "path too long");
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return pi0_fail(PI0_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+            if (!c) break;
+            *p = c;
+        }
+    }
+    return PI0_OK;
+}
+
+static pi0_status write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return pi0_fail(PI0_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int ok = fputs(text, f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    return ok ? PI0_OK : pi0_fail(PI0_ERR_IO, "%s: write failed", path);
+}
+
+/* Random but plausible norm stats (spec 4.2): 8-dim state, 7-dim actions (LIBERO-like). */
+static char *norm_stats_json(uint64_t seed) {
+    pi0_rng r;
+    pi0_rng_seed(&r, seed ^ 0x5eedu);
+    size_t cap = 8192, n = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    n += (size_t)snprintf(s + n, cap - n, "{\n  \"norm_stats\": {\n");
+    const char *keys[2] = {"state", "actions"};
+    int dims[2] = {8, 7};
+    for (int k = 0; k < 2; k++) {
+        double mean[8], std[8];
+        for (int i = 0; i < dims[k]; i++) { mean[i] = pi0_rng_normal(&r) * 0.5; std[i] = 0.1 + pi0_rng_uniform(&r); }
+        const char *fields[4] = {"mean", "std", "q01", "q99"};
+        n += (size_t)snprintf(s + n, cap - n, "    \"%s\": {", keys[k]);
+        for (int f = 0; f < 4; f++) {
+            n += (size_t)snprintf(s + n, cap - n, "%s\"%s\": [", f ? ", " : "", fields[f]);
+            for (int i = 0; i < dims[k]; i++) {
+                double v = f == 0 ? mean[i] : f == 1 ? std[i] : f == 2 ? mean[i] - 2.3 * std[i] : mean[i] + 2.3 * std[i];
+                n += (size_t)snprintf(s + n, cap - n, "%s%.6f", i ? ", " : "", v);
+            }
+            n += (size_t)snprintf(s + n, cap - n, "]");
+        }
+        n += (size_t)snprintf(s + n, cap - n, "}%s\n", k ? "" : ",");
+    }
+    snprintf(s + n, cap - n, "  }\n}\n");
+    return s;
+}
+
+pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p) {
+    if (!dir || !p || !p->variant) return pi0_fail(PI0_ERR_ARG, "pi0_checkpoint_generate: NULL argument");
+    pi0_config c;
+    pi0_status st = config_from_variant(&c, p->variant);
+    if (st != PI0_OK) return st;
+    snprintf(c.precision, sizeof c.precision, "%s", p->f32 ? "float32" : "bfloat16");
+    if (p->action_horizon > 0) c.action_horizon = p->action_horizon;
+    if (p->max_token_len > 0) c.max_token_len = p->max_token_len;
+    if ((st = config_finish(&c, p->variant)) != PI0_OK) return st;
+    char *cfg_json = config_to_json(&c), *stats = norm_stats_json(p->seed);
+    char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
+    char *assets = join(dir, "assets/random"), *stats_path = join(dir, "assets/random/norm_stats.json");
+    if (!cfg_json || !stats || !cfg_path || !st_path || !assets || !stats_path) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    if (st == PI0_OK) st = mkdir_p(assets);
+    if (st == PI0_OK) st = write_text(cfg_path, cfg_json);
+    if (st == PI0_OK) st = write_text(stats_path, stats);
+    if (st == PI0_OK) st = weights_generate(&c, st_path, p->seed, p->f32 ? PI0_DT_F32 : PI0_DT_BF16);
+    free(cfg_json); free(stats); free(cfg_path); free(st_path); free(assets); free(stats_path);
+    return st;
+}

@@ -1,0 +1,250 @@
+/* bench.c — `pi0 bench`: the reference workloads of PI0_IO.md section 3 with random weights.
+ * Prints p50/p90/p99/mean latency, Hz and the vision/prefill/denoise split, as a table and optionally
+ * as CSV (commit, device, driver). Without --full on the CPU backend it runs a REDUCED workload: the
+ * tiny model (same architecture, toy widths) with the workload's batch, camera masks, prompt
+ * lengths and horizon, so the default command finishes in seconds on any machine. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#ifndef PI0_COMMIT
+#define PI0_COMMIT "unknown"
+#endif
+
+typedef struct {
+    const char *name;
+    int pi05, batch, cams_valid, tok_valid, tok_padded, horizon;
+} workload;
+
+static const workload workloads[] = {
+    {"pi0-3cam", 0, 1, 3, 20, 20, 10},
+    {"pi0-libero", 0, 1, 2, 20, 48, 10},
+    {"pi0-h50", 0, 1, 3, 20, 20, 50},
+    {"pi05-3cam", 1, 1, 3, 64, 200, 10},
+    {"pi0-3cam-b8", 0, 8, 3, 20, 20, 10},
+    {"pi0-3cam-b64", 0, 64, 3, 20, 20, 10},
+};
+#define N_WORKLOADS ((int)(sizeof workloads / sizeof *workloads))
+
+static int parse_workload(const char *name, workload *w) {
+    for (int i = 0; i < N_WORKLOADS; i++)
+        if (!strcmp(name, workloads[i].name)) { *w = workloads[i]; return 1; }
+    int b;
+    char tail;
+    if (sscanf(name, "pi0-3cam-b%d%c", &b, &tail) == 1 && b >= 1 && b <= 4096) {   /* pi0-3cam-bN */
+        *w = workloads[0];
+        w->batch = b;
+        w->name = name;
+        return 1;
+    }
+    return 0;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(const double *sorted, int n, double p) {   /* nearest rank */
+    int k = (int)ceil(p / 100.0 * n) - 1;
+    return sorted[k < 0 ? 0 : k >= n ? n - 1 : k];
+}
+
+static void cpu_name(char *buf, size_t n) {
+    snprintf(buf, n, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10)) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p += 2;
+                p[strcspn(p, "\n")] = 0;
+                for (char *q = p; *q; q++) if (*q == ',') *q = ';';
+                snprintf(buf, n, "%s (%ld cores)", p, sysconf(_SC_NPROCESSORS_ONLN));
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static void remove_tree(const char *dir) {   /* only what gen-checkpoint writes */
+    const char *files[] = {"model.safetensors", "config.json", "assets/random/norm_stats.json"};
+    const char *dirs[] = {"assets/random", "assets", ""};
+    char p[4096];
+    for (int i = 0; i < 3; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); remove(p); }
+    for (int i = 0; i < 3; i++) { snprintf(p, sizeof p, "%s/%s", dir, dirs[i]); rmdir(p); }
+}
+
+typedef struct {
+    int full, iters, warmup, threads;
+    pi0_backend_kind backend;
+    const char *checkpoint;
+    FILE *csv;
+    char tmp[2][256];   /* generated checkpoints per model type, "" until made */
+} bench_opts;
+
+static int run_workload(bench_opts *o, const workload *w) {
+    const char *dir = o->checkpoint;
+    int t = w->pi05;
+    if (!dir) {
+        if (!o->tmp[t][0]) {
+            snprintf(o->tmp[t], sizeof o->tmp[t], "%s/pi0-bench-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+            if (!mkdtemp(o->tmp[t])) { perror("pi0 bench: mkdtemp"); o->tmp[t][0] = 0; return 1; }
+            const char *variant = o->full ? (t ? "pi05" : "pi0") : (t ? "tiny-pi05" : "tiny-pi0");
+            fprintf(stderr, "pi0 bench: generating a random %s checkpoint in %s%s\n", variant, o->tmp[t],
+                    o->full ? " (full size, about 7 GB)" : "");
+            if (pi0_checkpoint_generate(o->tmp[t], &(pi0_gen_params){.variant = variant, .seed = 1}) != PI0_OK)
+                return cli_fail("generating the checkpoint");
+        }
+        dir = o->tmp[t];
+    }
+    pi0_model *m = NULL;
+    pi0_session *s = NULL;
+    float *img = NULL, *state = NULL, *act = NULL;
+    int32_t *tok = NULL;
+    uint8_t *tm = NULL, *im = NULL;
+    double *lat = NULL;
+    int rc = 1;
+    pi0_model_params mp = {.backend = o->backend, .n_threads = o->threads, .action_horizon = w->horizon,
+                           .max_token_len = w->tok_padded, .quiet = 1};
+    if (pi0_model_load(&m, dir, &mp) != PI0_OK) { rc = cli_fail("loading the checkpoint"); goto done; }
+    pi0_model_info info;
+    pi0_model_get_info(m, &info);
+    if (info.pi05 != w->pi05) {
+        fprintf(stderr, "pi0 bench: %s needs a %s checkpoint; skipped\n", w->name, w->pi05 ? "pi05" : "pi0");
+        rc = 0;
+        goto done;
+    }
+    if (pi0_session_create(&s, m, &(pi0_session_params){.max_batch = w->batch}) != PI0_OK) {
+        rc = cli_fail("creating a session");
+        goto done;
+    }
+    int B = w->batch, N = info.n_cameras, R = info.image_size, L = w->tok_padded;
+    size_t nimg = (size_t)B * N * R * R * 3;
+    img = malloc(nimg * sizeof(float));
+    state = calloc((size_t)B * info.action_dim, sizeof(float));
+    act = malloc((size_t)B * info.action_horizon * info.action_dim * sizeof(float));
+    tok = malloc((size_t)B * L * sizeof(int32_t));
+    tm = malloc((size_t)B * L);
+    im = malloc((size_t)B * N);
+    lat = malloc((size_t)(o->iters > 0 ? o->iters : 1) * sizeof(double));
+    if (!img || !state || !act || !tok || !tm || !im || !lat) { fprintf(stderr, "pi0 bench: out of memory\n"); goto done; }
+    srand(7);
+    for (size_t i = 0; i < nimg; i++) img[i] = 2.0f * rand() / (float)RAND_MAX - 1.0f;
+    for (int i = 0; i < B * L; i++) {
+        tm[i] = i % L < w->tok_valid;
+        tok[i] = tm[i] ? 1 + rand() % (info.vocab_size - 1) : 0;
+    }
+    for (int i = 0; i < B * N; i++) im[i] = i % N < w->cams_valid;
+    pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
+                     .n_tokens = L, .seed = 1};
+    double vis = 0, pre = 0, den = 0;
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        if (i < o->warmup) fprintf(stderr, "\rpi0 bench: %s: warming up %d/%d", w->name, i + 1, o->warmup);
+        else if (o->iters > 1) fprintf(stderr, "\rpi0 bench: %s: run %d/%d      ", w->name, i - o->warmup + 1, o->iters);
+        double t0 = now_ms();
+        if (pi0_infer(s, &in, act) != PI0_OK) { fprintf(stderr, "\n"); rc = cli_fail("inference"); goto done; }
+        double dt = now_ms() - t0;
+        if (i >= o->warmup) {
+            pi0_timing tt;
+            pi0_session_get_timing(s, &tt);
+            lat[i - o->warmup] = dt;
+            vis += tt.vision_ms; pre += tt.prefill_ms; den += tt.denoise_ms;
+        }
+    }
+    fprintf(stderr, "\r%60s\r", "");
+    int n = o->iters;
+    double mean = 0;
+    for (int i = 0; i < n; i++) mean += lat[i];
+    mean /= n;
+    qsort(lat, (size_t)n, sizeof *lat, cmp_d);
+    double p50 = pct(lat, n, 50), p90 = pct(lat, n, 90), p99 = pct(lat, n, 99);
+    const char *scale = o->full ? "full" : "reduced";
+    printf("%-14s %-7s %-4s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %8.2f %8.2f %8.2f\n", w->name, scale,
+           pi0_session_backend(s), B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis / n, pre / n, den / n);
+    if (o->csv) {
+        char dev[256], date[32];
+        cpu_name(dev, sizeof dev);
+        time_t now = time(NULL);
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        fprintf(o->csv, "%s,%s,%s,-,%s,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", date, PI0_COMMIT, dev,
+                pi0_session_backend(s), w->name, scale, B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50,
+                vis / n, pre / n, den / n);
+    }
+    rc = 0;
+done:
+    free(img); free(state); free(act); free(tok); free(tm); free(im); free(lat);
+    pi0_session_free(s);
+    pi0_model_free(m);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o = {.iters = -1, .warmup = -1, .backend = PI0_BACKEND_CPU};
+    const char *wname = "pi0-3cam", *csv = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x;
+        if (!strcmp(a, "--workload") && v) wname = argv[++i];
+        else if (!strcmp(a, "--full")) o.full = 1;
+        else if (!strcmp(a, "--checkpoint") && v) o.checkpoint = argv[++i];
+        else if (!strcmp(a, "--csv") && v) csv = argv[++i];
+        else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &o.backend)) return 2; }
+        else if (!strcmp(a, "--iters")) { if (!cli_parse_int(a, v, 1, 100000, &x)) return 2; o.iters = (int)x; i++; }
+        else if (!strcmp(a, "--warmup")) { if (!cli_parse_int(a, v, 0, 100000, &x)) return 2; o.warmup = (int)x; i++; }
+        else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, v, 0, 1024, &x)) return 2; o.threads = (int)x; i++; }
+        else if (!strcmp(a, "--list")) {
+            printf("%-14s %-5s %3s %12s %18s %8s\n", "workload", "model", "B", "cams(valid)", "tokens(valid/pad)", "horizon");
+            for (int k = 0; k < N_WORKLOADS; k++)
+                printf("%-14s %-5s %3d %10d(%d) %12d/%-5d %8d\n", workloads[k].name, workloads[k].pi05 ? "pi05" : "pi0",
+                       workloads[k].batch, 3, workloads[k].cams_valid, workloads[k].tok_valid, workloads[k].tok_padded,
+                       workloads[k].horizon);
+            printf("pi0-3cam-bN    any batch N\n");
+            return 0;
+        } else { fprintf(stderr, "pi0 bench: unknown or incomplete option '%s'\n", a); return 2; }
+    }
+    if (o.backend == PI0_BACKEND_CPU)
+        fprintf(stderr, "pi0 bench: CPU backend (this build has no GPU backend)%s\n",
+                o.full || o.checkpoint ? "" : ": REDUCED workload (tiny model, same batch/cameras/prompt/horizon); --full for real sizes");
+    int full_size = o.full || o.checkpoint;
+    if (o.iters < 0) o.iters = full_size && o.backend == PI0_BACKEND_CPU ? 1 : 20;
+    if (o.warmup < 0) o.warmup = full_size && o.backend == PI0_BACKEND_CPU ? 0 : 2;
+    if (csv) {
+        int exists = access(csv, F_OK) == 0;
+        if (!(o.csv = fopen(csv, "a"))) { perror(csv); return 1; }
+        if (!exists)
+            fprintf(o.csv, "date,commit,device,driver,backend,workload,scale,batch,iters,p50_ms,p90_ms,p99_ms,mean_ms,hz,"
+                           "samples_per_s,vision_ms,prefill_ms,denoise_ms\n");
+    }
+    printf("%-14s %-7s %-4s %-5s %4s  %9s %9s %9s %9s %8s %9s  %8s %8s %8s\n", "workload", "scale", "be", "batch", "iter",
+           "p50_ms", "p90_ms", "p99_ms", "mean_ms", "Hz", "samples/s", "vision", "prefill", "denoise");
+    int rc = 0;
+    if (!strcmp(wname, "all")) {
+        for (int k = 0; k < N_WORKLOADS && !rc; k++) rc = run_workload(&o, &workloads[k]);
+    } else {
+        workload w;
+        if (!parse_workload(wname, &w)) {
+            fprintf(stderr, "pi0 bench: unknown workload '%s' (see pi0 bench --list)\n", wname);
+            rc = 2;
+        } else {
+            rc = run_workload(&o, &w);
+        }
+    }
+    for (int t = 0; t < 2; t++) if (o.tmp[t][0]) remove_tree(o.tmp[t]);
+    if (o.csv) fclose(o.csv);
+    return rc;
+}

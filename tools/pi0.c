@@ -1,0 +1,185 @@
+/* pi0 — command-line front end of libpi0 (uses include/pi0.h only).
+ *   pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors [--steps N] [--seed S] [--dump]
+ *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR
+ *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
+ *   pi0 info --checkpoint DIR
+ * Bench workloads follow PI0_IO.md section 3; timing logic lives in bench.c of this folder. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pi0.h"
+#include "cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pi0 <command> [options]\n"
+            "commands:\n"
+            "  infer           --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
+            "                  [--backend cpu] [--steps N] [--seed S] [--threads N] [--dump]\n"
+            "  gen-checkpoint  --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR\n"
+            "  bench           [--workload NAME|all] [--backend cpu] [--full] [--checkpoint DIR]\n"
+            "                  [--iters N] [--warmup N] [--threads N] [--csv FILE]\n"
+            "  info            --checkpoint DIR\n"
+            "  help\n"
+            "Run `pi0 bench --list` for the workloads.\n");
+}
+
+int cli_fail(const char *what) {
+    fprintf(stderr, "pi0: %s: %s\n", what, pi0_last_error());
+    return 1;
+}
+
+int cli_parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || errno || *end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "pi0: %s: expected an integer in %lld..%lld, got '%s'\n", flag, lo, hi, v ? v : "(nothing)");
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+int cli_backend(const char *v, pi0_backend_kind *out) {
+    if (!strcmp(v, "cpu")) { *out = PI0_BACKEND_CPU; return 1; }
+    if (!strcmp(v, "cuda")) { *out = PI0_BACKEND_CUDA; return 1; }
+    fprintf(stderr, "pi0: --backend: expected cpu or cuda, got '%s'\n", v);
+    return 0;
+}
+
+/* ---- infer ---- */
+
+static void dump_cb(void *user, const char *name, const float *data, int ndim, const int64_t *shape) {
+    pi0_tensors *out = user;
+    if (pi0_tensors_add(out, name, PI0_DT_F32, ndim, shape, data) != PI0_OK)
+        fprintf(stderr, "pi0: warning: dropping dump '%s': %s\n", name, pi0_last_error());
+}
+
+static int cmd_infer(int argc, char **argv) {
+    const char *ckpt = NULL, *inp = NULL, *outp = NULL;
+    long long steps = 10, seed = 0, threads = 0;
+    int dump = 0;
+    pi0_backend_kind backend = PI0_BACKEND_CPU;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--checkpoint") && v) ckpt = argv[++i];
+        else if (!strcmp(a, "--inputs") && v) inp = argv[++i];
+        else if (!strcmp(a, "--output") && v) outp = argv[++i];
+        else if (!strcmp(a, "--steps")) { if (!cli_parse_int(a, v, 1, 1000, &steps)) return 2; i++; }
+        else if (!strcmp(a, "--seed")) { if (!cli_parse_int(a, v, 0, INT64_MAX, &seed)) return 2; i++; }
+        else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, v, 0, 1024, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &backend)) return 2; }
+        else if (!strcmp(a, "--dump")) dump = 1;
+        else { fprintf(stderr, "pi0 infer: unknown or incomplete option '%s'\n", a); return 2; }
+    }
+    if (!ckpt || !inp || !outp) {
+        fprintf(stderr, "pi0 infer: --checkpoint, --inputs and --output are required\n");
+        return 2;
+    }
+    pi0_model *m = NULL;
+    pi0_session *s = NULL;
+    pi0_tensors *in_t = NULL, *out_t = NULL;
+    pi0_inputs_buf *ib = NULL;
+    float *actions = NULL;
+    int rc = 1;
+    pi0_inputs in;
+    pi0_model_info info;
+    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads}) != PI0_OK) {
+        rc = cli_fail("loading the checkpoint");
+        goto done;
+    }
+    pi0_model_get_info(m, &info);
+    if (pi0_tensors_open(&in_t, inp) != PI0_OK || pi0_inputs_from_tensors(m, in_t, inp, &in, &ib) != PI0_OK) {
+        rc = cli_fail("reading inputs");
+        goto done;
+    }
+    if (!in.noise) in.seed = (uint64_t)seed;
+    if (pi0_tensors_new(&out_t) != PI0_OK) { rc = cli_fail("output"); goto done; }
+    pi0_session_params sp = {.max_batch = in.batch, .num_steps = (int)steps, .dump = dump ? dump_cb : NULL,
+                             .dump_user = out_t};
+    if (pi0_session_create(&s, m, &sp) != PI0_OK) { rc = cli_fail("creating a session"); goto done; }
+    size_t na = (size_t)in.batch * info.action_horizon * info.action_dim;
+    if (!(actions = malloc(na * sizeof(float)))) { fprintf(stderr, "pi0: out of memory\n"); goto done; }
+    if (pi0_infer(s, &in, actions) != PI0_OK) { rc = cli_fail("inference"); goto done; }
+    int64_t shape[3] = {in.batch, info.action_horizon, info.action_dim};
+    if (pi0_tensors_add(out_t, "actions", PI0_DT_F32, 3, shape, actions) != PI0_OK ||
+        pi0_tensors_save(out_t, outp) != PI0_OK) {
+        rc = cli_fail("writing the output");
+        goto done;
+    }
+    pi0_timing tm;
+    pi0_session_get_timing(s, &tm);
+    fprintf(stderr, "pi0: %s, B=%d, %lld steps on %s: %.1f ms (vision %.1f, prefill %.1f, denoise %.1f) -> %s\n",
+            info.pi05 ? "pi0.5" : "pi0", in.batch, steps, pi0_session_backend(s), tm.total_ms, tm.vision_ms,
+            tm.prefill_ms, tm.denoise_ms, outp);
+    rc = 0;
+done:
+    free(actions);
+    pi0_inputs_buf_free(ib);
+    pi0_tensors_free(in_t);
+    pi0_tensors_free(out_t);
+    pi0_session_free(s);
+    pi0_model_free(m);
+    return rc;
+}
+
+/* ---- gen-checkpoint ---- */
+
+static int cmd_gen(int argc, char **argv) {
+    const char *variant = NULL, *dir = NULL;
+    long long seed = -1;
+    int f32 = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--variant") && v) variant = argv[++i];
+        else if (!strcmp(a, "--seed")) { if (!cli_parse_int(a, v, 0, INT64_MAX, &seed)) return 2; i++; }
+        else if (!strcmp(a, "--dtype") && v) {
+            v = argv[++i];
+            if (!strcmp(v, "f32")) f32 = 1;
+            else if (strcmp(v, "bf16")) { fprintf(stderr, "pi0 gen-checkpoint: --dtype: expected bf16 or f32\n"); return 2; }
+        } else if (a[0] != '-' && !dir) dir = a;
+        else { fprintf(stderr, "pi0 gen-checkpoint: unknown or incomplete option '%s'\n", a); return 2; }
+    }
+    if (!variant || !dir || seed < 0) {
+        fprintf(stderr, "pi0 gen-checkpoint: --variant, --seed and DIR are required\n");
+        return 2;
+    }
+    if (pi0_checkpoint_generate(dir, &(pi0_gen_params){.variant = variant, .seed = (uint64_t)seed, .f32 = f32}) != PI0_OK)
+        return cli_fail("gen-checkpoint");
+    fprintf(stderr, "pi0: wrote %s checkpoint (seed %lld, %s) to %s\n", variant, seed, f32 ? "F32" : "BF16", dir);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv) {
+    if (argc != 2 || strcmp(argv[0], "--checkpoint")) {
+        fprintf(stderr, "pi0 info: usage: pi0 info --checkpoint DIR\n");
+        return 2;
+    }
+    pi0_model *m;
+    if (pi0_model_load(&m, argv[1], NULL) != PI0_OK) return cli_fail("loading the checkpoint");
+    pi0_model_info i;
+    pi0_model_get_info(m, &i);
+    printf("model: %s\nparameters: %lld\naction_dim: %d\naction_horizon: %d\nmax_token_len: %d\ncameras: %d\n"
+           "image_size: %d\nvocab_size: %d\n", i.pi05 ? "pi05" : "pi0", (long long)i.n_params, i.action_dim,
+           i.action_horizon, i.max_token_len, i.n_cameras, i.image_size, i.vocab_size);
+    pi0_model_free(m);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "infer")) return cmd_infer(argc - 2, argv + 2);
+    if (!strcmp(cmd, "gen-checkpoint")) return cmd_gen(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    fprintf(stderr, "pi0: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,346 @@
+#!/usr/bin/python3
+"""Self-checks of the float64 reference (pi0_ref.py) and of the fixtures it wrote (make_fixtures.py).
+
+Each check prints one line `name  detail  OK|FAIL`; the exit status is non-zero if any check fails.
+These checks can fail: they compare the reference against a second formulation of the same math (torch
+library ops, compacted prefix, joint two-expert sequence without KV cache, a mask built from the spec's
+prose) and check the invariances and sensitivities the spec implies (spec 3.3, 3.8, 3.13).
+Usage: /usr/bin/python3 tools/reference/check_ref.py   (after make_fixtures.py)
+"""
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as Fn
+
+sys.dont_write_bytecode = True   # leave no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pi0_ref as ref  # noqa: E402
+
+F64 = torch.float64
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+FIX = os.path.join(ROOT, "tests", "fixtures")
+MODELS = ("tiny-pi0", "tiny-pi05")
+CASES = ("b1", "b1-masked", "b2")
+failures = []
+
+
+def report(name, ok, detail=""):
+    print(f"{name:<58} {detail:<40} {'OK' if ok else 'FAIL'}")
+    if not ok:
+        failures.append(name)
+
+
+def maxdiff(a, b):
+    return float((torch.as_tensor(a, dtype=F64) - torch.as_tensor(b, dtype=F64)).abs().max())
+
+
+def load_case(model_name, case):
+    return ref.load_inputs(os.path.join(FIX, model_name, f"{case}.in.safetensors"))
+
+
+def run_from_prefix(m, emb, valid, state, noise, steps=10, pos=None):
+    """Euler loop from a given prefix embedding (for the compacted variant)."""
+    cache = m.prefix_pass(emb, valid, pos)
+    dt, ts = ref.time_schedule(steps)
+    x = noise
+    for t in ts:
+        x = x + float(dt) * m.expert_forward(cache, valid, state, x, torch.full((x.shape[0],), float(t), dtype=F64))
+    return x
+
+
+# ---- building blocks against torch library ops / other formulations ----
+
+def check_blocks():
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 5, 24, generator=g, dtype=F64)
+    w, b = torch.randn(24, generator=g, dtype=F64), torch.randn(24, generator=g, dtype=F64)
+    report("layer_norm == F.layer_norm", maxdiff(ref.layer_norm(x, w, b), Fn.layer_norm(x, (24,), w, b, 1e-6)) < 1e-12)
+    report("gelu_tanh == F.gelu(approximate=tanh)",
+           maxdiff(ref.gelu_tanh(x), Fn.gelu(x, approximate="tanh")) < 1e-12)
+    # RoPE half split == complex rotation of (x[:half] + i x[half:]) by pos * 10000^(-2i/Dh)
+    q = torch.randn(2, 6, 3, 16, generator=g, dtype=F64)
+    pos = torch.tensor([[-1, 0, 1, 2, 2, 40], [0, 0, 3, 4, 5, 6]])
+    z = torch.complex(q[..., :8], q[..., 8:])
+    ang = pos[..., None, None].to(F64) * torch.tensor([10000.0 ** (-2 * i / 16) for i in range(8)], dtype=F64)
+    zr = z * torch.polar(torch.ones_like(ang), ang)
+    report("rope == complex rotation", maxdiff(ref.rope(q, pos), torch.cat([zr.real, zr.imag], -1)) < 1e-12)
+    # grouped-query attention == per-head loop with kv head h // (Hq/K), explicit softmax
+    Hq, K, Dh = 4, 2, 8
+    q, k, v = (torch.randn(2, n, h, Dh, generator=g, dtype=F64) for n, h in ((5, Hq), (7, K), (7, K)))
+    allowed = torch.rand(2, 5, 7, generator=g) > 0.3
+    allowed[:, :, 0] = True
+    out = torch.zeros(2, 5, Hq, Dh, dtype=F64)
+    for bb in range(2):
+        for h in range(Hq):
+            for i in range(5):
+                lg = [float(q[bb, i, h] @ k[bb, j, h // (Hq // K)]) / math.sqrt(Dh) if allowed[bb, i, j] else None
+                      for j in range(7)]
+                mx = max(a for a in lg if a is not None)
+                e = [math.exp(a - mx) if a is not None else 0.0 for a in lg]
+                out[bb, i, h] = sum(e[j] / sum(e) * v[bb, j, h // (Hq // K)] for j in range(7))
+    report("attention (GQA K=2) == explicit loop", maxdiff(ref.attention(q, k, v, allowed), out.reshape(2, 5, -1)) < 1e-12)
+    none = torch.zeros(2, 5, 7, dtype=torch.bool)
+    report("attention fully-masked rows are finite", bool(torch.isfinite(ref.attention(q, k, v, none)).all()))
+    # time schedule: fp32 accumulation, runs exactly num_steps times
+    counts = {n: len(ref.time_schedule(n)[1]) for n in (1, 2, 3, 7, 10, 50, 100)}
+    ts = [float(t) for t in ref.time_schedule(10)[1]]
+    ok = all(c == n for n, c in counts.items()) and ts[0] == 1.0 and abs(ts[-1] - 0.1) < 1e-6
+    report("time schedule runs num_steps times", ok, f"t = {ts[0]:.1f} .. {ts[-1]:.9f}")
+    e = ref.posemb_sincos(torch.tensor([0.0, 1.0], dtype=F64), 32)
+    ok = maxdiff(e[0], torch.cat([torch.zeros(16), torch.ones(16)])) == 0 and \
+        abs(float(e[1, 0]) - math.sin(2 * math.pi / 0.004)) < 1e-12 and \
+        abs(float(e[1, 31]) - math.cos(2 * math.pi / 4.0)) < 1e-12
+    report("posemb_sincos periods 0.004 .. 4.0", ok)
+
+
+def check_patch_conv(m, inp):
+    vs = m.cfg["vision"]
+    img = torch.as_tensor(inp["images"]).to(F64)
+    B, N, R = img.shape[:3]
+    x = img.reshape(B * N, R, R, 3).permute(0, 3, 1, 2)
+    w = m.w
+    conv = Fn.conv2d(x, w[ref.V + ".embeddings.patch_embedding.weight"], w[ref.V + ".embeddings.patch_embedding.bias"],
+                     stride=vs["patch_size"]).flatten(2).transpose(1, 2)
+    p, C, g = vs["patch_size"], 3, R // vs["patch_size"]
+    xr = img.reshape(B * N, g, p, g, p, C).permute(0, 1, 3, 2, 4, 5).reshape(B * N, g * g, -1)
+    wp = w[ref.V + ".embeddings.patch_embedding.weight"].permute(0, 2, 3, 1).reshape(vs["width"], -1)
+    mine = ref.linear(xr, wp, w[ref.V + ".embeddings.patch_embedding.bias"])
+    return maxdiff(mine, conv)
+
+
+# ---- second formulation: joint [prefix | suffix] sequence, both experts per layer, no cache (spec 3.8) ----
+
+def prose_mask(valid, pi05, S):
+    """Mask written from spec 3.6/3.10 prose: prefix<->valid prefix; suffix -> valid prefix; Pi0 state token
+    sees itself only within the suffix; actions see state and all actions; Pi0.5 actions see all actions."""
+    B, P = valid.shape
+    M = torch.zeros(B, P + S, P + S, dtype=torch.bool)
+    for b in range(B):
+        for i in range(P + S):
+            for j in range(P + S):
+                if i < P:
+                    M[b, i, j] = j < P and bool(valid[b, i]) and bool(valid[b, j])
+                elif j < P:
+                    M[b, i, j] = bool(valid[b, j])
+                elif pi05:
+                    M[b, i, j] = True
+                else:
+                    M[b, i, j] = (i - P == 0 and j - P == 0) or (i - P >= 1)
+    return M
+
+
+def joint_velocity(m, emb, valid, state, x, t, mask):
+    pg, ex = m.cfg["paligemma"], m.cfg["action_expert"]
+    s, ar, cond = m.embed_suffix(state, x, t)
+    B, P = valid.shape
+    S, H = s.shape[1], x.shape[1]
+    jv = torch.cat([valid, torch.ones(B, S, dtype=torch.bool)], 1)
+    pos = torch.cumsum(jv.to(torch.int64), 1) - 1
+    h0, h1 = emb, s
+    for l in range(pg["depth"]):
+        b0, b1 = f"{ref.LM}.layers.{l}", f"{ref.EX}.model.layers.{l}"
+        y0 = ref.gemma_rms_norm(h0, m.w[b0 + ".input_layernorm.weight"])
+        y1, g1 = m._expert_norm(b1 + ".input_layernorm", h1, cond)
+        (q0, k0, v0), (q1, k1, v1) = m._qkv(b0, y0, pg), m._qkv(b1, y1, ex)
+        q = ref.rope(torch.cat([q0, q1], 1), pos)
+        k = ref.rope(torch.cat([k0, k1], 1), pos)
+        o = ref.attention(q, k, torch.cat([v0, v1], 1), mask)
+        h0 = h0 + ref.linear(o[:, :P], m.w[b0 + ".self_attn.o_proj.weight"])
+        h1 = h1 + m._gated(ref.linear(o[:, P:], m.w[b1 + ".self_attn.o_proj.weight"]), g1)
+        h0 = h0 + m._mlp(b0, ref.gemma_rms_norm(h0, m.w[b0 + ".post_attention_layernorm.weight"]))
+        y1, g2 = m._expert_norm(b1 + ".post_attention_layernorm", h1, cond)
+        h1 = h1 + m._gated(m._mlp(b1, y1), g2)
+    y, _ = m._expert_norm(ref.EX + ".model.norm", h1, cond)
+    return ref.linear(y[:, -H:], m.w["action_out_proj.weight"], m.w["action_out_proj.bias"])
+
+
+def check_model(name):
+    m = ref.Pi0Reference(os.path.join(FIX, name))
+    pi05 = m.cfg["pi05"]
+    H = m.cfg["action_horizon"]
+    S = H if pi05 else H + 1
+    tag = f"[{name}]"
+    report(f"{tag} pi05 detected", pi05 == (name == "tiny-pi05"))
+    inp = load_case(name, "b2")
+    report(f"{tag} patch embed reshape == F.conv2d", check_patch_conv(m, inp) < 1e-12)
+
+    # fixtures: recompute, zero convention, names
+    for case in CASES:
+        inp = load_case(name, case)
+        stored, _ = ref.read_safetensors(os.path.join(FIX, name, f"{case}.out.safetensors"))
+        dump = {}
+        m.sample_actions(inp, 10, dump=dump)
+        err = max(maxdiff(stored[k], dump[k].to(torch.float32)) for k in dump)
+        names_ok = sorted(stored) == sorted(dump)
+        emb, valid, _ = m.embed_prefix(*(torch.as_tensor(inp[k]) for k in ("images", "image_masks", "tokens", "token_mask")))
+        zero_ok = True
+        for k, v in stored.items():
+            if not np.isfinite(v).all():
+                zero_ok = False
+            if k.startswith("prefix."):
+                rows_zero = (v == 0).all(-1)
+                zero_ok &= bool((rows_zero == ~valid.numpy()).all())
+            if k == "vision.out":
+                zero_ok &= bool(((v == 0).all((-1, -2)) == ~inp["image_masks"]).all())
+        report(f"{tag} fixture {case} reproduces", err < 1e-6 and names_ok and zero_ok,
+               f"max|d|={err:.1e} zero-rows={'ok' if zero_ok else 'BAD'}")
+
+    # (1) compacted prefix == uncompacted, per sample; (5) joint no-cache == cached; prose mask == rule
+    for case in CASES:
+        inp = load_case(name, case)
+        ti = {k: torch.as_tensor(v) for k, v in inp.items()}
+        full = m.sample_actions(inp)
+        emb, valid, _ = m.embed_prefix(ti["images"], ti["image_masks"], ti["tokens"], ti["token_mask"])
+        state, noise = ti["state"].to(F64), ti["noise"].to(F64)
+        d = 0.0
+        for b in range(noise.shape[0]):
+            e = emb[b:b + 1, valid[b]]
+            comp = run_from_prefix(m, e, torch.ones(1, e.shape[1], dtype=torch.bool), state[b:b + 1], noise[b:b + 1])
+            d = max(d, maxdiff(comp, full[b:b + 1]))
+        report(f"{tag} compacted == uncompacted ({case})", d < 1e-12, f"max|d|={d:.1e}")
+        mask = prose_mask(valid, pi05, S)
+        _, ar, _ = m.embed_suffix(state, noise, torch.ones(noise.shape[0], dtype=F64))
+        jv = torch.cat([valid, torch.ones(valid.shape[0], S, dtype=torch.bool)], 1)
+        jar = torch.cat([torch.zeros(valid.shape[0], valid.shape[1], dtype=torch.int64), ar[None].expand(valid.shape[0], S)], 1)
+        rule = ref.make_attn_mask(jv, jar)
+        report(f"{tag} mask rule 3.6 == prose mask ({case})", bool((rule == mask).all()))
+        cache = m.prefix_pass(emb, valid)
+        t = torch.full((noise.shape[0],), 0.7, dtype=F64)
+        d = maxdiff(joint_velocity(m, emb, valid, state, noise, t, mask), m.expert_forward(cache, valid, state, noise, t))
+        report(f"{tag} joint 2-expert pass == KV-cached ({case})", d < 1e-12, f"max|d|={d:.1e}")
+
+    # (2) masked content and pads do not matter
+    inp = load_case(name, "b2")
+    base = m.sample_actions(inp)
+    alt = {k: v.copy() for k, v in inp.items()}
+    rs = np.random.RandomState(5)
+    alt["images"][1, 1] = rs.uniform(-1, 1, alt["images"][1, 1].shape)
+    alt["tokens"][~alt["token_mask"]] = rs.randint(1, m.cfg["paligemma"]["vocab_size"], (~alt["token_mask"]).sum())
+    d = maxdiff(m.sample_actions(alt), base)
+    report(f"{tag} masked pixels / pad ids ignored", d == 0.0, f"max|d|={d:.1e}")
+    alt = {k: v.copy() for k, v in inp.items()}
+    alt["state"] = alt["state"] + 0.5
+    d = maxdiff(m.sample_actions(alt), base)
+    report(f"{tag} state " + ("ignored (Pi0.5)" if pi05 else "used (Pi0)"), (d == 0.0) if pi05 else (d > 1e-6),
+           f"max|d|={d:.1e}")
+    alt = {k: v.copy() for k, v in inp.items()}
+    alt["image_masks"][1, 1] = True
+    d = maxdiff(m.sample_actions(alt)[1], base[1])
+    report(f"{tag} unmasking a camera changes actions", d > 1e-6, f"max|d|={d:.1e}")
+
+    # (4) batch of 2 == two batches of 1
+    d = 0.0
+    for b in range(2):
+        one = {k: v[b:b + 1] for k, v in inp.items()}
+        d = max(d, maxdiff(m.sample_actions(one), base[b:b + 1]))
+    report(f"{tag} batch 2 == 2 x batch 1", d < 1e-12, f"max|d|={d:.1e}")
+
+    # (3) every weight tensor matters, except those the spec says are unused
+    last = m.cfg["paligemma"]["depth"] - 1
+    unused = {ref.LM + ".norm.weight"} | {f"{ref.LM}.layers.{last}.{n}.weight" for n in (
+        "self_attn.q_proj", "self_attn.o_proj", "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj",
+        "mlp.down_proj")}
+    invariant = {k for k in m.w if k.endswith("self_attn.k_proj.bias")}   # softmax shift invariance
+    g = torch.Generator().manual_seed(11)
+    bad_used, bad_unused, n_used, min_used = [], [], 0, float("inf")
+    for k in sorted(m.w):
+        orig = m.w[k]
+        m.w[k] = orig + 0.1 * torch.randn(orig.shape, generator=g, dtype=F64)
+        d = maxdiff(m.sample_actions(inp), base)
+        m.w[k] = orig
+        if k in unused:
+            if d != 0.0:
+                bad_unused.append(k)
+        elif k in invariant:
+            if d > 1e-12:
+                bad_unused.append(k)
+        else:
+            n_used += 1
+            min_used = min(min_used, d)
+            if d < 1e-6:
+                bad_used.append(k)
+    report(f"{tag} each of {n_used} used weights changes actions", not bad_used,
+           f"min max|d|={min_used:.1e}" + (f" e.g. {bad_used[0]}" if bad_used else ""))
+    report(f"{tag} {len(unused) + len(invariant)} unused/invariant weights do not",
+           not bad_unused, bad_unused[0] if bad_unused else "(last LM layer q/o/MLP, LM norm, k bias)")
+    if pi05:
+        k = ref.EX + ".model.norm.dense.weight"
+        orig = m.w[k]
+        We = m.cfg["action_expert"]["width"]
+        pert = orig.clone()
+        pert[2 * We:] += 1.0
+        m.w[k] = pert
+        d = maxdiff(m.sample_actions(inp), base)
+        m.w[k] = orig
+        report(f"{tag} final adaRMS gate rows unused", d == 0.0, f"max|d|={d:.1e}")
+    return m
+
+
+def check_loader():
+    tmp = tempfile.mkdtemp(prefix="pi0ref_")
+    try:
+        # the Pi0.5 F32 checkpoint re-saved with the embedding under the lm_head name + metadata alias, and a
+        # config.json without "pi05" (so Pi0.5 must be detected from the adaRMS tensors)
+        src = os.path.join(FIX, "tiny-pi05")
+        arrays, _ = ref.read_safetensors(os.path.join(src, "model.safetensors"))
+        arrays[ref.LM_HEAD] = arrays.pop(ref.EMBED)
+        ref.write_safetensors(os.path.join(tmp, "model.safetensors"), {k: ("F32", v) for k, v in arrays.items()},
+                              metadata={ref.EMBED: ref.LM_HEAD})
+        with open(os.path.join(src, "config.json")) as f:
+            cfg = json.load(f)
+        del cfg["pi05"]
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        inp = load_case("tiny-pi05", "b1-masked")
+        m = ref.Pi0Reference(tmp)
+        d = maxdiff(m.sample_actions(inp), ref.Pi0Reference(src).sample_actions(inp))
+        report("loader: lm_head alias, pi05 from tensors", m.cfg["pi05"] and d == 0.0, f"max|d|={d:.1e}")
+        cfg["pi05"] = False
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        try:
+            ref.Pi0Reference(tmp)
+            report("loader: pi05 flag/tensor mismatch refused", False)
+        except ValueError as e:
+            report("loader: pi05 flag/tensor mismatch refused", "pi05" in str(e))
+        del cfg["pi05"]
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        del arrays[ref.EX + ".model.layers.1.mlp.up_proj.weight"]
+        ref.write_safetensors(os.path.join(tmp, "model.safetensors"), {k: ("F32", v) for k, v in arrays.items()})
+        try:
+            ref.Pi0Reference(tmp)
+            report("loader: missing tensor refused", False)
+        except ValueError as e:
+            report("loader: missing tensor refused", "up_proj" in str(e))
+        # named variants without explicit blocks give the spec 1.2/1.3 shapes
+        full = ref.make_config({"paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m_lora"})
+        n = len(ref.expected_tensors(full)) + 1   # + orphan expert lm_head (embedding stored once)
+        report("variants: full Pi0 tensor count 777", n == 777 and full["max_token_len"] == 48, f"{n}")
+        full["pi05"] = True
+        n = len(ref.expected_tensors(full)) + 1
+        report("variants: full Pi0.5 tensor count 812", n == 812, f"{n}")
+    finally:
+        shutil.rmtree(tmp)
+
+
+def main():
+    if not all(os.path.exists(os.path.join(FIX, n, "model.safetensors")) for n in MODELS):
+        sys.exit(f"fixtures missing in {FIX}: run /usr/bin/python3 tools/reference/make_fixtures.py first")
+    torch.set_num_threads(1)
+    check_blocks()
+    for name in MODELS:
+        check_model(name)
+    check_loader()
+    print(f"{len(failures)} failed" if failures else "all checks passed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
