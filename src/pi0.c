@@ -144,7 +144,7 @@ const char *pi0_session_backend(const pi0_session *s) { return s->be->name; }
 /* First non-finite (or out of [lo, hi]) element, or -1. */
 static long long bad_float(const float *x, size_t n, float lo, float hi) {
     for (size_t i = 0; i < n; i++)
-        if (!(x[i] >= lo && x[i] <= hi)) return (long long)i;
+        if (!isfinite(x[i]) || x[i] < lo || x[i] > hi) return (long long)i;
     return -1;
 }
 

@@ -153,9 +153,11 @@ static int run_workload(bench_opts *o, const workload *w) {
     pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
                      .n_tokens = L, .seed = 1};
     double vis = 0, pre = 0, den = 0;
+    int tty = isatty(2);
+    if (!tty) fprintf(stderr, "pi0 bench: %s: %d warm-up + %d timed runs\n", w->name, o->warmup, o->iters);
     for (int i = 0; i < o->warmup + o->iters; i++) {
-        if (i < o->warmup) fprintf(stderr, "\rpi0 bench: %s: warming up %d/%d", w->name, i + 1, o->warmup);
-        else if (o->iters > 1) fprintf(stderr, "\rpi0 bench: %s: run %d/%d      ", w->name, i - o->warmup + 1, o->iters);
+        if (tty && i < o->warmup) fprintf(stderr, "\rpi0 bench: %s: warming up %d/%d", w->name, i + 1, o->warmup);
+        else if (tty) fprintf(stderr, "\rpi0 bench: %s: run %d/%d      ", w->name, i - o->warmup + 1, o->iters);
         double t0 = now_ms();
         if (pi0_infer(s, &in, act) != PI0_OK) { fprintf(stderr, "\n"); rc = cli_fail("inference"); goto done; }
         double dt = now_ms() - t0;
@@ -166,7 +168,7 @@ static int run_workload(bench_opts *o, const workload *w) {
             vis += tt.vision_ms; pre += tt.prefill_ms; den += tt.denoise_ms;
         }
     }
-    fprintf(stderr, "\r%60s\r", "");
+    if (tty) fprintf(stderr, "\r%60s\r", "");
     int n = o->iters;
     double mean = 0;
     for (int i = 0; i < n; i++) mean += lat[i];

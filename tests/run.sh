@@ -1,0 +1,19 @@
+#!/bin/sh
+# Runs every GPU-free test binary, then prints the overall "N passed, N failed" line.
+# BUILD selects the build directory (build or build-debug).
+BUILD=${BUILD:-build}
+export PI0_BIN="$BUILD/pi0"
+total_pass=0; total_fail=0; rc=0
+for t in test_unit test_golden test_errors; do
+    echo "== $t"
+    out=$("$BUILD/tests/$t" 2>&1); st=$?
+    printf '%s\n' "$out"
+    line=$(printf '%s\n' "$out" | grep -E "^$t: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
+    if [ -z "$line" ]; then echo "$t: crashed or printed no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1; continue; fi
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed.*/\2/')
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    [ "$st" -ne 0 ] && rc=1
+done
+echo "$total_pass passed, $total_fail failed"
+exit $rc

@@ -1,0 +1,358 @@
+/* test_errors.c — bad input never crashes and always names what is wrong: malformed safetensors
+ * headers (in memory and as files), broken checkpoints (missing/mis-shaped/mis-typed/non-finite
+ * tensors, truncated files, bad config.json), bad model inputs, and the CLI's exit codes and
+ * messages. Run under ASan+UBSan by `make debug`. */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pi0.h"
+#include "safetensors.h"
+#include "test.h"
+#include "util.h"
+
+static char tmp[] = "/tmp/pi0-err-XXXXXX";
+static const char *PI0 = "build/pi0";
+
+/* ---- safetensors headers in memory ---- */
+
+static pi0_status parse_hdr(const char *hdr, size_t data_len) {
+    size_t hl = strlen(hdr), n = 8 + hl + data_len;
+    uint8_t *buf = calloc(n, 1);
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(buf + 8, hdr, hl);
+    st_file *f = NULL;
+    pi0_status st = st_parse(&f, "mem", buf, n);
+    st_close(f);
+    free(buf);
+    return st;
+}
+
+#define EXPECT_ERR(expr, code, needle)                                                                     \
+    do {                                                                                                   \
+        pi0_status st_ = (expr);                                                                           \
+        CHECK(st_ == (code) && strstr(pi0_last_error(), (needle)), "%s -> %s '%s' (wanted %s containing '%s')", \
+              #expr, pi0_status_str(st_), pi0_last_error(), pi0_status_str(code), (needle));               \
+    } while (0)
+
+static void test_headers(void) {
+    st_file *f = NULL;
+    EXPECT_ERR(st_parse(&f, "mem", (const uint8_t *)"abc", 3), PI0_ERR_FORMAT, "too short");
+    uint8_t big[16] = {0xff, 0xff, 0, 0, 0, 0, 0, 0};
+    EXPECT_ERR(st_parse(&f, "mem", big, sizeof big), PI0_ERR_FORMAT, "runs past the end");
+    uint8_t huge[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    EXPECT_ERR(st_parse(&f, "mem", huge, sizeof huge), PI0_ERR_FORMAT, "runs past the end");
+    EXPECT_ERR(parse_hdr("{\"a\": ", 0), PI0_ERR_FORMAT, "header JSON invalid");
+    EXPECT_ERR(parse_hdr("[1, 2]", 0), PI0_ERR_FORMAT, "not a JSON object");
+    EXPECT_ERR(parse_hdr("{\"a\": 5}", 0), PI0_ERR_FORMAT, "not an object");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8), PI0_ERR_FORMAT,
+               "unsupported dtype 'F64'");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4), PI0_ERR_FORMAT,
+               "non-negative");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 8), PI0_ERR_FORMAT,
+               "past the end of the data block");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 12]}}", 16), PI0_ERR_FORMAT,
+               "need 16 bytes");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+                         " \"b\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}", 12),
+               PI0_ERR_FORMAT, "overlap");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+                         " \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8),
+               PI0_ERR_FORMAT, "duplicate");
+    EXPECT_ERR(parse_hdr("{\"__metadata__\": {\"k\": 1}}", 0), PI0_ERR_FORMAT, "__metadata__");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296, 4294967296],"
+                         " \"data_offsets\": [0, 4]}}", 4), PI0_ERR_FORMAT, "overflows");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 4]}}", 8), PI0_ERR_FORMAT,
+               "begin <= end");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1,1,1,1,1,1,1,1,1], \"data_offsets\": [0, 4]}}", 4),
+               PI0_ERR_FORMAT, "dimensions");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4), PI0_ERR_FORMAT,
+               "data_offsets");
+    CHECK(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [0, 0]},"
+                    " \"b\": {\"dtype\": \"BF16\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4) == PI0_OK,
+          "empty tensor next to another is fine: %s", pi0_last_error());
+}
+
+/* ---- broken checkpoints: copy tiny-pi0 with one change ---- */
+
+typedef enum { MOD_NONE, MOD_DROP, MOD_SHAPE, MOD_DTYPE, MOD_NAN } mod_kind;
+
+static void copy_file(const char *from, const char *to) {
+    size_t n;
+    char *d = pi0_read_file(from, &n, 1 << 24);
+    FILE *f = fopen(to, "wb");
+    if (d && f) fwrite(d, 1, n, f);
+    if (f) fclose(f);
+    free(d);
+}
+
+/* Writes tmp/<name>/ = tiny-pi0 with tensor `target` modified; returns the dir. */
+static const char *make_ckpt(const char *name, mod_kind mod, const char *target) {
+    static char dir[400];
+    char path[500];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    copy_file("tests/fixtures/tiny-pi0/config.json", path);
+    st_file *f;
+    if (st_open(&f, "tests/fixtures/tiny-pi0/model.safetensors") != PI0_OK) return dir;
+    st_entry *e = calloc((size_t)f->n_tensors, sizeof *e);
+    int n = 0;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const st_tensor *t = &f->tensors[i];
+        int hit = !strcmp(t->name, target);
+        if (hit && mod == MOD_DROP) continue;
+        e[n] = (st_entry){.name = t->name, .dtype = t->dtype, .ndim = t->ndim};
+        memcpy(e[n].shape, t->shape, sizeof t->shape);
+        if (hit && mod == MOD_SHAPE) { e[n].shape[0] = t->shape[0] / 2; e[n].shape[1] = t->shape[1] * 2; }
+        if (hit && mod == MOD_DTYPE) { e[n].dtype = PI0_DT_I32; e[n].shape[0] = t->shape[0] / 2; }
+        n++;
+    }
+    const char *meta[2] = {"paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight",
+                           "paligemma_with_expert.paligemma.lm_head.weight"};
+    st_writer w;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (st_writer_open(&w, path, e, n, meta, 1) == PI0_OK) {
+        for (int i = 0, k = 0; i < f->n_tensors; i++) {
+            const st_tensor *t = &f->tensors[i];
+            if (mod == MOD_DROP && !strcmp(t->name, target)) continue;
+            size_t bytes = t->end - t->begin;
+            uint8_t *copy = malloc(bytes ? bytes : 1);
+            memcpy(copy, t->data, bytes);
+            if (mod == MOD_NAN && !strcmp(t->name, target) && bytes >= 6) { copy[4] = 0xc0; copy[5] = 0x7f; }
+            st_writer_write(&w, copy, bytes);
+            free(copy);
+            k++;
+        }
+        st_writer_close(&w);
+    }
+    free(e);
+    st_close(f);
+    return dir;
+}
+
+static pi0_status load(const char *dir) {
+    pi0_model *m = NULL;
+    pi0_status st = pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1});
+    CHECK((st == PI0_OK) == (m != NULL), "out pointer NULL on failure");
+    pi0_model_free(m);
+    return st;
+}
+
+static void write_text(const char *dir, const char *file, const char *text) {
+    char path[500];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wb");
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+static void test_checkpoints(void) {
+    CHECK(load(make_ckpt("ok", MOD_NONE, "")) == PI0_OK, "unmodified copy loads: %s", pi0_last_error());
+    EXPECT_ERR(load(make_ckpt("drop", MOD_DROP, "action_out_proj.bias")), PI0_ERR_SHAPE,
+               "missing tensor 'action_out_proj.bias' (expected (32,) BF16");
+    EXPECT_ERR(load(make_ckpt("drop-emb", MOD_DROP, "paligemma_with_expert.paligemma.lm_head.weight")), PI0_ERR_SHAPE,
+               "also looked for");
+    EXPECT_ERR(load(make_ckpt("shape", MOD_SHAPE, "state_proj.weight")), PI0_ERR_SHAPE,
+               "'state_proj.weight': expected (32, 32) BF16 (or F16/F32), found (16, 64) BF16");
+    EXPECT_ERR(load(make_ckpt("dtype", MOD_DTYPE, "action_in_proj.bias")), PI0_ERR_SHAPE, "found (16,) I32");
+    EXPECT_ERR(load(make_ckpt("nan", MOD_NAN, "paligemma_with_expert.gemma_expert.model.layers.1.mlp.up_proj.weight")),
+               PI0_ERR_FORMAT, "non-finite value at flat index 2");
+    /* truncated file */
+    const char *d = make_ckpt("trunc", MOD_NONE, "");
+    char path[500];
+    snprintf(path, sizeof path, "%s/model.safetensors", d);
+    if (truncate(path, 300000) != 0) perror("truncate");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "past the end of the data block");
+    if (truncate(path, 5) != 0) perror("truncate");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "too short");
+    remove(path);
+    EXPECT_ERR(load(d), PI0_ERR_IO, "model.safetensors: cannot open");
+    /* config.json problems */
+    d = make_ckpt("cfg", MOD_NONE, "");
+    write_text(d, "config.json", "{\"action_dim\": 32,,}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "invalid JSON at line 1");
+    write_text(d, "config.json", "{\"action_horizon\": \"ten\"}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "action_horizon: expected a positive integer");
+    write_text(d, "config.json", "{\"paligemma_variant\": \"gemma_7b\"}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "unknown 'gemma_7b'");
+    write_text(d, "config.json", "{\"pi05\": true}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "lacks the adaRMS tensor");
+    write_text(d, "config.json", "{\"paligemma\": {\"width\": 64, \"depth\": 2, \"mlp_dim\": 128, \"num_heads\": 4, "
+                                 "\"num_kv_heads\": 1, \"head_dim\": 16, \"vocab_size\": 512}, \"vision\": {\"width\": 32, "
+                                 "\"depth\": 2, \"mlp_dim\": 48, \"num_heads\": 4, \"patch_size\": 14, \"image_size\": 56}}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "must share");   /* expert left at gemma_300m: depth 18 != 2 */
+    write_text(d, "config.json", "{\"vision\": {\"image_size\": 57}}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "not a multiple of vision.patch_size");
+    snprintf(path, sizeof path, "%s/config.json", d);
+    remove(path);
+    EXPECT_ERR(load(d), PI0_ERR_IO, "config.json: cannot open");
+    EXPECT_ERR(load("/nonexistent/dir"), PI0_ERR_IO, "cannot open");
+}
+
+/* ---- bad model inputs ---- */
+
+static void test_inputs(void) {
+    pi0_model *m = NULL;
+    if (pi0_model_load(&m, "tests/fixtures/tiny-pi0", &(pi0_model_params){.quiet = 1}) != PI0_OK) {
+        CHECK(0, "load: %s", pi0_last_error());
+        return;
+    }
+    enum { B = 1, N = 3, R = 56, L = 12, H = 5, A = 32 };
+    static float img[B * N * R * R * 3], state[B * A], noise[B * H * A], act[B * H * A];
+    static int32_t tok[B * L];
+    static uint8_t tm[B * L], im[B * N];
+    for (int i = 0; i < B * L; i++) { tok[i] = i + 1; tm[i] = 1; }
+    for (int i = 0; i < B * N; i++) im[i] = 1;
+    int64_t s_img[5] = {B, N, R, R, 3}, s_mask[2] = {B, N}, s_state[2] = {B, A}, s_tok[2] = {B, L},
+            s_noise[3] = {B, H, A}, s_bad_img[5] = {B, N, R, R, 4}, s_long[2] = {B, L + 1};
+    struct {
+        const char *what;
+        int drop;
+        const char *name;
+        pi0_dtype dt;
+        int ndim;
+        const int64_t *shape;
+        const char *needle;
+    } cases[] = {
+        {"missing images", 1, "images", 0, 0, NULL, "missing tensor 'images'"},
+        {"images 4 channels", 0, "images", PI0_DT_F32, 5, s_bad_img,
+         "expected (1, 3, 56, 56, 3) F32, found (1, 3, 56, 56, 4) F32"},
+        {"tokens too long", 0, "tokens", PI0_DT_I32, 2, s_long, "length 13, expected 1..12"},
+        {"tokens as F32", 0, "tokens", PI0_DT_F32, 2, s_tok, "expected (1, 12) I32 or I64, found (1, 12) F32"},
+        {"noise wrong shape", 0, "noise", PI0_DT_F32, 2, s_state, "'noise': expected (1, 5, 32) F32"},
+        {"missing state (pi0)", 1, "state", 0, 0, NULL, "missing tensor 'state'"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        pi0_tensors *t;
+        pi0_tensors_new(&t);
+        static float scratch[B * N * R * R * 4];
+        const char *names[6] = {"images", "image_masks", "state", "tokens", "token_mask", "noise"};
+        for (int k = 0; k < 6; k++) {
+            if (!strcmp(names[k], cases[c].name)) {
+                if (!cases[c].drop) pi0_tensors_add(t, names[k], cases[c].dt, cases[c].ndim, cases[c].shape, scratch);
+                continue;
+            }
+            if (k == 0) pi0_tensors_add(t, "images", PI0_DT_F32, 5, s_img, img);
+            if (k == 1) pi0_tensors_add(t, "image_masks", PI0_DT_BOOL, 2, s_mask, im);
+            if (k == 2) pi0_tensors_add(t, "state", PI0_DT_F32, 2, s_state, state);
+            if (k == 3) pi0_tensors_add(t, "tokens", PI0_DT_I32, 2, s_tok, tok);
+            if (k == 4) pi0_tensors_add(t, "token_mask", PI0_DT_BOOL, 2, s_tok, tm);
+            if (k == 5) pi0_tensors_add(t, "noise", PI0_DT_F32, 3, s_noise, noise);
+        }
+        pi0_inputs in;
+        pi0_inputs_buf *ib = NULL;
+        pi0_status st = pi0_inputs_from_tensors(m, t, "in", &in, &ib);
+        CHECK(st != PI0_OK && strstr(pi0_last_error(), cases[c].needle), "%s: got %s '%s'", cases[c].what,
+              pi0_status_str(st), pi0_last_error());
+        pi0_inputs_buf_free(ib);
+        pi0_tensors_free(t);
+    }
+    /* value errors through pi0_infer */
+    pi0_session *s = NULL;
+    CHECK(pi0_session_create(&s, m, NULL) == PI0_OK, "session");
+    pi0_inputs ok_in = {.batch = 1, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
+                        .n_tokens = L, .noise = noise};
+    CHECK(pi0_infer(s, &ok_in, act) == PI0_OK, "valid inputs run: %s", pi0_last_error());
+    pi0_inputs in = ok_in;
+    in.batch = 2;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "batch 2, expected 1..1");
+    img[1000] = 3.0f;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "images[1000] = 3");
+    img[1000] = NAN;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "images[1000] = nan");
+    img[1000] = 0;
+    state[3] = INFINITY;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "state[3] is not finite");
+    state[3] = 0;
+    noise[7] = NAN;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "noise[7] is not finite");
+    noise[7] = 0;
+    tok[2] = 512;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "tokens[0][2] = 512, expected 0..511");
+    tm[2] = 0;
+    CHECK(pi0_infer(s, &ok_in, act) == PI0_OK, "an out-of-range id under a zero mask is ignored: %s", pi0_last_error());
+    tok[2] = 3;
+    tm[2] = 1;
+    in = ok_in;
+    in.n_tokens = 13;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "n_tokens 13");
+    in = ok_in;
+    in.tokens = NULL;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "required");
+    /* everything masked still gives finite actions (the suffix attends to itself) */
+    memset(im, 0, sizeof im);
+    memset(tm, 0, sizeof tm);
+    CHECK(pi0_infer(s, &ok_in, act) == PI0_OK, "all cameras and tokens masked: %s", pi0_last_error());
+    pi0_session_free(s);
+    EXPECT_ERR(pi0_session_create(&s, m, &(pi0_session_params){.max_batch = -3}), PI0_ERR_ARG, "max_batch");
+    pi0_model_free(m);
+}
+
+/* ---- CLI ---- */
+
+static int sh(const char *cmd, const char *needle) {
+    char full[2048], errf[400];
+    snprintf(errf, sizeof errf, "%s/stderr.txt", tmp);
+    snprintf(full, sizeof full, "%s > /dev/null 2> %s", cmd, errf);
+    int rc = system(full);
+    rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    if (needle) {
+        char *text = pi0_read_file(errf, NULL, 1 << 20);
+        int found = text && strstr(text, needle);
+        if (!found) printf("  stderr of '%s': %s\n", cmd, text ? text : "(none)");
+        free(text);
+        if (!found) return -1;
+    }
+    return rc;
+}
+
+static void test_cli(void) {
+    char cmd[1024], out[400];
+    snprintf(out, sizeof out, "%s/out.safetensors", tmp);
+    snprintf(cmd, sizeof cmd, "%s infer --checkpoint tests/fixtures/tiny-pi05 --inputs "
+             "tests/fixtures/tiny-pi05/b2.in.safetensors --output %s --dump", PI0, out);
+    CHECK(sh(cmd, "pi0.5, B=2, 10 steps on cpu") == 0, "pi0 infer runs");
+    pi0_tensors *got = NULL, *exp = NULL;
+    const void *a = NULL, *b = NULL;
+    int64_t sh1[8], sh2[8];
+    int ok = pi0_tensors_open(&got, out) == PI0_OK &&
+             pi0_tensors_open(&exp, "tests/fixtures/tiny-pi05/b2.out.safetensors") == PI0_OK &&
+             pi0_tensors_get(got, "actions", NULL, NULL, sh1, &a) == PI0_OK &&
+             pi0_tensors_get(exp, "actions", NULL, NULL, sh2, &b) == PI0_OK &&
+             pi0_tensors_get(got, "prefix.k.01", NULL, NULL, NULL, NULL) == PI0_OK;
+    CHECK(ok && sh1[0] == 2 && sh1[1] == 5 && sh1[2] == 32 && rel_l2(a, b, 320, NULL) < 1e-5,
+          "pi0 infer output equals the fixture and carries the dumps");
+    pi0_tensors_free(got);
+    pi0_tensors_free(exp);
+    snprintf(cmd, sizeof cmd, "%s infer --checkpoint tests/fixtures/tiny-pi0 --inputs /nonexistent.safetensors "
+             "--output %s", PI0, out);
+    CHECK(sh(cmd, "/nonexistent.safetensors: cannot open") == 1, "missing inputs file: exit 1 with the path");
+    snprintf(cmd, sizeof cmd, "%s infer --checkpoint tests/fixtures/tiny-pi0 --inputs "
+             "tests/fixtures/tiny-pi05/b1.in.safetensors --output %s", PI0, out);
+    CHECK(sh(cmd, "tokens: length 16, expected 1..12") == 1, "pi05 inputs into a pi0 model: clear error");
+    snprintf(cmd, sizeof cmd, "%s infer --checkpoint tests/fixtures/tiny-pi0 --steps 0", PI0);
+    CHECK(sh(cmd, "--steps: expected an integer in 1..1000") == 2, "bad --steps: exit 2");
+    snprintf(cmd, sizeof cmd, "%s infer --frobnicate", PI0);
+    CHECK(sh(cmd, "unknown or incomplete option '--frobnicate'") == 2, "unknown option: exit 2");
+    snprintf(cmd, sizeof cmd, "%s gen-checkpoint --variant pi7 --seed 1 %s/g", PI0, tmp);
+    CHECK(sh(cmd, "unknown variant 'pi7'") == 1, "gen-checkpoint bad variant");
+    snprintf(cmd, sizeof cmd, "%s bench --workload nope", PI0);
+    CHECK(sh(cmd, "unknown workload 'nope'") == 2, "bench unknown workload");
+    snprintf(cmd, sizeof cmd, "%s bench --workload pi0-libero --iters 2 --warmup 1", PI0);
+    CHECK(sh(cmd, "REDUCED workload") == 0, "bench default runs and says it is reduced on the CPU");
+    snprintf(cmd, sizeof cmd, "%s frob", PI0);
+    CHECK(sh(cmd, "unknown command 'frob'") == 2, "unknown command");
+}
+
+int main(void) {
+    if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
+    if (getenv("PI0_BIN")) PI0 = getenv("PI0_BIN");
+    test_headers();
+    test_checkpoints();
+    test_inputs();
+    test_cli();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    if (system(cmd) != 0) printf("warning: could not remove %s\n", tmp);
+    return test_summary("test_errors");
+}

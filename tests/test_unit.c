@@ -1,0 +1,191 @@
+/* test_unit.c — unit checks of the pieces below the model: bf16/f16 conversion, RNG, safetensors
+ * round trip, config variants and consistency rules, gen-checkpoint output (openpi key layout,
+ * tied-embedding alias, orphan lm_head), and engine properties the fixtures cannot show alone:
+ * determinism across thread counts, batch = concatenation of single runs, seeded noise. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "pi0.h"
+#include "safetensors.h"
+#include "test.h"
+#include "util.h"
+
+static char tmpdir[] = "/tmp/pi0-unit-XXXXXX";
+
+static void test_conversions(void) {
+    CHECK(pi0_f32_to_bf16(1.0f) == 0x3f80, "bf16(1)");
+    CHECK(pi0_bf16_to_f32(0xc000) == -2.0f, "bf16 -2");
+    /* round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 -> 1 */
+    CHECK(pi0_f32_to_bf16(1.00390625f) == 0x3f80, "tie to even");
+    CHECK(pi0_f32_to_bf16(1.005859375f) == 0x3f81, "round up");
+    CHECK(pi0_f16_to_f32(0x3c00) == 1.0f && pi0_f16_to_f32(0xc000) == -2.0f, "f16");
+    CHECK(pi0_f16_to_f32(0x0001) == ldexpf(1, -24), "f16 subnormal");
+    pi0_rng r;
+    pi0_rng_seed(&r, 42);
+    double s = 0, s2 = 0;
+    for (int i = 0; i < 100000; i++) { double x = pi0_rng_normal(&r); s += x; s2 += x * x; }
+    CHECK(fabs(s / 1e5) < 0.02 && fabs(s2 / 1e5 - 1) < 0.02, "normal mean %.4f var %.4f", s / 1e5, s2 / 1e5);
+}
+
+static void test_safetensors_roundtrip(void) {
+    pi0_tensors *t;
+    CHECK(pi0_tensors_new(&t) == PI0_OK, "new");
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    int32_t b[3] = {7, -8, 9};
+    uint8_t c[2] = {1, 0};
+    int64_t sa[2] = {2, 3}, sb[1] = {3}, sc[2] = {1, 2};
+    CHECK(pi0_tensors_add(t, "a", PI0_DT_F32, 2, sa, a) == PI0_OK, "add a");
+    CHECK(pi0_tensors_add(t, "b", PI0_DT_I32, 1, sb, b) == PI0_OK, "add b");
+    CHECK(pi0_tensors_add(t, "c", PI0_DT_BOOL, 2, sc, c) == PI0_OK, "add c");
+    char path[300];
+    snprintf(path, sizeof path, "%s/rt.safetensors", tmpdir);
+    CHECK(pi0_tensors_save(t, path) == PI0_OK, "save: %s", pi0_last_error());
+    pi0_tensors_free(t);
+    st_file *f;
+    CHECK(st_open(&f, path) == PI0_OK, "reopen: %s", pi0_last_error());
+    if (!f) return;
+    CHECK(f->n_tensors == 3, "3 tensors");
+    const st_tensor *x = st_find(f, "a");
+    CHECK(x && x->dtype == PI0_DT_F32 && x->ndim == 2 && x->shape[1] == 3 && !memcmp(x->data, a, sizeof a), "a back");
+    x = st_find(f, "b");
+    CHECK(x && x->dtype == PI0_DT_I32 && !memcmp(x->data, b, sizeof b), "b back");
+    x = st_find(f, "c");
+    CHECK(x && x->dtype == PI0_DT_BOOL && !memcmp(x->data, c, sizeof c), "c back");
+    CHECK(((8 + *(const uint64_t *)f->map) % 8) == 0, "data block 8-aligned");
+    st_close(f);
+}
+
+static void test_config(void) {
+    pi0_config c;
+    CHECK(config_from_variant(&c, "pi0") == PI0_OK && c.lm.width == 2048 && c.ex.width == 1024 &&
+          c.vis.mlp_dim == 4304 && c.max_token_len == 48 && c.action_horizon == 50 && cfg_prefix_len(&c) == 816 &&
+          cfg_suffix_len(&c) == 51, "pi0 variant (spec 1.2, 5.1)");
+    CHECK(config_from_variant(&c, "pi05") == PI0_OK && c.max_token_len == 200 && cfg_prefix_len(&c) == 968 &&
+          cfg_suffix_len(&c) == 50, "pi05 variant");
+    CHECK(config_from_variant(&c, "pi1") == PI0_ERR_ARG, "unknown variant refused");
+    const char *j1 = "{\"action_dim\": 32, \"action_horizon\": 10, \"paligemma_variant\": \"gemma_2b_lora\","
+                     " \"action_expert_variant\": \"gemma_300m\", \"precision\": \"bfloat16\"}";
+    CHECK(config_parse(&c, "j1", j1, strlen(j1)) == PI0_OK && config_finish(&c, "j1") == PI0_OK &&
+          c.action_horizon == 10 && c.lm.width == 2048 && c.pi05 == 0, "openpi config.json with _lora name");
+    const char *j2 = "{\"paligemma_variant\": \"gemma_2b\", \"action_expert_variant\": \"dummy\"}";
+    CHECK(config_parse(&c, "j2", j2, strlen(j2)) == PI0_OK && config_finish(&c, "j2") == PI0_ERR_FORMAT &&
+          strstr(pi0_last_error(), "must share"), "experts of different depth refused: %s", pi0_last_error());
+    /* round trip through config_to_json */
+    CHECK(config_from_variant(&c, "tiny-pi05") == PI0_OK, "tiny-pi05");
+    char *js = config_to_json(&c);
+    pi0_config d;
+    CHECK(js && config_parse(&d, "rt", js, strlen(js)) == PI0_OK && config_finish(&d, "rt") == PI0_OK &&
+          !memcmp(&c.vis, &d.vis, sizeof c.vis) && !memcmp(&c.lm, &d.lm, sizeof c.lm) && d.pi05 == 1 &&
+          d.ex.width == c.ex.width && d.max_token_len == c.max_token_len, "config json round trip");
+    free(js);
+}
+
+static int n_with_prefix(const st_file *f, const char *prefix) {
+    int n = 0;
+    for (int i = 0; i < f->n_tensors; i++) n += !strncmp(f->tensors[i].name, prefix, strlen(prefix));
+    return n;
+}
+
+static void test_gen_checkpoint(void) {
+    const char *variants[2] = {"tiny-pi0", "tiny-pi05"};
+    int counts[2] = {89, 92};   /* the independent reference's tensor counts for the same dims */
+    for (int v = 0; v < 2; v++) {
+        char dir[300], path[400];
+        snprintf(dir, sizeof dir, "%s/%s", tmpdir, variants[v]);
+        pi0_status st = pi0_checkpoint_generate(dir, &(pi0_gen_params){.variant = variants[v], .seed = 3});
+        CHECK(st == PI0_OK, "gen %s: %s", variants[v], pi0_last_error());
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        st_file *f = NULL;
+        CHECK(st_open(&f, path) == PI0_OK, "open gen: %s", pi0_last_error());
+        if (!f) continue;
+        CHECK(f->n_tensors == counts[v], "%s: %d tensors, expected %d", variants[v], f->n_tensors, counts[v]);
+        CHECK(st_find(f, "paligemma_with_expert.paligemma.lm_head.weight") &&
+              !st_find(f, "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight") &&
+              st_meta(f, "paligemma_with_expert.paligemma.model.language_model.embed_tokens.weight"),
+              "tied embedding under the lm_head name with the metadata alias");
+        CHECK(st_find(f, "paligemma_with_expert.gemma_expert.lm_head.weight") != NULL, "orphan expert lm_head written");
+        CHECK(n_with_prefix(f, "state_proj") == (v ? 0 : 2) && n_with_prefix(f, "time_mlp") == (v ? 4 : 0),
+              "pi0/pi05 head projections");
+        int all_bf16 = 1;
+        for (int i = 0; i < f->n_tensors; i++) all_bf16 &= f->tensors[i].dtype == PI0_DT_BF16;
+        CHECK(all_bf16, "every tensor BF16 by default");
+        st_close(f);
+        pi0_model *m = NULL;
+        CHECK(pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1}) == PI0_OK, "load gen %s: %s", variants[v],
+              pi0_last_error());
+        pi0_model_info info;
+        if (m) pi0_model_get_info(m, &info);
+        CHECK(m && info.pi05 == v, "pi05 detected from tensors");
+        pi0_model_free(m);
+    }
+}
+
+/* Runs inference on a fixture input with optional batch slicing and thread count. */
+static int run(const char *model_dir, const char *inputs, int threads, int slice, int use_noise, uint64_t seed,
+               float *out, size_t *n_out) {
+    pi0_model *m = NULL;
+    pi0_session *s = NULL;
+    pi0_tensors *t = NULL;
+    pi0_inputs_buf *ib = NULL;
+    pi0_inputs in;
+    int ok = pi0_model_load(&m, model_dir, &(pi0_model_params){.quiet = 1, .n_threads = threads}) == PI0_OK &&
+             pi0_tensors_open(&t, inputs) == PI0_OK && pi0_inputs_from_tensors(m, t, inputs, &in, &ib) == PI0_OK;
+    if (ok) {
+        pi0_model_info info;
+        pi0_model_get_info(m, &info);
+        int N = info.n_cameras, R = info.image_size, A = info.action_dim, H = info.action_horizon, L = in.n_tokens;
+        if (slice >= 0) {   /* sample `slice` alone */
+            in.images += (size_t)slice * N * R * R * 3;
+            in.image_masks += slice * N;
+            if (in.state) in.state += slice * A;
+            in.tokens += slice * L;
+            in.token_mask += slice * L;
+            if (in.noise) in.noise += (size_t)slice * H * A;
+            in.batch = 1;
+        }
+        if (!use_noise) in.noise = NULL;
+        in.seed = seed;
+        *n_out = (size_t)in.batch * H * A;
+        ok = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in.batch}) == PI0_OK &&
+             pi0_infer(s, &in, out) == PI0_OK;
+    }
+    if (!ok) printf("run %s: %s\n", inputs, pi0_last_error());
+    pi0_session_free(s);
+    pi0_inputs_buf_free(ib);
+    pi0_tensors_free(t);
+    pi0_model_free(m);
+    return ok;
+}
+
+static void test_engine_properties(void) {
+    static float a[2048], b[2048], c[2048];
+    size_t na, nb, nc;
+    const char *mods[2] = {"tests/fixtures/tiny-pi0", "tests/fixtures/tiny-pi05"};
+    for (int v = 0; v < 2; v++) {
+        char in[256];
+        snprintf(in, sizeof in, "%s/b2.in.safetensors", mods[v]);
+        int ok = run(mods[v], in, 1, -1, 1, 0, a, &na) && run(mods[v], in, 2, -1, 1, 0, b, &nb);
+        CHECK(ok && na == nb && !memcmp(a, b, na * sizeof(float)), "%s: 1 thread == 2 threads bit for bit", mods[v]);
+        ok = run(mods[v], in, 0, 0, 1, 0, b, &nb) && run(mods[v], in, 0, 1, 1, 0, c, &nc);
+        CHECK(ok && nb + nc == na && !memcmp(a, b, nb * sizeof(float)) && !memcmp(a + nb, c, nc * sizeof(float)),
+              "%s: batch of 2 == two batches of 1 bit for bit", mods[v]);
+        ok = run(mods[v], in, 0, -1, 0, 11, a, &na) && run(mods[v], in, 0, -1, 0, 11, b, &nb) &&
+             run(mods[v], in, 0, -1, 0, 12, c, &nc);
+        CHECK(ok && !memcmp(a, b, na * sizeof(float)) && memcmp(a, c, na * sizeof(float)),
+              "%s: seeded noise reproducible, different seeds differ", mods[v]);
+    }
+}
+
+int main(void) {
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    test_conversions();
+    test_safetensors_roundtrip();
+    test_config();
+    test_gen_checkpoint();
+    test_engine_properties();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) printf("warning: could not remove %s\n", tmpdir);
+    return test_summary("test_unit");
+}
