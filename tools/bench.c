@@ -175,7 +175,7 @@ static int run_workload(bench_opts *o, const workload *w) {
     mean /= n;
     qsort(lat, (size_t)n, sizeof *lat, cmp_d);
     double p50 = pct(lat, n, 50), p90 = pct(lat, n, 90), p99 = pct(lat, n, 99);
-    const char *scale = o->full ? "full" : "reduced";
+    const char *scale = o->full || o->checkpoint ? "full" : "reduced";
     printf("%-14s %-7s %-4s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %8.2f %8.2f %8.2f\n", w->name, scale,
            pi0_session_backend(s), B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis / n, pre / n, den / n);
     if (o->csv) {
