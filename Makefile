@@ -23,6 +23,7 @@ TESTS   := test_unit test_golden test_errors
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
+.SECONDARY:
 .PHONY: all test debug fuzz fuzz-build help clean fixtures check-ref bench-quick
 
 all: $(BUILD)/libpi0.a $(BUILD)/pi0 $(TEST_BIN)
