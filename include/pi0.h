@@ -52,8 +52,9 @@ typedef struct pi0_model pi0_model;
 typedef struct pi0_session pi0_session;
 
 typedef struct {
-    pi0_backend_kind backend;/* 0 = CPU (the only backend of this build unless CUDA is compiled in) */
+    pi0_backend_kind backend;/* 0 = CPU; PI0_BACKEND_CUDA needs a build with CUDA (nvcc found by make) */
     int n_threads;         /* CPU threads; 0 = all cores */
+    int device;            /* CUDA device index */
     int quiet;             /* 1 = no warnings on stderr (unknown tensors etc.) */
     int action_horizon;    /* overrides config.json's H (weights do not depend on it); 0 = keep */
     int max_token_len;     /* overrides the prompt length limit; 0 = keep */
@@ -106,11 +107,14 @@ typedef struct {
 /* Runs the whole inference; writes actions [B, H, A] (normalised action space). */
 pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
 
-/* Wall-clock split of the last pi0_infer on this session, in milliseconds. */
+/* Wall-clock time of the last pi0_infer on this session, in milliseconds. The vision/prefill/denoise
+ * split is filled when stage timing is on (always on the CPU backend); otherwise it is 0. */
 typedef struct {
     double vision_ms, prefill_ms, denoise_ms, total_ms;
 } pi0_timing;
 void pi0_session_get_timing(const pi0_session *s, pi0_timing *t);
+/* 1 = synchronise between stages to time them (on CUDA: no graph, slower); 0 = fastest path. */
+void pi0_session_set_stage_timing(pi0_session *s, int on);
 /* Name of the backend the session runs on ("cpu", "cuda"). */
 const char *pi0_session_backend(const pi0_session *s);
 

@@ -29,28 +29,30 @@ enum pi0_act { ACT_NONE, ACT_SWISH };
  * Query rows of segment s: [q_off[s], q_off[s+1]). Keys/values come from source 1 (rows
  * [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned with the queries).
  * Query j of a segment sees all of its source-1 keys and source-2 keys [0, j < block0 ? block0 : n).
- * Heads: query head h reads kv head h / (heads / kv_heads). Logits scaled by `scale`, softmax in fp32. */
+ * Heads: query head h reads kv head h / (heads / kv_heads). Logits scaled by `scale`, softmax in fp32.
+ * The offsets are HOST arrays: backends launch per segment (a CUDA graph bakes them in). */
 typedef struct {
     int nseg, heads, kv_heads, head_dim;
     float scale;
-    pt q_off, k_off;      /* I32 [nseg + 1] */
+    const int32_t *q_off, *k_off;   /* host [nseg + 1] */
     pt k1, v1;            /* rows of kv_heads*head_dim */
     pt k2, v2;            /* optional (p == NULL): suffix keys */
     int block0;
-    int max_q, max_k;     /* upper bounds of segment query / total key counts (scratch sizing) */
 } pi0_attn;
 
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
     void *ctx;
-    /* Weights: called once per tensor at session create; may copy to the device (fills t->dev). */
-    pi0_status (*prepare_weight)(pi0_backend *be, const char *name, pi0_wt *t);
     pt (*alloc)(pi0_backend *be, size_t n, int kind);   /* zero-filled; p == NULL on failure */
     void (*release)(pi0_backend *be, pt t);             /* frees one alloc() result; NULL p is a no-op */
-    /* Scratch for the largest linear (max_rows) and attention row (max_keys); called at session create. */
-    pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys);
-    void (*sync)(pi0_backend *be);                      /* waits for queued work (stage timing) */
+    /* Scratch for the largest linear (max_rows rows), attention row (max_keys) and one segment's
+     * attention logits (max_scores = query rows x heads x keys); called at session create. */
+    pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores);
+    pi0_status (*sync)(pi0_backend *be);                /* waits for queued work; reports async errors */
+    /* Runs fn(arg) as a CUDA graph captured once per key (the host-side sizes the launches depend on)
+     * and replayed after; NULL = the backend has no graphs (fn is called directly). */
+    pi0_status (*run_graph)(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg);
     void (*destroy)(pi0_backend *be);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
@@ -86,6 +88,14 @@ struct pi0_backend {
 };
 
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
+
+#ifdef PI0_HAVE_CUDA
+/* CUDA backend (src/cuda/): one stream, cuBLASLt handle and workspace per session. Weights live in
+ * one device arena per model, made by cuda_weights_upload (fills every pi0_wt's dev / dev32). */
+pi0_status cuda_backend_create(pi0_backend **out, int device);
+pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c, int device);
+void cuda_weights_free(void *arena);
+#endif
 
 static inline pt pt_at(const pi0_backend *be, pt t, size_t elems) {
     t.p += elems * be->elem_size(t.kind);

@@ -44,16 +44,17 @@ struct model_sess {
     pt bufs[MAX_BUFS];
     int n_bufs;
     /* vision */
-    pt img, sel, v_off, vx, va, vq, vk, vv, vo, vm, vout;
+    pt img, sel, vx, va, vq, vk, vv, vo, vm, vout;
     /* prefix */
-    pt ids, id_rows, img_rows, pos, p_off, h, y, q, att, g, u;
+    pt ids, id_rows, img_rows, pos, h, y, q, att, g, u;
     pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */
     /* suffix */
-    pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, s_off, act_rows, st_rows, out_rows;
+    pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, act_rows, st_rows, out_rows;
     pt x, vel, noise_b, state, st_tok, a_emb, a_hid, a_out, vin;
     pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
     pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
-    /* host index scratch (sized at create) */
+    int stage_timing;                /* 1: no graph, sync + clock between stages */
+    /* host index scratch (sized at create); h_voff/h_poff/h_soff are the attention segments */
     int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_poff, *h_spos, *h_soff;
     int32_t *h_full;                 /* compacted prefix row -> uncompacted (b*P + j), for dumps */
     float *h_noise;
@@ -150,7 +151,6 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
 
     s->img = buf(s, nimg * s->R * s->R * 3, PT_F32);
     s->sel = buf(s, nimg, PT_I32);
-    s->v_off = buf(s, nimg + 1, PT_I32);
     s->vx = buf(s, vrows * s->Dv, PT_ACT);
     s->va = buf(s, vrows * s->Dv, PT_ACT);
     s->vq = buf(s, vrows * s->Dv, PT_ACT);
@@ -163,7 +163,6 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->id_rows = buf(s, (size_t)B * s->L, PT_I32);
     s->img_rows = buf(s, vrows, PT_I32);
     s->pos = buf(s, prow, PT_I32);
-    s->p_off = buf(s, (size_t)B + 1, PT_I32);
     s->h = buf(s, prow * s->D, PT_ACT);
     s->y = buf(s, prow * s->D, PT_ACT);
     s->q = buf(s, prow * qw, PT_ACT);
@@ -181,7 +180,6 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->sg = buf(s, srow * s->Fe, PT_ACT);
     s->su = buf(s, srow * s->Fe, PT_ACT);
     s->spos = buf(s, srow, PT_I32);
-    s->s_off = buf(s, (size_t)B + 1, PT_I32);
     s->act_rows = buf(s, hrow, PT_I32);
     s->st_rows = buf(s, (size_t)B, PT_I32);
     s->out_rows = buf(s, hrow, PT_I32);
@@ -208,7 +206,9 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
         goto fail;
 
     size_t max_rows = prow > vrows ? prow : vrows;
-    if ((st = be->reserve(be, max_rows, (size_t)s->P + s->S)) != PI0_OK) goto fail;
+    size_t sc_prefix = (size_t)s->P * s->Hq * (s->P + s->S), sc_vis = (size_t)s->T * s->Hv * s->T;
+    if ((st = be->reserve(be, max_rows, (size_t)s->P + s->S, sc_prefix > sc_vis ? sc_prefix : sc_vis)) != PI0_OK)
+        goto fail;
     if ((st = precompute_time(s)) != PI0_OK) goto fail;
     *out = s;
     return PI0_OK;
@@ -248,8 +248,8 @@ static void vision(model_sess *s, int nimg) {
     int M = nimg * s->T, Dv = s->Dv;
     be->patch_embed(be, s->vx, s->img, s->sel, nimg, &w->patch_w, &w->patch_b, &w->pos, s->R, s->c->vis.patch_size);
     pi0_attn a = {.nseg = nimg, .heads = s->Hv, .kv_heads = s->Hv, .head_dim = Dv / s->Hv,
-                  .scale = 1.0f / sqrtf((float)(Dv / s->Hv)), .q_off = s->v_off, .k_off = s->v_off,
-                  .k1 = s->vk, .v1 = s->vv, .max_q = s->T, .max_k = s->T};
+                  .scale = 1.0f / sqrtf((float)(Dv / s->Hv)), .q_off = s->h_voff, .k_off = s->h_voff,
+                  .k1 = s->vk, .v1 = s->vv};
     for (int l = 0; l < s->c->vis.depth; l++) {
         const pi0_vis_layer *L = &w->vis[l];
         be->layernorm(be, s->va, s->vx, &L->ln1_w, &L->ln1_b, M, Dv, EPS);
@@ -275,11 +275,11 @@ static void mlp(pi0_backend *be, pt x_or_tmp, pt y, pt g, pt u, const pi0_gemma_
     be->linear(be, x_or_tmp, g, &L->down, NULL, M, D, F, 0, epi);
 }
 
-static void prefill(model_sess *s, int Mp, int B, int maxp, pi0_dump_fn dump, void *user) {
+static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) {
     pi0_backend *be = s->be;
     int D = s->D, depth = s->c->lm.depth, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
     pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
-                  .q_off = s->p_off, .k_off = s->p_off, .max_q = maxp, .max_k = maxp};
+                  .q_off = s->h_poff, .k_off = s->h_poff};
     for (int l = 0; l < depth; l++) {
         const pi0_gemma_layer *L = &s->w->lm[l];
         be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
@@ -336,13 +336,12 @@ static void suffix_embed(model_sess *s, int B, int step) {
     be->copy_rows(be, s->s, s->st_rows, s->st_tok, (pt){0}, B, De);
 }
 
-static void denoise(model_sess *s, int B, int maxp, pi0_dump_fn dump, void *user) {
+static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
     int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
     pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
-                  .q_off = s->s_off, .k_off = s->p_off, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1,
-                  .max_q = s->S, .max_k = maxp + s->S};
+                  .q_off = s->h_soff, .k_off = s->h_poff, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1};
     enum pi0_epi res = s->c->pi05 ? EPI_STORE : EPI_ADD;
     pt res_dst = s->c->pi05 ? s->stmp : s->s;
     if (!s->c->pi05)   /* the state token does not depend on x_t or t: once per inference */
@@ -382,9 +381,9 @@ static void denoise(model_sess *s, int B, int maxp, pi0_dump_fn dump, void *user
 }
 
 /* Builds the compacted index arrays on the host and uploads them with the inputs. */
-static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_out, int *Mp_out, int *maxp_out) {
+static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_out, int *Mp_out) {
     pi0_backend *be = s->be;
-    int B = in->batch, N = s->N, T = s->T, nimg = 0, ntext = 0, Mp = 0, maxp = 0;
+    int B = in->batch, N = s->N, T = s->T, nimg = 0, ntext = 0, Mp = 0;
     for (int b = 0; b < B; b++) {
         s->h_poff[b] = Mp;
         for (int c = 0; c < N; c++) {
@@ -404,7 +403,6 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
             s->h_full[Mp++] = b * s->P + N * T + j;
         }
         for (int r = s->h_poff[b]; r < Mp; r++) s->h_pos[r] = r - s->h_poff[b];   /* cumsum(valid) - 1 */
-        if (Mp - s->h_poff[b] > maxp) maxp = Mp - s->h_poff[b];
         for (int i = 0; i < s->S; i++) s->h_spos[b * s->S + i] = Mp - s->h_poff[b] + i;
         s->h_soff[b] = b * s->S;
     }
@@ -418,13 +416,10 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
         if (st == PI0_OK) st = be->upload(be, s->sel, s->h_sel, (size_t)nimg);
         if (st == PI0_OK) st = be->upload(be, s->img_rows, s->h_imgrows, (size_t)nimg * T);
     }
-    if (st == PI0_OK) st = be->upload(be, s->v_off, s->h_voff, (size_t)nimg + 1);
     if (st == PI0_OK && ntext) st = be->upload(be, s->ids, s->h_ids, (size_t)ntext);
     if (st == PI0_OK && ntext) st = be->upload(be, s->id_rows, s->h_idrows, (size_t)ntext);
     if (st == PI0_OK && Mp) st = be->upload(be, s->pos, s->h_pos, (size_t)Mp);
-    if (st == PI0_OK) st = be->upload(be, s->p_off, s->h_poff, (size_t)B + 1);
     if (st == PI0_OK) st = be->upload(be, s->spos, s->h_spos, (size_t)B * s->S);
-    if (st == PI0_OK) st = be->upload(be, s->s_off, s->h_soff, (size_t)B + 1);
     /* suffix row maps (reusing h_spos after its upload): outputs = last H rows of each sample, which are
      * also the action-token rows (π0: after the state token at b*S) */
     int32_t *rows = s->h_spos;
@@ -451,44 +446,83 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
     }
     *nimg_out = nimg;
     *Mp_out = Mp;
-    *maxp_out = maxp;
     return st;
 }
 
-pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
-                       model_timing *tm) {
+/* One inference after upload_inputs; run directly (staged, with dumps or stage timing) or as the
+ * body of a CUDA graph. */
+typedef struct {
+    model_sess *s;
+    int B, nimg, Mp;
+    pi0_dump_fn dump;
+    void *user;
+    double t[3];   /* clock after vision, after prefill, after denoise (staged runs) */
+} run_args;
+
+static double stage_mark(model_sess *s) {
+    if (s->stage_timing) s->be->sync(s->be);
+    return now_ms();
+}
+
+static void compute(void *arg) {
+    run_args *r = arg;
+    model_sess *s = r->s;
     pi0_backend *be = s->be;
-    int B = in->batch, nimg, Mp, maxp;
-    double t0 = now_ms();
-    pi0_status st = upload_inputs(s, in, &nimg, &Mp, &maxp);
-    if (st != PI0_OK) return st;
-    int ntext = Mp - nimg * s->T;
+    int B = r->B, nimg = r->nimg, Mp = r->Mp, ntext = Mp - nimg * s->T;
     if (nimg) vision(s, nimg);
-    be->sync(be);
-    double t1 = now_ms();
-    if (dump && nimg) {
+    r->t[0] = stage_mark(s);
+    if (r->dump && nimg) {
         int64_t shape[4] = {B, s->N, s->T, s->D};
         int32_t *map = malloc((size_t)nimg * s->T * sizeof(int32_t));
         if (map) {
             for (int i = 0; i < nimg; i++)
                 for (int t = 0; t < s->T; t++) map[i * s->T + t] = s->h_sel[i] * s->T + t;
-            dump_rows(s, dump, user, "vision.out", s->vout, nimg * s->T, s->D, map, 4, shape);
+            dump_rows(s, r->dump, r->user, "vision.out", s->vout, nimg * s->T, s->D, map, 4, shape);
             free(map);
         }
     }
     /* prefix embeddings: image tokens then text tokens scaled by sqrt(D) (spec 3.6) */
     if (nimg) be->copy_rows(be, s->h, s->img_rows, s->vout, (pt){0}, nimg * s->T, s->D);
     if (ntext) be->embed(be, s->h, s->id_rows, s->ids, ntext, &s->w->embed, sqrtf((float)s->D));
-    if (dump) {
+    if (r->dump) {
         int64_t shape[3] = {B, s->P, s->D};
-        dump_rows(s, dump, user, "prefix.emb", s->h, Mp, s->D, s->h_full, 3, shape);
+        dump_rows(s, r->dump, r->user, "prefix.emb", s->h, Mp, s->D, s->h_full, 3, shape);
     }
-    prefill(s, Mp, B, maxp, dump, user);
-    be->sync(be);
-    double t2 = now_ms();
-    denoise(s, B, maxp, dump, user);
-    st = be->download(be, actions, s->x, (size_t)B * s->H * s->A);
+    prefill(s, Mp, B, r->dump, r->user);
+    r->t[1] = stage_mark(s);
+    denoise(s, B, r->dump, r->user);
+    r->t[2] = stage_mark(s);
+}
+
+void model_set_stage_timing(model_sess *s, int on) { s->stage_timing = on; }
+
+pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
+                       model_timing *tm) {
+    pi0_backend *be = s->be;
+    run_args r = {.s = s, .B = in->batch, .dump = dump, .user = user};
+    double t0 = now_ms();
+    pi0_status st = upload_inputs(s, in, &r.nimg, &r.Mp);
+    if (st != PI0_OK) return st;
+    if (dump || s->stage_timing || !be->run_graph) {
+        compute(&r);
+    } else {
+        /* the launches depend on B, the image count and every segment's length: the graph key */
+        int32_t key[4 + 4096 + 1];
+        int n = 0;
+        key[n++] = in->batch;
+        key[n++] = r.nimg;
+        key[n++] = r.Mp;
+        for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
+        st = be->run_graph(be, key, n, compute, &r);
+        if (st != PI0_OK) return st;
+    }
+    st = be->download(be, actions, s->x, (size_t)in->batch * s->H * s->A);
     double t3 = now_ms();
-    if (tm) *tm = (model_timing){t1 - t0, t2 - t1, t3 - t2, t3 - t0};
+    if (tm) {
+        if (dump || s->stage_timing || !be->run_graph)
+            *tm = (model_timing){r.t[0] - t0, r.t[1] - r.t[0], r.t[2] - r.t[1], t3 - t0};
+        else
+            *tm = (model_timing){0, 0, 0, t3 - t0};
+    }
     return st;
 }

@@ -17,6 +17,9 @@ typedef struct {
 pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config *c, pi0_weights *w,
                              int max_batch, int steps);
 void model_sess_free(model_sess *s);
+/* 1 = synchronise and read the clock between stages (no CUDA graph): fills the vision/prefill/denoise
+ * split of model_timing. 0 (default) = graph replay where the backend has graphs; only total_ms. */
+void model_set_stage_timing(model_sess *s, int on);
 /* Inputs must already be validated (pi0.c). dump may be NULL. */
 pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
                        model_timing *timing);

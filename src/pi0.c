@@ -22,7 +22,8 @@ struct pi0_model {
     st_file *file;
     pi0_weights w;
     pi0_backend_kind backend;
-    int n_threads;
+    int n_threads, device;
+    void *dev_arena;   /* CUDA: all weights in one device allocation */
 };
 
 struct pi0_session {
@@ -44,6 +45,9 @@ static char *join(const char *dir, const char *name) {
 
 void pi0_model_free(pi0_model *m) {
     if (!m) return;
+#ifdef PI0_HAVE_CUDA
+    cuda_weights_free(m->dev_arena);
+#endif
     weights_free(&m->w);
     st_close(m->file);
     free(m->dir);
@@ -55,14 +59,19 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     *out = NULL;
     pi0_model_params def = {0};
     if (!p) p = &def;
-    if (p->backend != PI0_BACKEND_DEFAULT && p->backend != PI0_BACKEND_CPU)
-        return pi0_fail(PI0_ERR_UNSUPPORTED, "backend %d: this build has only the CPU backend", (int)p->backend);
+    if (p->backend != PI0_BACKEND_DEFAULT && p->backend != PI0_BACKEND_CPU && p->backend != PI0_BACKEND_CUDA)
+        return pi0_fail(PI0_ERR_ARG, "backend %d: expected PI0_BACKEND_CPU or PI0_BACKEND_CUDA", (int)p->backend);
+#ifndef PI0_HAVE_CUDA
+    if (p->backend == PI0_BACKEND_CUDA)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "the CUDA backend is not in this build (make found no nvcc)");
+#endif
     pi0_model *m = calloc(1, sizeof *m);
     char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
     pi0_status st = PI0_ERR_NOMEM;
     if (!m || !cfg_path || !st_path || !(m->dir = strdup(dir))) { pi0_fail(st, "out of memory"); goto fail; }
-    m->backend = PI0_BACKEND_CPU;
+    m->backend = p->backend == PI0_BACKEND_CUDA ? PI0_BACKEND_CUDA : PI0_BACKEND_CPU;
     m->n_threads = p->n_threads;
+    m->device = p->device;
     if ((st = config_load(&m->cfg, cfg_path)) != PI0_OK) goto fail;
     if ((st = st_open(&m->file, st_path)) != PI0_OK) goto fail;
     int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL;
@@ -80,6 +89,12 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
     if ((st = config_finish(&m->cfg, cfg_path)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
+#ifdef PI0_HAVE_CUDA
+    if (m->backend == PI0_BACKEND_CUDA && (st = cuda_weights_upload(&m->dev_arena, &m->w, &m->cfg, m->device)) != PI0_OK) {
+        pi0_error_prefix("%s", dir);
+        goto fail;
+    }
+#endif
     free(cfg_path);
     free(st_path);
     *out = m;
@@ -106,11 +121,6 @@ void pi0_session_free(pi0_session *s) {
     free(s);
 }
 
-static pi0_status prepare_weight(void *user, const char *name, pi0_wt *t) {
-    pi0_backend *be = user;
-    return be->prepare_weight(be, name, t);
-}
-
 pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_session_params *p) {
     if (!out || !m) return pi0_fail(PI0_ERR_ARG, "pi0_session_create: NULL argument");
     *out = NULL;
@@ -125,10 +135,14 @@ pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_s
     s->max_batch = max_b;
     s->dump = p->dump;
     s->dump_user = p->dump_user;
-    /* One backend instance per session: its scratch is not shared between threads. CPU weights are
-     * views into the model's mapping, so preparing them is free. */
-    pi0_status st = cpu_backend_create(&s->be, m->n_threads);
-    if (st == PI0_OK) st = weights_foreach((pi0_weights *)&m->w, &m->cfg, prepare_weight, s->be);
+    /* One backend instance per session (its scratch, stream and graphs are not shared between
+     * threads); the weights are the model's (mapping on the CPU, device arena on CUDA). */
+    pi0_status st;
+#ifdef PI0_HAVE_CUDA
+    if (m->backend == PI0_BACKEND_CUDA) st = cuda_backend_create(&s->be, m->device);
+    else
+#endif
+        st = cpu_backend_create(&s->be, m->n_threads);
     if (st == PI0_OK) st = model_sess_create(&s->ms, s->be, &m->cfg, (pi0_weights *)&m->w, max_b, steps);
     if (st != PI0_OK) { pi0_session_free(s); return st; }
     *out = s;
@@ -140,6 +154,10 @@ void pi0_session_get_timing(const pi0_session *s, pi0_timing *t) {
 }
 
 const char *pi0_session_backend(const pi0_session *s) { return s->be->name; }
+
+void pi0_session_set_stage_timing(pi0_session *s, int on) {
+    if (s) model_set_stage_timing(s->ms, on);
+}
 
 /* First non-finite (or out of [lo, hi]) element, or -1. */
 static long long bad_float(const float *x, size_t n, float lo, float hi) {

@@ -13,7 +13,8 @@ typedef struct {
     const void *data;    /* host view into the file mapping */
     pi0_dtype dtype;     /* BF16, F16 or F32 */
     int64_t rows, cols;  /* [out, in] for matrices; 1-D: rows = n, cols = 1; conv: cols = C*P*P */
-    void *dev;           /* backend copy (NULL on the CPU backend) */
+    void *dev;           /* CUDA: bf16 copy in the model's device arena (NULL on the CPU backend) */
+    void *dev32;         /* CUDA: fp32 copy of 1-D tensors (norm scales, biases) */
 } pi0_wt;
 
 typedef struct {   /* SigLIP encoder block (spec 3.4) */

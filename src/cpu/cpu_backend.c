@@ -32,18 +32,13 @@ static pt cpu_alloc(pi0_backend *be, size_t n, int kind) {
 }
 
 static void cpu_release(pi0_backend *be, pt t) { (void)be; free(t.p); }
-static void cpu_sync(pi0_backend *be) { (void)be; }
+static pi0_status cpu_sync(pi0_backend *be) { (void)be; return PI0_OK; }
 
 static void cpu_destroy(pi0_backend *be) {
     if (!be) return;
     free(CTX(be)->scratch);
     free(be->ctx);
     free(be);
-}
-
-static pi0_status cpu_prepare_weight(pi0_backend *be, const char *name, pi0_wt *t) {
-    (void)be; (void)name; (void)t;   /* weights are read from the mapping in place */
-    return PI0_OK;
 }
 
 static pi0_status cpu_upload(pi0_backend *be, pt dst, const void *src, size_t n) {
@@ -248,7 +243,7 @@ static void cpu_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
 static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     cpu_ctx *c = CTX(be);
     int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
-    const int32_t *qo = I(a->q_off), *ko = I(a->k_off);
+    const int32_t *qo = a->q_off, *ko = a->k_off;
     int total_q = qo[a->nseg];
     #pragma omp parallel for collapse(2) schedule(dynamic, 8)
     for (int r = 0; r < total_q; r++)
@@ -333,8 +328,9 @@ static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
 }
 
 /* Scratch per thread: a GEMM weight tile (NB x KB) plus (M_max x NB) partial sums, or attention scores. */
-static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys) {
+static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores) {
     cpu_ctx *c = CTX(be);
+    (void)max_scores;   /* logits live in the per-thread row buffer */
     size_t need = (size_t)NB * KB + max_rows * NB;
     if (max_keys > need) need = max_keys;
     if (need <= c->scratch_per_thread) return PI0_OK;
@@ -354,7 +350,6 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     c->n_threads = omp_get_max_threads();
     be->name = "cpu";
     be->ctx = c;
-    be->prepare_weight = cpu_prepare_weight;
     be->alloc = cpu_alloc;
     be->release = cpu_release;
     be->reserve = cpu_reserve;
