@@ -9,28 +9,49 @@ WERROR  ?= $(if $(CI),-Werror,)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -fopenmp -Wall -Wextra -Wshadow -Wno-unknown-pragmas $(WERROR) $(SAN) \
            -Iinclude -Isrc -DPI0_COMMIT='"$(COMMIT)"'
-LDLIBS  += -ljansson -lm -fopenmp $(SAN)
+# Debian libraries are linked statically when their archives exist, so the binaries also run on the
+# GPU machine (another distribution): jansson and libgomp.
+JANSSON_A := $(wildcard /usr/lib/x86_64-linux-gnu/libjansson.a)
+GOMP_A  := $(shell f=$$($(CC) -print-file-name=libgomp.a); [ -f "$$f" ] && echo $$f)
+LDLIBS  += $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
+
+# CUDA backend: built when nvcc is found (sm_90a: Hopper). cudart is linked statically, cuBLASLt from
+# /usr/local/cuda/lib64 (present on the GPU machine too).
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(NVCC),)
+CU_SRC  := $(wildcard src/cuda/*.cu)
+CFLAGS  += -DPI0_HAVE_CUDA -I$(CUDA_HOME)/include
+LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++
+NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
+           -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(if $(CI),-Werror all-warnings,)
+endif
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
 PY      ?= /usr/bin/python3
 ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/cpu/cpu_backend.c
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/pi0.c tools/bench.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS   := test_unit test_golden test_errors
-TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%)
+TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
 .SECONDARY:
-.PHONY: all test debug fuzz fuzz-build help clean fixtures check-ref bench-quick
+.PHONY: all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick
 
 all: $(BUILD)/libpi0.a $(BUILD)/pi0 $(TEST_BIN)
 
 $(BUILD)/%.o: %.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/src/cuda/%.o: src/cuda/%.cu src/cuda/common.cuh $(HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/libpi0.a: $(LIB_OBJ)
 	ar rcs $@ $^
@@ -43,6 +64,11 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0.a
 
 test: all
 	@BUILD=$(BUILD) PY=$(PY) sh tests/run.sh
+
+# GPU tests (on the device machine): op tests vs the CPU twins, tiny fixtures, resources.
+# FULL="DIR_PI0 DIR_PI05" adds the full-size GPU-vs-CPU comparison.
+test-cuda: all
+	$(BUILD)/tests/test_cuda $(if $(FULL),--full $(FULL),)
 
 debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
@@ -73,6 +99,7 @@ bench-quick: $(BUILD)/pi0
 help:
 	@echo "make              build build/libpi0.a, build/pi0 and the tests"
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"
+	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
 	@echo "make fuzz         libFuzzer on the safetensors and config.json parsers (FUZZ_SECONDS=30 each)"
 	@echo "make fixtures     regenerate tests/fixtures with tools/reference (PyTorch)"

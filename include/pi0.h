@@ -117,6 +117,10 @@ void pi0_session_get_timing(const pi0_session *s, pi0_timing *t);
 void pi0_session_set_stage_timing(pi0_session *s, int on);
 /* Name of the backend the session runs on ("cpu", "cuda"). */
 const char *pi0_session_backend(const pi0_session *s);
+/* The processor it runs on ("NVIDIA H100 80GB HBM3, 132 SMs" / the CPU model) and the driver
+ * ("CUDA driver 13.0", or "-" on the CPU); static strings owned by the session. */
+const char *pi0_session_device(const pi0_session *s);
+const char *pi0_session_driver(const pi0_session *s);
 
 /* ---- Tensor files (safetensors), for tools: inputs/outputs of `pi0 infer`, fixtures. ---- */
 typedef struct pi0_tensors pi0_tensors;

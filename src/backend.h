@@ -43,6 +43,7 @@ typedef struct {
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
+    char device[128], driver[64];   /* filled at create, for reports */
     void *ctx;
     pt (*alloc)(pi0_backend *be, size_t n, int kind);   /* zero-filled; p == NULL on failure */
     void (*release)(pi0_backend *be, pt t);             /* frees one alloc() result; NULL p is a no-op */
@@ -94,6 +95,8 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
  * one device arena per model, made by cuda_weights_upload (fills every pi0_wt's dev / dev32). */
 pi0_status cuda_backend_create(pi0_backend **out, int device);
 pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c, int device);
+/* The same for a list of tensors (op tests); free with cuda_weights_free. */
+pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 void cuda_weights_free(void *arena);
 #endif
 

@@ -213,7 +213,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     *out = s;
     return PI0_OK;
 fail:
-    if (st == PI0_ERR_NOMEM) pi0_fail(PI0_ERR_NOMEM, "out of memory creating a session for batch %d", max_b);
+    if (st == PI0_ERR_NOMEM) pi0_error_prefix("creating a %s session for batch %d", be->name, max_b);
     model_sess_free(s);
     return st;
 }

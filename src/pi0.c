@@ -154,6 +154,8 @@ void pi0_session_get_timing(const pi0_session *s, pi0_timing *t) {
 }
 
 const char *pi0_session_backend(const pi0_session *s) { return s->be->name; }
+const char *pi0_session_device(const pi0_session *s) { return s->be->device; }
+const char *pi0_session_driver(const pi0_session *s) { return s->be->driver; }
 
 void pi0_session_set_stage_timing(pi0_session *s, int on) {
     if (s) model_set_stage_timing(s->ms, on);

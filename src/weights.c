@@ -307,26 +307,34 @@ pi0_status weights_generate(const pi0_config *c, const char *path, uint64_t seed
     const char *meta[] = {"format", "pt", EMBED_NAME, TIED_NAME};
     st_writer wr;
     if ((st = st_writer_open(&wr, path, e, n, meta, 2)) != PI0_OK) goto done;
-    enum { CHUNK = 1 << 16 };
-    static _Thread_local float buf[CHUNK];
-    static _Thread_local uint16_t hbuf[CHUNK];
+    /* Values are generated in parallel, 64K-element chunks each with its own RNG stream
+     * (seed, tensor, chunk), so the file does not depend on the thread count. */
+    enum { CHUNK = 1 << 16, SUPER = 256 };   /* SUPER chunks (16M elements) per write */
+    float *buf = malloc((size_t)CHUNK * SUPER * sizeof(float));
+    uint16_t *hbuf = malloc((size_t)CHUNK * SUPER * sizeof(uint16_t));
+    if (!buf || !hbuf) { free(buf); free(hbuf); st_writer_abort(&wr); st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     for (int t = 0; t < n && st == PI0_OK; t++) {
-        pi0_rng r;
-        pi0_rng_seed(&r, seed * 1000003u + (uint64_t)t);   /* per tensor: independent of table order changes */
         int64_t numel = 1;
         for (int d = 0; d < e[t].ndim; d++) numel *= e[t].shape[d];
-        int64_t fan = numel / e[t].shape[0];
-        for (int64_t i = 0; i < numel && st == PI0_OK; i += CHUNK) {
-            int m = (int)(numel - i < CHUNK ? numel - i : CHUNK);
-            for (int j = 0; j < m; j++) buf[j] = init_value(&r, desc[t]->init, fan);
-            if (dtype == PI0_DT_BF16) {
-                for (int j = 0; j < m; j++) hbuf[j] = pi0_f32_to_bf16(buf[j]);
-                st = st_writer_write(&wr, hbuf, (size_t)m * 2);
-            } else {
-                st = st_writer_write(&wr, buf, (size_t)m * 4);
+        int64_t fan = numel / e[t].shape[0], nchunks = (numel + CHUNK - 1) / CHUNK;
+        for (int64_t c0 = 0; c0 < nchunks && st == PI0_OK; c0 += SUPER) {
+            int64_t c1 = c0 + SUPER < nchunks ? c0 + SUPER : nchunks;
+            #pragma omp parallel for schedule(dynamic, 1)
+            for (int64_t ch = c0; ch < c1; ch++) {
+                pi0_rng r;
+                pi0_rng_seed(&r, (seed * 1000003u + (uint64_t)t) * 0x9e3779b97f4a7c15ull + (uint64_t)ch);
+                int64_t i0 = ch * CHUNK, m = numel - i0 < CHUNK ? numel - i0 : CHUNK;
+                float *dst = buf + (ch - c0) * CHUNK;
+                for (int64_t j = 0; j < m; j++) dst[j] = init_value(&r, desc[t]->init, fan);
+                if (dtype == PI0_DT_BF16)
+                    for (int64_t j = 0; j < m; j++) hbuf[(ch - c0) * CHUNK + j] = pi0_f32_to_bf16(dst[j]);
             }
+            int64_t cnt = (c1 * CHUNK < numel ? c1 * CHUNK : numel) - c0 * CHUNK;
+            st = dtype == PI0_DT_BF16 ? st_writer_write(&wr, hbuf, (size_t)cnt * 2) : st_writer_write(&wr, buf, (size_t)cnt * 4);
         }
     }
+    free(buf);
+    free(hbuf);
     if (st == PI0_OK) st = st_writer_close(&wr);
     else st_writer_abort(&wr);
 done:

@@ -62,25 +62,6 @@ static double pct(const double *sorted, int n, double p) {   /* nearest rank */
     return sorted[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-static void cpu_name(char *buf, size_t n) {
-    snprintf(buf, n, "cpu");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10)) {
-            char *p = strchr(line, ':');
-            if (p) {
-                p += 2;
-                p[strcspn(p, "\n")] = 0;
-                for (char *q = p; *q; q++) if (*q == ',') *q = ';';
-                snprintf(buf, n, "%s (%ld cores)", p, sysconf(_SC_NPROCESSORS_ONLN));
-            }
-            break;
-        }
-    fclose(f);
-}
-
 static void remove_tree(const char *dir) {   /* only what gen-checkpoint writes */
     const char *files[] = {"model.safetensors", "config.json", "assets/random/norm_stats.json"};
     const char *dirs[] = {"assets/random", "assets", ""};
@@ -90,12 +71,20 @@ static void remove_tree(const char *dir) {   /* only what gen-checkpoint writes 
 }
 
 typedef struct {
-    int full, iters, warmup, threads;
+    int full, iters, warmup, threads, device, no_graph;
     pi0_backend_kind backend;
     const char *checkpoint;
-    FILE *csv;
+    FILE *csv, *trace;
+    int trace_events;
     char tmp[2][256];   /* generated checkpoints per model type, "" until made */
 } bench_opts;
+
+/* Chrome/Perfetto trace: one complete event ("ph": "X") per stage, microseconds. */
+static void trace_event(bench_opts *o, const char *wl, const char *stage, double start_ms, double dur_ms) {
+    if (!o->trace) return;
+    fprintf(o->trace, "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
+            "\"pid\": 1, \"tid\": 1}", o->trace_events++ ? ",\n" : "", stage, wl, start_ms * 1e3, dur_ms * 1e3);
+}
 
 static int run_workload(bench_opts *o, const workload *w) {
     const char *dir = o->checkpoint;
@@ -104,9 +93,10 @@ static int run_workload(bench_opts *o, const workload *w) {
         if (!o->tmp[t][0]) {
             snprintf(o->tmp[t], sizeof o->tmp[t], "%s/pi0-bench-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
             if (!mkdtemp(o->tmp[t])) { perror("pi0 bench: mkdtemp"); o->tmp[t][0] = 0; return 1; }
-            const char *variant = o->full ? (t ? "pi05" : "pi0") : (t ? "tiny-pi05" : "tiny-pi0");
+            int full = o->full || o->backend == PI0_BACKEND_CUDA;
+            const char *variant = full ? (t ? "pi05" : "pi0") : (t ? "tiny-pi05" : "tiny-pi0");
             fprintf(stderr, "pi0 bench: generating a random %s checkpoint in %s%s\n", variant, o->tmp[t],
-                    o->full ? " (full size, about 7 GB)" : "");
+                    full ? " (full size, about 7 GB)" : "");
             if (pi0_checkpoint_generate(o->tmp[t], &(pi0_gen_params){.variant = variant, .seed = 1}) != PI0_OK)
                 return cli_fail("generating the checkpoint");
         }
@@ -119,8 +109,8 @@ static int run_workload(bench_opts *o, const workload *w) {
     uint8_t *tm = NULL, *im = NULL;
     double *lat = NULL;
     int rc = 1;
-    pi0_model_params mp = {.backend = o->backend, .n_threads = o->threads, .action_horizon = w->horizon,
-                           .max_token_len = w->tok_padded, .quiet = 1};
+    pi0_model_params mp = {.backend = o->backend, .n_threads = o->threads, .device = o->device,
+                           .action_horizon = w->horizon, .max_token_len = w->tok_padded, .quiet = 1};
     if (pi0_model_load(&m, dir, &mp) != PI0_OK) { rc = cli_fail("loading the checkpoint"); goto done; }
     pi0_model_info info;
     pi0_model_get_info(m, &info);
@@ -152,7 +142,6 @@ static int run_workload(bench_opts *o, const workload *w) {
     for (int i = 0; i < B * N; i++) im[i] = i % N < w->cams_valid;
     pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
                      .n_tokens = L, .seed = 1};
-    double vis = 0, pre = 0, den = 0;
     int tty = isatty(2);
     if (!tty) fprintf(stderr, "pi0 bench: %s: %d warm-up + %d timed runs\n", w->name, o->warmup, o->iters);
     for (int i = 0; i < o->warmup + o->iters; i++) {
@@ -160,32 +149,42 @@ static int run_workload(bench_opts *o, const workload *w) {
         else if (tty) fprintf(stderr, "\rpi0 bench: %s: run %d/%d      ", w->name, i - o->warmup + 1, o->iters);
         double t0 = now_ms();
         if (pi0_infer(s, &in, act) != PI0_OK) { fprintf(stderr, "\n"); rc = cli_fail("inference"); goto done; }
-        double dt = now_ms() - t0;
-        if (i >= o->warmup) {
-            pi0_timing tt;
-            pi0_session_get_timing(s, &tt);
-            lat[i - o->warmup] = dt;
-            vis += tt.vision_ms; pre += tt.prefill_ms; den += tt.denoise_ms;
-        }
+        if (i >= o->warmup) lat[i - o->warmup] = now_ms() - t0;
     }
     if (tty) fprintf(stderr, "\r%60s\r", "");
+    /* the stage split comes from separate runs that synchronise between stages (no graph) */
+    pi0_session_set_stage_timing(s, 1);
+    int nsplit = o->iters < 3 ? o->iters : 3;
+    double vis = 0, pre = 0, den = 0;
+    for (int i = 0; i < nsplit; i++) {
+        pi0_timing tt;
+        double t0 = now_ms();
+        if (pi0_infer(s, &in, act) != PI0_OK) { rc = cli_fail("inference"); goto done; }
+        pi0_session_get_timing(s, &tt);
+        vis += tt.vision_ms; pre += tt.prefill_ms; den += tt.denoise_ms;
+        trace_event(o, w->name, "vision", t0, tt.vision_ms);
+        trace_event(o, w->name, "prefill", t0 + tt.vision_ms, tt.prefill_ms);
+        trace_event(o, w->name, "denoise", t0 + tt.vision_ms + tt.prefill_ms, tt.denoise_ms);
+    }
+    vis /= nsplit; pre /= nsplit; den /= nsplit;
     int n = o->iters;
     double mean = 0;
     for (int i = 0; i < n; i++) mean += lat[i];
     mean /= n;
     qsort(lat, (size_t)n, sizeof *lat, cmp_d);
     double p50 = pct(lat, n, 50), p90 = pct(lat, n, 90), p99 = pct(lat, n, 99);
-    const char *scale = o->full || o->checkpoint ? "full" : "reduced";
-    printf("%-14s %-7s %-4s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %8.2f %8.2f %8.2f\n", w->name, scale,
-           pi0_session_backend(s), B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis / n, pre / n, den / n);
+    const char *scale = o->full || o->checkpoint || o->backend == PI0_BACKEND_CUDA ? "full" : "reduced";
+    int graph = o->backend == PI0_BACKEND_CUDA && !o->no_graph;
+    printf("%-14s %-7s %-4s %-5s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %8.2f %8.2f %8.2f\n", w->name, scale,
+           pi0_session_backend(s), graph ? "on" : "off", B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis,
+           pre, den);
     if (o->csv) {
-        char dev[256], date[32];
-        cpu_name(dev, sizeof dev);
+        char date[32];
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-        fprintf(o->csv, "%s,%s,%s,-,%s,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", date, PI0_COMMIT, dev,
-                pi0_session_backend(s), w->name, scale, B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50,
-                vis / n, pre / n, den / n);
+        fprintf(o->csv, "%s,%s,%s,%s,%s,%s,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", date, PI0_COMMIT,
+                pi0_session_device(s), pi0_session_driver(s), pi0_session_backend(s), graph ? "on" : "off", w->name,
+                scale, B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis, pre, den);
     }
     rc = 0;
 done:
@@ -197,7 +196,7 @@ done:
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.iters = -1, .warmup = -1, .backend = PI0_BACKEND_CPU};
-    const char *wname = "pi0-3cam", *csv = NULL;
+    const char *wname = "pi0-3cam", *csv = NULL, *trace = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
@@ -205,6 +204,9 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--full")) o.full = 1;
         else if (!strcmp(a, "--checkpoint") && v) o.checkpoint = argv[++i];
         else if (!strcmp(a, "--csv") && v) csv = argv[++i];
+        else if (!strcmp(a, "--trace") && v) trace = argv[++i];
+        else if (!strcmp(a, "--no-graph")) o.no_graph = 1;
+        else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &x)) return 2; o.device = (int)x; i++; }
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &o.backend)) return 2; }
         else if (!strcmp(a, "--iters")) { if (!cli_parse_int(a, v, 1, 100000, &x)) return 2; o.iters = (int)x; i++; }
         else if (!strcmp(a, "--warmup")) { if (!cli_parse_int(a, v, 0, 100000, &x)) return 2; o.warmup = (int)x; i++; }
@@ -220,20 +222,25 @@ int cmd_bench(int argc, char **argv) {
         } else { fprintf(stderr, "pi0 bench: unknown or incomplete option '%s'\n", a); return 2; }
     }
     if (o.backend == PI0_BACKEND_CPU)
-        fprintf(stderr, "pi0 bench: CPU backend (this build has no GPU backend)%s\n",
+        fprintf(stderr, "pi0 bench: CPU backend (--backend cuda for the GPU)%s\n",
                 o.full || o.checkpoint ? "" : ": REDUCED workload (tiny model, same batch/cameras/prompt/horizon); --full for real sizes");
-    int full_size = o.full || o.checkpoint;
-    if (o.iters < 0) o.iters = full_size && o.backend == PI0_BACKEND_CPU ? 1 : 20;
-    if (o.warmup < 0) o.warmup = full_size && o.backend == PI0_BACKEND_CPU ? 0 : 2;
+    if (o.no_graph) setenv("PI0_CUDA_GRAPHS", "0", 1);
+    int cpu_full = (o.full || o.checkpoint) && o.backend == PI0_BACKEND_CPU;
+    if (o.iters < 0) o.iters = cpu_full ? 1 : o.backend == PI0_BACKEND_CUDA ? 50 : 20;
+    if (o.warmup < 0) o.warmup = cpu_full ? 0 : o.backend == PI0_BACKEND_CUDA ? 5 : 2;
+    if (trace) {
+        if (!(o.trace = fopen(trace, "w"))) { perror(trace); return 1; }
+        fprintf(o.trace, "{\"traceEvents\": [\n");
+    }
     if (csv) {
         int exists = access(csv, F_OK) == 0;
         if (!(o.csv = fopen(csv, "a"))) { perror(csv); return 1; }
         if (!exists)
-            fprintf(o.csv, "date,commit,device,driver,backend,workload,scale,batch,iters,p50_ms,p90_ms,p99_ms,mean_ms,hz,"
-                           "samples_per_s,vision_ms,prefill_ms,denoise_ms\n");
+            fprintf(o.csv, "date,commit,device,driver,backend,graph,workload,scale,batch,iters,p50_ms,p90_ms,p99_ms,"
+                           "mean_ms,hz,samples_per_s,vision_ms,prefill_ms,denoise_ms\n");
     }
-    printf("%-14s %-7s %-4s %-5s %4s  %9s %9s %9s %9s %8s %9s  %8s %8s %8s\n", "workload", "scale", "be", "batch", "iter",
-           "p50_ms", "p90_ms", "p99_ms", "mean_ms", "Hz", "samples/s", "vision", "prefill", "denoise");
+    printf("%-14s %-7s %-4s %-5s %-5s %4s  %9s %9s %9s %9s %8s %9s  %8s %8s %8s\n", "workload", "scale", "be", "graph",
+           "batch", "iter", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "Hz", "samples/s", "vision", "prefill", "denoise");
     int rc = 0;
     if (!strcmp(wname, "all")) {
         for (int k = 0; k < N_WORKLOADS && !rc; k++) rc = run_workload(&o, &workloads[k]);
@@ -248,5 +255,9 @@ int cmd_bench(int argc, char **argv) {
     }
     for (int t = 0; t < 2; t++) if (o.tmp[t][0]) remove_tree(o.tmp[t]);
     if (o.csv) fclose(o.csv);
+    if (o.trace) {
+        fprintf(o.trace, "\n]}\n");
+        fclose(o.trace);
+    }
     return rc;
 }

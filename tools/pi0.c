@@ -17,10 +17,10 @@ static void usage(FILE *f) {
             "usage: pi0 <command> [options]\n"
             "commands:\n"
             "  infer           --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
-            "                  [--backend cpu] [--steps N] [--seed S] [--threads N] [--dump]\n"
+            "                  [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
             "  gen-checkpoint  --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR\n"
-            "  bench           [--workload NAME|all] [--backend cpu] [--full] [--checkpoint DIR]\n"
-            "                  [--iters N] [--warmup N] [--threads N] [--csv FILE]\n"
+            "  bench           [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
+            "                  [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
             "  info            --checkpoint DIR\n"
             "  help\n"
             "Run `pi0 bench --list` for the workloads.\n");
@@ -60,7 +60,7 @@ static void dump_cb(void *user, const char *name, const float *data, int ndim, c
 
 static int cmd_infer(int argc, char **argv) {
     const char *ckpt = NULL, *inp = NULL, *outp = NULL;
-    long long steps = 10, seed = 0, threads = 0;
+    long long steps = 10, seed = 0, threads = 0, device = 0;
     int dump = 0;
     pi0_backend_kind backend = PI0_BACKEND_CPU;
     for (int i = 0; i < argc; i++) {
@@ -71,6 +71,7 @@ static int cmd_infer(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) { if (!cli_parse_int(a, v, 1, 1000, &steps)) return 2; i++; }
         else if (!strcmp(a, "--seed")) { if (!cli_parse_int(a, v, 0, INT64_MAX, &seed)) return 2; i++; }
         else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, v, 0, 1024, &threads)) return 2; i++; }
+        else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &device)) return 2; i++; }
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &backend)) return 2; }
         else if (!strcmp(a, "--dump")) dump = 1;
         else { fprintf(stderr, "pi0 infer: unknown or incomplete option '%s'\n", a); return 2; }
@@ -87,7 +88,8 @@ static int cmd_infer(int argc, char **argv) {
     int rc = 1;
     pi0_inputs in;
     pi0_model_info info;
-    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads}) != PI0_OK) {
+    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads, .device = (int)device}) !=
+        PI0_OK) {
         rc = cli_fail("loading the checkpoint");
         goto done;
     }

@@ -5,6 +5,7 @@
  * element is computed by one thread in a fixed order, so results do not depend on the thread count. */
 #include <math.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ static size_t cpu_elem_size(int kind) { (void)kind; return 4; }
 static pt cpu_alloc(pi0_backend *be, size_t n, int kind) {
     (void)be;
     pt t = {calloc(n ? n : 1, 4), kind};
+    if (!t.p) pi0_fail(PI0_ERR_NOMEM, "out of memory allocating %zu floats", n);
     return t;
 }
 
@@ -341,6 +343,24 @@ static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys,
     return PI0_OK;
 }
 
+/* "AMD EPYC 9B14 (2 threads)" from /proc/cpuinfo. */
+static void cpu_describe(char *buf, size_t n, int threads) {
+    snprintf(buf, n, "cpu (%d threads)", threads);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *p = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !p) continue;
+        p += 2;
+        p[strcspn(p, "\n")] = 0;
+        for (char *q = p; *q; q++) if (*q == ',') *q = ';';   /* CSV-safe */
+        snprintf(buf, n, "%.100s (%d threads)", p, threads);
+        break;
+    }
+    fclose(f);
+}
+
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     *out = NULL;
     pi0_backend *be = calloc(1, sizeof *be);
@@ -349,6 +369,8 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     if (n_threads > 0) omp_set_num_threads(n_threads);
     c->n_threads = omp_get_max_threads();
     be->name = "cpu";
+    cpu_describe(be->device, sizeof be->device, c->n_threads);
+    snprintf(be->driver, sizeof be->driver, "-");
     be->ctx = c;
     be->alloc = cpu_alloc;
     be->release = cpu_release;

@@ -1,0 +1,86 @@
+// attention.cu — softmax attention over segments (backend.h `attention`, CPU twin cpu_attention).
+// Per segment: logits = scale * Q.K^T by cuBLASLt into fp32 (`scores`), a masked softmax in fp32 that
+// writes bf16 probabilities (the PT reference rounds probabilities to bf16 before P.V), then P.V.
+//  - MQA (kv_heads == 1, Gemma): the query rows (token, head) form one [nq*H, hd] matrix, since all
+//    heads share K and V, so each product is a single GEMM.
+//  - MHA (kv_heads == heads, SigLIP): strided-batched GEMMs over the heads.
+//  - A second key source (the suffix's own K/V, spec 3.10) fills logits columns [n1, n1+n2); P.V then
+//    accumulates both parts in fp32 and rounds once.
+// The softmax is one warp per logits row. Flash-style fused attention is issue 5's.
+#include <math.h>
+
+#include "common.cuh"
+
+// Row r of a segment: query j = r / row_div sees source-1 keys [0, n1) and source-2 keys
+// [0, j < block0 ? block0 : n2). Probabilities of unseen keys are written as 0.
+__global__ void softmax_kernel(bf16 *p, const float *s, int rows, int n1, int n2, int block0, int row_div) {
+    int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    int nk = n1 + n2, j = r / row_div, lim = n1 + (n2 ? (j < block0 ? block0 : n2) : 0);
+    const float *sr = s + (size_t)r * nk;
+    bf16 *pr = p + (size_t)r * nk;
+    float mx = -INFINITY;
+    for (int t = lane; t < lim; t += 32) mx = fmaxf(mx, sr[t]);
+    mx = warp_max(mx);
+    float sum = 0;
+    for (int t = lane; t < lim; t += 32) sum += expf(sr[t] - mx);
+    sum = warp_sum(sum);
+    float inv = 1.0f / sum;
+    for (int t = lane; t < nk; t += 32) pr[t] = __float2bfloat16(t < lim ? expf(sr[t] - mx) * inv : 0.0f);
+}
+
+void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
+    cuda_ctx *c = CTX(be);
+    if (c->err) return;
+    int H = a->heads, hd = a->head_dim, kvw = a->kv_heads * hd, qw = H * hd;
+    PI0_ASSERT(a->kv_heads == 1 || a->kv_heads == H);
+    PI0_ASSERT(a->kv_heads == 1 || !a->k2.p);
+    const bf16 *Q = (const bf16 *)q.p, *K1 = (const bf16 *)a->k1.p, *V1 = (const bf16 *)a->v1.p;
+    const bf16 *K2 = (const bf16 *)a->k2.p, *V2 = (const bf16 *)a->v2.p;
+    bf16 *O = (bf16 *)out.p;
+    for (int s = 0; s < a->nseg; s++) {
+        int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = a->k_off[s + 1] - k0;
+        int n2 = K2 ? nq : 0, nk = n1 + n2;
+        if (nq == 0) continue;
+        const bf16 *qs = Q + (size_t)q0 * qw;
+        bf16 *os = O + (size_t)q0 * qw;
+        if ((size_t)nq * H * nk > c->scores_cap || (size_t)nq * H * hd > c->att_cap) {
+            if (!c->err) {
+                c->err = PI0_ERR_ARG;
+                snprintf(c->errmsg, sizeof c->errmsg, "attention segment of %d queries x %d keys exceeds the reserved "
+                         "scratch", nq, nk);
+            }
+            return;
+        }
+        int rows = nq * H;
+        if (a->kv_heads == 1) {
+            cuda_gemm(c, 1, rows, n1, hd, a->scale, qs, hd, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
+                      c->scores, nk, CUDA_R_32F, NULL, 1, 0, 0, 0);
+            if (n2)
+                cuda_gemm(c, 1, rows, n2, hd, a->scale, qs, hd, CUDA_R_16BF, K2 + (size_t)q0 * kvw, kvw, CUDA_R_16BF,
+                          0.0f, c->scores + n1, nk, CUDA_R_32F, NULL, 1, 0, 0, 0);
+            softmax_kernel<<<cdiv((long long)rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, rows, n1, n2,
+                                                                                 a->block0, H);
+            LAUNCH_NOTE(c, "softmax_kernel");
+            if (!n2) {
+                cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, nk, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
+                          0.0f, os, hd, CUDA_R_16BF, NULL, 1, 0, 0, 0);
+            } else {
+                cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, nk, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
+                          0.0f, c->att32, hd, CUDA_R_32F, NULL, 1, 0, 0, 0);
+                cuda_gemm(c, 0, rows, hd, n2, 1.0f, c->probs + n1, nk, CUDA_R_16BF, V2 + (size_t)q0 * kvw, kvw,
+                          CUDA_R_16BF, 1.0f, c->att32, hd, CUDA_R_32F, NULL, 1, 0, 0, 0);
+                cuda_f32_to_bf16(c, os, c->att32, (size_t)rows * hd);
+            }
+        } else {
+            // head h: logits_h [nq, n1] = Q_h . K_h^T, Q_h = columns [h*hd, (h+1)*hd) of the [nq, qw] rows
+            cuda_gemm(c, 1, nq, n1, hd, a->scale, qs, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
+                      c->scores, n1, CUDA_R_32F, NULL, H, hd, hd, (long long)nq * n1);
+            softmax_kernel<<<cdiv((long long)rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, rows, n1, 0, 0,
+                                                                                 1);
+            LAUNCH_NOTE(c, "softmax_kernel");
+            cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, n1, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
+                      os, qw, CUDA_R_16BF, NULL, H, (long long)nq * n1, hd, hd);
+        }
+    }
+}

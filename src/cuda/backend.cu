@@ -1,0 +1,360 @@
+// backend.cu — the CUDA backend's lifecycle and plumbing: device weight arena (one cudaMalloc per
+// model; bf16 matrices, fp32 + bf16 copies of 1-D tensors), per-session stream / cuBLASLt handle /
+// workspace / attention scratch, buffer allocation, uploads and downloads, CUDA-graph capture and
+// replay keyed by the launch shapes, and the op table. The ops themselves live in gemm.cu,
+// attention.cu, norm.cu and elementwise.cu. Nothing here allocates during an inference.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
+    if (e == cudaSuccess) return 0;
+    if (!c->err) {
+        c->err = e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA;
+        snprintf(c->errmsg, sizeof c->errmsg, "%s failed: %s (%s:%d)", what, cudaGetErrorString(e), file, line);
+    }
+    return 1;
+}
+
+int cublas_note(cuda_ctx *c, cublasStatus_t s, const char *what, const char *file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    if (!c->err) {
+        c->err = PI0_ERR_CUDA;
+        snprintf(c->errmsg, sizeof c->errmsg, "%s failed: cuBLAS status %d (%s:%d)", what, (int)s, file, line);
+    }
+    return 1;
+}
+
+static pi0_status report(cuda_ctx *c) {
+    return c->err ? pi0_fail(c->err, "CUDA device %d: %s", c->device, c->errmsg) : PI0_OK;
+}
+
+static pi0_status check_device(int device) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "no usable CUDA device: %s", cudaGetErrorString(e));
+    if (device < 0 || device >= n) return pi0_fail(PI0_ERR_ARG, "CUDA device %d: expected 0..%d", device, n - 1);
+    e = cudaSetDevice(device);
+    return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
+}
+
+// ---- weights ----
+
+struct weight_arena {
+    char *base;
+    size_t bytes, used;
+    int device;
+    uint16_t *stage;   // host bf16 conversion buffer
+};
+
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static pi0_status count_weight(void *user, const char *name, pi0_wt *t) {
+    (void)name;
+    size_t n = (size_t)(t->rows * t->cols);
+    *(size_t *)user += up256(n * 2) + (t->cols == 1 ? up256(n * 4) : 0);
+    return PI0_OK;
+}
+
+static const size_t STAGE = (size_t)1 << 24;   // elements converted per host chunk
+
+static pi0_status upload_weight(void *user, const char *name, pi0_wt *t) {
+    weight_arena *a = (weight_arena *)user;
+    size_t n = (size_t)(t->rows * t->cols), esz = pi0_dtype_size(t->dtype);
+    char *dst = a->base + a->used;
+    t->dev = dst;
+    a->used += up256(n * 2);
+    for (size_t i = 0; i < n; i += STAGE) {
+        size_t m = n - i < STAGE ? n - i : STAGE;
+        const char *src = (const char *)t->data + i * esz;
+        const void *h = src;
+        if (t->dtype != PI0_DT_BF16) {   // F32 / F16 file: round to bf16 on the host
+            float tmp[256];
+            for (size_t j = 0; j < m; j += 256) {
+                size_t k = m - j < 256 ? m - j : 256;
+                pi0_to_f32(tmp, src + j * esz, t->dtype, k);
+                for (size_t q = 0; q < k; q++) a->stage[j + q] = pi0_f32_to_bf16(tmp[q]);
+            }
+            h = a->stage;
+        }
+        cudaError_t e = cudaMemcpy(dst + i * 2, h, m * 2, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading '%s': %s", name, cudaGetErrorString(e));
+    }
+    if (t->cols == 1) {   // norm scales and biases: fp32 for our kernels (values of the file, widened)
+        float *f = (float *)malloc(n * sizeof(float));
+        if (!f) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        pi0_to_f32(f, t->data, t->dtype, n);
+        t->dev32 = a->base + a->used;
+        a->used += up256(n * 4);
+        cudaError_t e = cudaMemcpy(t->dev32, f, n * 4, cudaMemcpyHostToDevice);
+        free(f);
+        if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading '%s': %s", name, cudaGetErrorString(e));
+    }
+    return PI0_OK;
+}
+
+extern "C" void cuda_weights_free(void *arena) {
+    weight_arena *a = (weight_arena *)arena;
+    if (!a) return;
+    cudaSetDevice(a->device);
+    cudaFree(a->base);
+    free(a->stage);
+    free(a);
+}
+
+struct wt_list {
+    pi0_wt **t;
+    int n, cap;
+};
+
+static pi0_status collect(void *user, const char *name, pi0_wt *t) {
+    wt_list *l = (wt_list *)user;
+    (void)name;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        pi0_wt **nt = (pi0_wt **)realloc(l->t, (size_t)cap * sizeof *nt);
+        if (!nt) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        l->t = nt;
+        l->cap = cap;
+    }
+    l->t[l->n++] = t;
+    return PI0_OK;
+}
+
+extern "C" pi0_status cuda_upload_list(void **out, pi0_wt **ts, int n, int device) {
+    *out = NULL;
+    pi0_status st = check_device(device);
+    if (st != PI0_OK) return st;
+    weight_arena *a = (weight_arena *)calloc(1, sizeof *a);
+    if (!a) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    a->device = device;
+    for (int i = 0; i < n; i++) count_weight(&a->bytes, NULL, ts[i]);
+    cudaError_t e = cudaMalloc((void **)&a->base, a->bytes ? a->bytes : 256);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0, need = a->bytes;
+        cudaGetLastError();
+        cudaMemGetInfo(&fr, &tot);
+        free(a);
+        return pi0_fail(e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA,
+                        "weights need %.2f GB on CUDA device %d, which has %.2f GB free of %.2f GB: %s",
+                        need / 1e9, device, fr / 1e9, tot / 1e9, cudaGetErrorString(e));
+    }
+    a->stage = (uint16_t *)malloc((size_t)STAGE * 2);
+    if (!a->stage) { cuda_weights_free(a); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    char name[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "weight %d", i);
+        if ((st = upload_weight(a, name, ts[i])) != PI0_OK) { cuda_weights_free(a); return st; }
+    }
+    free(a->stage);
+    a->stage = NULL;
+    *out = a;
+    return PI0_OK;
+}
+
+extern "C" pi0_status cuda_weights_upload(void **out, pi0_weights *w, const pi0_config *cfg, int device) {
+    wt_list l = {NULL, 0, 0};
+    *out = NULL;
+    pi0_status st = weights_foreach(w, cfg, collect, &l);
+    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.n, device);
+    free(l.t);
+    return st;
+}
+
+// ---- buffers and transfers ----
+
+static size_t cuda_elem_size(int kind) { return kind == PT_ACT ? 2 : 4; }
+
+static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
+    cuda_ctx *c = CTX(be);
+    pt t = {NULL, kind};
+    size_t bytes = (n ? n : 1) * cuda_elem_size(kind);
+    cudaError_t e = cudaMalloc((void **)&t.p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        cudaGetLastError();   // clear the sticky allocation error
+        pi0_fail(PI0_ERR_NOMEM, "CUDA device %d: cudaMalloc of %.1f MB failed (%.2f GB free of %.2f GB): %s",
+                 c->device, bytes / 1e6, fr / 1e9, tot / 1e9, cudaGetErrorString(e));
+        t.p = NULL;
+        return t;
+    }
+    CUDA_NOTE(c, cudaMemsetAsync(t.p, 0, bytes, c->stream));
+    return t;
+}
+
+static void cuda_release(pi0_backend *be, pt t) {
+    (void)be;
+    if (t.p) cudaFree(t.p);
+}
+
+static pi0_status cuda_upload(pi0_backend *be, pt dst, const void *src, size_t n) {
+    cuda_ctx *c = CTX(be);
+    PI0_ASSERT(dst.kind != PT_ACT);
+    cudaSetDevice(c->device);
+    CUDA_NOTE(c, cudaMemcpyAsync(dst.p, src, n * 4, cudaMemcpyHostToDevice, c->stream));
+    return report(c);
+}
+
+static pi0_status cuda_sync(pi0_backend *be) {
+    cuda_ctx *c = CTX(be);
+    CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+    return report(c);
+}
+
+static pi0_status cuda_download(pi0_backend *be, float *dst, pt src, size_t n) {
+    cuda_ctx *c = CTX(be);
+    if (src.kind != PT_ACT) {
+        CUDA_NOTE(c, cudaMemcpyAsync(dst, src.p, n * 4, cudaMemcpyDeviceToHost, c->stream));
+        return cuda_sync(be);
+    }
+    uint16_t *tmp = (uint16_t *)malloc(n * 2 + 2);   // bf16 downloads are for dumps only
+    if (!tmp) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    CUDA_NOTE(c, cudaMemcpyAsync(tmp, src.p, n * 2, cudaMemcpyDeviceToHost, c->stream));
+    pi0_status st = cuda_sync(be);
+    for (size_t i = 0; i < n && st == PI0_OK; i++) dst[i] = pi0_bf16_to_f32(tmp[i]);
+    free(tmp);
+    return st;
+}
+
+static pi0_status cuda_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores) {
+    cuda_ctx *c = CTX(be);
+    (void)max_rows;
+    (void)max_keys;
+    if (max_scores <= c->scores_cap) return PI0_OK;
+    cudaFree(c->scores);
+    cudaFree(c->probs);
+    cudaFree(c->att32);
+    c->scores = NULL; c->probs = NULL; c->att32 = NULL;
+    c->scores_cap = c->att_cap = 0;
+    // att32 holds one segment's suffix attention output (query rows x head_dim), which is smaller
+    // than its logits (query rows x keys) in every configuration; the launch checks both caps.
+    if (CUDA_NOTE(c, cudaMalloc((void **)&c->scores, max_scores * 4)) ||
+        CUDA_NOTE(c, cudaMalloc((void **)&c->probs, max_scores * 2)) ||
+        CUDA_NOTE(c, cudaMalloc((void **)&c->att32, max_scores * 4))) {
+        pi0_status st = report(c);
+        c->err = PI0_OK;
+        cudaGetLastError();
+        return st;
+    }
+    c->scores_cap = c->att_cap = max_scores;
+    return PI0_OK;
+}
+
+// ---- graphs ----
+
+static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg) {
+    cuda_ctx *c = CTX(be);
+    if (c->err) return report(c);
+    if (!c->graphs_enabled) {
+        fn(arg);
+        return report(c);
+    }
+    cuda_graph_entry *hit = NULL, *victim = &c->graphs[0];
+    for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
+        cuda_graph_entry *g = &c->graphs[i];
+        if (g->exec && g->keylen == keylen && !memcmp(g->key, key, (size_t)keylen * 4)) { hit = g; break; }
+        if (!g->exec || (victim->exec && g->last_use < victim->last_use)) victim = g;
+    }
+    if (!hit) {
+        if (victim->exec) { cudaGraphExecDestroy(victim->exec); victim->exec = NULL; }
+        free(victim->key);
+        victim->key = (int32_t *)malloc((size_t)keylen * 4);
+        if (!victim->key) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        memcpy(victim->key, key, (size_t)keylen * 4);
+        victim->keylen = keylen;
+        cudaGraph_t graph = NULL;
+        if (CUDA_NOTE(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal))) return report(c);
+        c->capturing = 1;
+        fn(arg);
+        c->capturing = 0;
+        cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+        if (!c->err) CUDA_NOTE(c, e);
+        if (!c->err) CUDA_NOTE(c, cudaGraphInstantiate(&victim->exec, graph, 0));
+        if (graph) cudaGraphDestroy(graph);
+        if (c->err) { victim->exec = NULL; return report(c); }
+        hit = victim;
+    }
+    hit->last_use = ++c->graph_clock;
+    CUDA_NOTE(c, cudaGraphLaunch(hit->exec, c->stream));
+    return report(c);
+}
+
+// ---- lifecycle ----
+
+static void cuda_destroy(pi0_backend *be) {
+    if (!be) return;
+    cuda_ctx *c = CTX(be);
+    if (c) {
+        cudaSetDevice(c->device);
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        for (int i = 0; i < CUDA_MAX_GRAPHS; i++) {
+            if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+            free(c->graphs[i].key);
+        }
+        gemm_cache_free(c->gemms);
+        cudaFree(c->scores);
+        cudaFree(c->probs);
+        cudaFree(c->att32);
+        cudaFree(c->workspace);
+        if (c->lt) cublasLtDestroy(c->lt);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
+    *out = NULL;
+    pi0_status st = check_device(device);
+    if (st != PI0_OK) return st;
+    pi0_backend *be = (pi0_backend *)calloc(1, sizeof *be);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    be->ctx = c;
+    c->device = device;
+    c->ws_size = 32u << 20;
+    const char *g = getenv("PI0_CUDA_GRAPHS");
+    c->graphs_enabled = !(g && !strcmp(g, "0"));
+    c->gemms = gemm_cache_new();
+    if (!c->gemms) { cuda_destroy(be); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    if (CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
+        CUBLAS_NOTE(c, cublasLtCreate(&c->lt)) || CUDA_NOTE(c, cudaMalloc(&c->workspace, c->ws_size))) {
+        st = report(c);
+        cuda_destroy(be);
+        return st;
+    }
+    be->name = "cuda";
+    cudaDeviceProp prop;
+    int drv = 0;
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        snprintf(be->device, sizeof be->device, "%.90s; %d SMs", prop.name, prop.multiProcessorCount);
+    cudaDriverGetVersion(&drv);
+    snprintf(be->driver, sizeof be->driver, "CUDA driver %d.%d", drv / 1000, (drv % 1000) / 10);
+    be->alloc = cuda_alloc;
+    be->release = cuda_release;
+    be->reserve = cuda_reserve;
+    be->sync = cuda_sync;
+    be->run_graph = cuda_run_graph;
+    be->destroy = cuda_destroy;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->elem_size = cuda_elem_size;
+    be->patch_embed = cuda_patch_embed;
+    be->layernorm = cuda_layernorm;
+    be->rmsnorm = cuda_rmsnorm;
+    be->adarms = cuda_adarms;
+    be->linear = cuda_linear;
+    be->rope = cuda_rope;
+    be->attention = cuda_attention;
+    be->gelu_mul = cuda_gelu_mul;
+    be->embed = cuda_embed;
+    be->copy_rows = cuda_copy_rows;
+    be->gated_add = cuda_gated_add;
+    be->add_rows = cuda_add_rows;
+    be->axpy = cuda_axpy;
+    *out = be;
+    return PI0_OK;
+}

@@ -1,0 +1,122 @@
+// common.cuh — shared by the CUDA backend's files: the session context, error capture, bf16 helpers.
+// Ops return void (backend.h), so the first CUDA/cuBLASLt failure of a session is kept in ctx->err
+// with its message and reported by the next sync/download. Layout legend: M rows, D width, bf16 = ACT.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../backend.h"
+#include "../util.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+struct gemm_cache;   // gemm.cu
+
+struct cuda_graph_entry {
+    int32_t *key;
+    int keylen;
+    cudaGraphExec_t exec;
+    uint64_t last_use;
+};
+
+enum { CUDA_MAX_GRAPHS = 8 };
+
+struct cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *workspace;           // cuBLASLt workspace
+    size_t ws_size;
+    gemm_cache *gemms;         // matmul descriptors + algorithms by shape
+    float *scores;             // attention logits of one segment (fp32)
+    bf16 *probs;               // attention probabilities (bf16, like the PT reference)
+    float *att32;              // suffix attention accumulator (fp32)
+    size_t scores_cap, att_cap;
+    cuda_graph_entry graphs[CUDA_MAX_GRAPHS];
+    uint64_t graph_clock;
+    int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off
+    int capturing;
+    pi0_status err;            // first asynchronous failure (sticky)
+    char errmsg[512];
+};
+
+#define CTX(be) ((cuda_ctx *)(be)->ctx)
+
+// Records the first failure; returns 1 if `e` is an error.
+int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line);
+int cublas_note(cuda_ctx *c, cublasStatus_t s, const char *what, const char *file, int line);
+#define CUDA_NOTE(c, call) cuda_note((c), (call), #call, __FILE__, __LINE__)
+#define CUBLAS_NOTE(c, call) cublas_note((c), (call), #call, __FILE__, __LINE__)
+#define LAUNCH_NOTE(c, name) cuda_note((c), cudaGetLastError(), name, __FILE__, __LINE__)
+
+static inline int cdiv(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+// Value of an element of an ACT (bf16) or F32 buffer as fp32, and the store back.
+template <typename T> __device__ __forceinline__ float ldf(const T *p, size_t i);
+template <> __device__ __forceinline__ float ldf<float>(const float *p, size_t i) { return p[i]; }
+template <> __device__ __forceinline__ float ldf<bf16>(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
+template <typename T> __device__ __forceinline__ void stf(T *p, size_t i, float v);
+template <> __device__ __forceinline__ void stf<float>(float *p, size_t i, float v) { p[i] = v; }
+template <> __device__ __forceinline__ void stf<bf16>(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a block of up to 1024 threads (blockDim.x a multiple of 32); every thread gets the result.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();   // part[] may still be read by a previous call
+    if (lane == 0) part[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        float x = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
+        x = warp_sum(x);
+        if (lane == 0) total = x;
+    }
+    __syncthreads();
+    return total;
+}
+
+// ---- entry points shared between the .cu files (the op table is assembled in backend.cu) ----
+// gemm.cu: Y[M,N] (row-major, ldy) = alpha * X[M,K] (ldx) . op(W) + beta * Y (+ bias[N]), op(W) = W^T
+// for W row-major [N, K] (trans_w = 1) or W for W row-major [K, N] (trans_w = 0); types are
+// CUDA_R_16BF or CUDA_R_32F; fp32 accumulation. batch > 1: strided batch with element strides.
+void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
+               const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
+               const void *bias, int batch, long long sx, long long sw, long long sy);
+gemm_cache *gemm_cache_new(void);
+void gemm_cache_free(gemm_cache *g);
+void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
+                 enum pi0_epi epi);
+// attention.cu
+void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
+// norm.cu
+void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps);
+void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);
+void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
+// elementwise.cu
+void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n);
+void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
+                      const pi0_wt *pos, int image_size, int patch);
+void cuda_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int head_dim);
+void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F);
+void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
+void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
+void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
+void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
+void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n);
+void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n);

@@ -1,0 +1,200 @@
+// elementwise.cu — the small ops of backend.h: patch embedding (spec 3.4, fp32 math), RoPE (3.7,
+// half-split, fp32 angles), GELU-tanh and the gated MLP product, token embedding x sqrt(D) (3.6), row
+// gathers/scatters with dtype conversion, gated residual (adaRMS), bias + swish rows, the Euler update.
+// bf16 storage, fp32 math. Each kernel's CPU twin is the cpu_<op> of src/cpu/cpu_backend.c.
+#include <math.h>
+
+#include "common.cuh"
+
+#define GRID(n) cdiv((long long)(n), 256), 256, 0, c->stream
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_kernel(bf16 *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __float2bfloat16(gelu_tanh(__bfloat162float(x[i])));
+}
+
+void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n) {
+    if (c->err || !n) return;
+    gelu_kernel<<<GRID(n)>>>(x, n);
+    LAUNCH_NOTE(c, "gelu_kernel");
+}
+
+__global__ void gelu_mul_kernel(bf16 *o, const bf16 *g, const bf16 *u, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = __float2bfloat16(gelu_tanh(__bfloat162float(g[i])) * __bfloat162float(u[i]));
+}
+
+void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
+    cuda_ctx *c = CTX(be);
+    size_t n = (size_t)M * F;
+    if (c->err || !n) return;
+    gelu_mul_kernel<<<GRID(n)>>>((bf16 *)out.p, (const bf16 *)g.p, (const bf16 *)u.p, n);
+    LAUNCH_NOTE(c, "gelu_mul_kernel");
+}
+
+// Block per (image i, patch t): the patch (c, y, x order of the OIHW weight) in shared memory, one
+// warp per output channel d with lanes over the 3*P*P inputs.
+__global__ void patch_embed_kernel(bf16 *out, const float *img, const int32_t *sel, const bf16 *w, const float *b,
+                                   const bf16 *pos, int R, int P, int Dv) {
+    extern __shared__ float patch[];
+    int i = blockIdx.y, t = blockIdx.x, G = R / P, CK = 3 * P * P, py = t / G, px = t % G;
+    const float *im = img + (size_t)sel[i] * R * R * 3;
+    for (int k = threadIdx.x; k < CK; k += blockDim.x) {
+        int ch = k / (P * P), y = (k / P) % P, x = k % P;
+        patch[k] = im[((size_t)(py * P + y) * R + (px * P + x)) * 3 + ch];
+    }
+    __syncthreads();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int T = G * G;
+    for (int d = warp; d < Dv; d += nw) {
+        const bf16 *wr = w + (size_t)d * CK;
+        float acc = 0;
+        for (int k = lane; k < CK; k += 32) acc += __bfloat162float(wr[k]) * patch[k];
+        acc = warp_sum(acc);
+        if (lane == 0)
+            out[((size_t)i * T + t) * Dv + d] = __float2bfloat16(acc + b[d] + __bfloat162float(pos[(size_t)t * Dv + d]));
+    }
+}
+
+void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
+                      const pi0_wt *pos, int R, int P) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || n <= 0) return;
+    int G = R / P;
+    dim3 grid(G * G, n);
+    patch_embed_kernel<<<grid, 256, 3 * P * P * sizeof(float), c->stream>>>(
+        (bf16 *)out.p, (const float *)img.p, (const int32_t *)sel.p, (const bf16 *)w->dev, (const float *)b->dev32,
+        (const bf16 *)pos->dev, R, P, (int)w->rows);
+    LAUNCH_NOTE(c, "patch_embed_kernel");
+}
+
+// x[r, h, :] rotated by pos[r] * 10000^(-2i/hd): (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
+__global__ void rope_kernel(bf16 *x, const int32_t *pos, int M, int heads, int hd) {
+    int half = hd / 2;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)M * heads * half;
+    if (idx >= n) return;
+    int i = (int)(idx % half);
+    size_t rh = idx / half;
+    int r = (int)(rh / heads);
+    float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = (float)pos[r] * inv_freq;
+    float cs = cosf(th), sn = sinf(th);
+    bf16 *v = x + rh * hd;
+    float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[half + i]);
+    v[i] = __float2bfloat16(x1 * cs - x2 * sn);
+    v[half + i] = __float2bfloat16(x2 * cs + x1 * sn);
+}
+
+void cuda_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
+    cuda_ctx *c = CTX(be);
+    size_t n = (size_t)M * heads * (hd / 2);
+    if (c->err || !n) return;
+    rope_kernel<<<GRID(n)>>>((bf16 *)x.p, (const int32_t *)pos.p, M, heads, hd);
+    LAUNCH_NOTE(c, "rope_kernel");
+}
+
+__global__ void embed_kernel(bf16 *out, const int32_t *rows, const int32_t *ids, int n, const bf16 *table, int D,
+                             float scale) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n * D) return;
+    int i = (int)(idx / D), d = (int)(idx % D);
+    out[(size_t)rows[i] * D + d] = __float2bfloat16(__bfloat162float(table[(size_t)ids[i] * D + d]) * scale);
+}
+
+void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {
+    cuda_ctx *c = CTX(be);
+    int D = (int)table->cols;
+    if (c->err || n <= 0) return;
+    embed_kernel<<<GRID((size_t)n * D)>>>((bf16 *)out.p, (const int32_t *)rows.p, (const int32_t *)ids.p, n,
+                                          (const bf16 *)table->dev, D, scale);
+    LAUNCH_NOTE(c, "embed_kernel");
+}
+
+template <typename TD, typename TS>
+__global__ void copy_rows_kernel(TD *dst, const int32_t *di, const TS *src, const int32_t *si, int n, int D) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n * D) return;
+    int i = (int)(idx / D), d = (int)(idx % D);
+    size_t dr = di ? (size_t)di[i] : (size_t)i, sr = si ? (size_t)si[i] : (size_t)i;
+    stf<TD>(dst, dr * D + d, ldf<TS>(src, sr * D + d));
+}
+
+void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || n <= 0) return;
+    const int32_t *dix = (const int32_t *)di.p, *six = (const int32_t *)si.p;
+    size_t total = (size_t)n * D;
+    if (dst.kind == PT_ACT && src.kind == PT_ACT)
+        copy_rows_kernel<bf16, bf16><<<GRID(total)>>>((bf16 *)dst.p, dix, (const bf16 *)src.p, six, n, D);
+    else if (dst.kind == PT_ACT)
+        copy_rows_kernel<bf16, float><<<GRID(total)>>>((bf16 *)dst.p, dix, (const float *)src.p, six, n, D);
+    else if (src.kind == PT_ACT)
+        copy_rows_kernel<float, bf16><<<GRID(total)>>>((float *)dst.p, dix, (const bf16 *)src.p, six, n, D);
+    else
+        copy_rows_kernel<float, float><<<GRID(total)>>>((float *)dst.p, dix, (const float *)src.p, six, n, D);
+    LAUNCH_NOTE(c, "copy_rows_kernel");
+}
+
+__global__ void gated_add_kernel(bf16 *x, const bf16 *y, const float *gate, int gate_stride, int rows_per_gate, int M,
+                                 int D) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)M * D) return;
+    int r = (int)(idx / D), d = (int)(idx % D);
+    float g = gate[(size_t)(r / rows_per_gate) * gate_stride + d];
+    x[idx] = __float2bfloat16(__bfloat162float(x[idx]) + g * __bfloat162float(y[idx]));
+}
+
+void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    gated_add_kernel<<<GRID((size_t)M * D)>>>((bf16 *)x.p, (const bf16 *)y.p, (const float *)gate.p, gate_stride,
+                                              rows_per_gate, M, D);
+    LAUNCH_NOTE(c, "gated_add_kernel");
+}
+
+template <typename T>
+__global__ void add_rows_kernel(T *x, const float *v, int rows_per_vec, int M, int D, int swish) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)M * D) return;
+    int r = (int)(idx / D), d = (int)(idx % D);
+    float z = ldf<T>(x, idx) + v[(size_t)(r / rows_per_vec) * D + d];
+    stf<T>(x, idx, swish ? z / (1.0f + expf(-z)) : z);
+}
+
+void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    if (x.kind == PT_F32)
+        add_rows_kernel<float><<<GRID((size_t)M * D)>>>((float *)x.p, (const float *)v.p, rows_per_vec, M, D,
+                                                        act == ACT_SWISH);
+    else
+        add_rows_kernel<bf16><<<GRID((size_t)M * D)>>>((bf16 *)x.p, (const float *)v.p, rows_per_vec, M, D,
+                                                       act == ACT_SWISH);
+    LAUNCH_NOTE(c, "add_rows_kernel");
+}
+
+__global__ void axpy_kernel(float *x, const float *y, float alpha, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += alpha * y[i];
+}
+
+void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || !n) return;
+    axpy_kernel<<<GRID(n)>>>((float *)x.p, (const float *)y.p, alpha, n);
+    LAUNCH_NOTE(c, "axpy_kernel");
+}
+
+__global__ void f32_to_bf16_kernel(bf16 *d, const float *s, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) d[i] = __float2bfloat16(s[i]);
+}
+
+void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n) {
+    if (c->err || !n) return;
+    f32_to_bf16_kernel<<<GRID(n)>>>(dst, src, n);
+    LAUNCH_NOTE(c, "f32_to_bf16_kernel");
+}

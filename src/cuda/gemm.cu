@@ -1,0 +1,184 @@
+// gemm.cu — the only cuBLASLt caller, and the linear op (backend.h `linear`).
+// Row-major Y[M,N] = X[M,K] . W^T is computed by cuBLASLt (column-major) as Y^T = W . X^T: A = W with
+// transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
+// Descriptors, layouts and the heuristic's first algorithm are made once per shape and cached (the
+// timed algorithm search is issue 5's). Linear with fp32 input (the small head projections and time
+// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead: one warp per output feature and
+// 8 rows, bf16 weights widened to fp32. CPU twin: cpu_linear.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+struct gemm_key {
+    int trans_w, M, N, K, ldx, ldw, ldy, tx, tw, ty, has_bias, batch;
+    int al_x, al_w, al_y, al_b;   // pointer alignments in bytes (cuBLASLt assumes 256 unless told)
+    long long sx, sw, sy;
+};
+
+static int alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && (a % (uintptr_t)al)) al >>= 1;
+    return al;
+}
+
+struct gemm_plan {
+    gemm_key key;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct gemm_cache {
+    gemm_plan *plans;
+    int n, cap;
+};
+
+gemm_cache *gemm_cache_new(void) { return (gemm_cache *)calloc(1, sizeof(gemm_cache)); }
+
+void gemm_cache_free(gemm_cache *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) {
+        cublasLtMatmulDescDestroy(g->plans[i].desc);
+        cublasLtMatrixLayoutDestroy(g->plans[i].la);
+        cublasLtMatrixLayoutDestroy(g->plans[i].lb);
+        cublasLtMatrixLayoutDestroy(g->plans[i].lc);
+    }
+    free(g->plans);
+    free(g);
+}
+
+static int set_batch(cuda_ctx *c, cublasLtMatrixLayout_t l, int batch, long long stride) {
+    if (batch <= 1) return 1;
+    int32_t b = batch;
+    int64_t s = stride;
+    return !CUBLAS_NOTE(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b)) &&
+           !CUBLAS_NOTE(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
+}
+
+static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
+    gemm_cache *g = c->gemms;
+    for (int i = 0; i < g->n; i++)
+        if (!memcmp(&g->plans[i].key, k, sizeof *k)) return &g->plans[i];
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        gemm_plan *p = (gemm_plan *)realloc(g->plans, (size_t)cap * sizeof *p);
+        if (!p) { pi0_fail(PI0_ERR_NOMEM, "out of memory"); c->err = c->err ? c->err : PI0_ERR_NOMEM; return NULL; }
+        g->plans = p;
+        g->cap = cap;
+    }
+    gemm_plan *p = &g->plans[g->n];
+    memset(p, 0, sizeof *p);
+    p->key = *k;
+    cublasOperation_t ta = k->trans_w ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    if (CUBLAS_NOTE(c, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return NULL;
+    CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (k->has_bias) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    }
+    // A = W: column-major [K, N] (trans) or [N, K] (no trans); B = X: [K, M]; C = D = Y: [N, M]
+    uint64_t ar = k->trans_w ? k->K : k->N, ac = k->trans_w ? k->N : k->K;
+    if (CUBLAS_NOTE(c, cublasLtMatrixLayoutCreate(&p->la, (cudaDataType)k->tw, ar, ac, k->ldw)) ||
+        CUBLAS_NOTE(c, cublasLtMatrixLayoutCreate(&p->lb, (cudaDataType)k->tx, k->K, k->M, k->ldx)) ||
+        CUBLAS_NOTE(c, cublasLtMatrixLayoutCreate(&p->lc, (cudaDataType)k->ty, k->N, k->M, k->ldy)))
+        return NULL;
+    if (!set_batch(c, p->la, k->batch, k->sw) || !set_batch(c, p->lb, k->batch, k->sx) ||
+        !set_batch(c, p->lc, k->batch, k->sy))
+        return NULL;
+    cublasLtMatmulPreference_t pref;
+    if (CUBLAS_NOTE(c, cublasLtMatmulPreferenceCreate(&pref))) return NULL;
+    CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &c->ws_size,
+                                                        sizeof c->ws_size));
+    uint32_t al[4] = {(uint32_t)k->al_w, (uint32_t)k->al_x, (uint32_t)k->al_y, (uint32_t)k->al_y};
+    CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], 4));
+    CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
+    CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
+    CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
+        if (!c->err) {
+            c->err = PI0_ERR_CUDA;
+            snprintf(c->errmsg, sizeof c->errmsg, "cuBLASLt has no algorithm for GEMM M=%d N=%d K=%d (ldx %d ldw %d ldy %d, "
+                     "types %d/%d/%d, batch %d): status %d", k->M, k->N, k->K, k->ldx, k->ldw, k->ldy, k->tx, k->tw, k->ty,
+                     k->batch, (int)s);
+        }
+        cublasLtMatmulDescDestroy(p->desc);
+        cublasLtMatrixLayoutDestroy(p->la);
+        cublasLtMatrixLayoutDestroy(p->lb);
+        cublasLtMatrixLayoutDestroy(p->lc);
+        return NULL;
+    }
+    p->algo = res.algo;
+    g->n++;
+    return p;
+}
+
+void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
+               const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
+               const void *bias, int batch, long long sx, long long sw, long long sy) {
+    if (c->err || M <= 0 || N <= 0) return;
+    gemm_key k;
+    memset(&k, 0, sizeof k);   // padding bytes take part in memcmp
+    k.trans_w = trans_w; k.M = M; k.N = N; k.K = K; k.ldx = ldx; k.ldw = ldw; k.ldy = ldy;
+    k.tx = tx; k.tw = tw; k.ty = ty; k.has_bias = bias != NULL; k.batch = batch;
+    k.al_x = alignment(X); k.al_w = alignment(W); k.al_y = alignment(Y); k.al_b = bias ? alignment(bias) : 0;
+    k.sx = batch > 1 ? sx : 0; k.sw = batch > 1 ? sw : 0; k.sy = batch > 1 ? sy : 0;
+    gemm_plan *p = get_plan(c, &k);
+    if (!p) return;
+    if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, Y, p->lc, Y, p->lc, &p->algo,
+                                  c->workspace, c->ws_size, c->stream));
+}
+
+// y[m, n] (=, +=, gelu) sum_k x[m, k] * w[n, k0 + k] + b[n]; one warp per n and 8 rows.
+__global__ void linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M, int N, int K,
+                                  int ldw, int epi) {
+    int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31, m0 = blockIdx.y * 8;
+    if (n >= N) return;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    const bf16 *wr = w + (size_t)n * ldw;
+    for (int k = lane; k < K; k += 32) {
+        float wv = __bfloat162float(wr[k]);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            if (m0 + i < M) acc[i] += x[(size_t)(m0 + i) * K + k] * wv;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float v = warp_sum(acc[i]);
+        if (lane == 0 && m0 + i < M) {
+            v += b ? b[n] : 0.0f;
+            float *o = y + (size_t)(m0 + i) * N + n;
+            if (epi == EPI_ADD) v += *o;
+            else if (epi == EPI_GELU) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            *o = v;
+        }
+    }
+}
+
+void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
+                 enum pi0_epi epi) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    const bf16 *w = (const bf16 *)W->dev + k0;
+    if (x.kind == PT_F32) {
+        PI0_ASSERT(out.kind == PT_F32);
+        dim3 grid(cdiv((long long)N * 32, 256), cdiv(M, 8));
+        linear_f32_kernel<<<grid, 256, 0, c->stream>>>((float *)out.p, (const float *)x.p, w,
+                                                        b ? (const float *)b->dev32 : NULL, M, N, K, (int)W->cols, epi);
+        LAUNCH_NOTE(c, "linear_f32_kernel");
+        return;
+    }
+    PI0_ASSERT(x.kind == PT_ACT && out.kind == PT_ACT);
+    // bias epilogue in the output type (bf16): the sum is formed in fp32 and rounded once
+    cuda_gemm(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_16BF, w, (int)W->cols, CUDA_R_16BF, epi == EPI_ADD ? 1.0f : 0.0f,
+              out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0);
+    if (epi == EPI_GELU) cuda_gelu_inplace(c, (bf16 *)out.p, (size_t)M * N);
+}

@@ -1,0 +1,509 @@
+/* test_cuda.c — GPU tests (`make test-cuda`, on the device machine):
+ *  1. every CUDA op against its CPU twin (the fp32 reference backend) on random inputs at the real π0
+ *     shapes and awkward ones; inputs are bf16-representable so both sides see identical values;
+ *     outputs are poisoned first so an unwritten element fails;
+ *  2. end to end: the tiny fixtures on the GPU against the CPU reference and the PyTorch fixtures,
+ *     graph replay against the un-captured run, repeat runs bit for bit;
+ *  3. resources: session create/free cycles leak no device memory; an impossible session fails with
+ *     a clear out-of-memory error and the model stays usable;
+ *  4. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions.
+ * Seeded RNG (seed printed). Tolerances and the worst values seen: tests/README.md. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "pi0.h"
+#include "test.h"
+#include "util.h"
+
+static pi0_backend *cpu, *gpu;
+static pi0_rng rng;
+static const uint64_t SEED = 20261122;
+
+typedef struct {
+    pt c, g;
+    size_t n;
+    int kind;
+} dbuf;
+
+static dbuf mk(size_t n, int kind) {
+    dbuf b = {cpu->alloc(cpu, n, kind), gpu->alloc(gpu, n, kind), n, kind};
+    if (!b.c.p || !b.g.p) { printf("alloc of %zu failed: %s\n", n, pi0_last_error()); exit(1); }
+    return b;
+}
+
+static void rel(dbuf *b) {
+    cpu->release(cpu, b->c);
+    gpu->release(gpu, b->g);
+}
+
+static float bfr(float x) { return pi0_bf16_to_f32(pi0_f32_to_bf16(x)); }
+
+/* Sets both copies to the same values (rounded to bf16 for ACT buffers). */
+static void set(dbuf *b, const float *v) {
+    float *h = malloc(b->n * sizeof(float));
+    for (size_t i = 0; i < b->n; i++) h[i] = b->kind == PT_ACT ? bfr(v[i]) : v[i];
+    if (b->kind == PT_ACT) {
+        cpu->upload(cpu, (pt){b->c.p, PT_F32}, h, b->n);
+        pt tmp = gpu->alloc(gpu, b->n, PT_F32);
+        gpu->upload(gpu, tmp, h, b->n);
+        gpu->copy_rows(gpu, b->g, (pt){0}, tmp, (pt){0}, 1, (int)b->n);
+        gpu->sync(gpu);
+        gpu->release(gpu, tmp);
+    } else {
+        cpu->upload(cpu, b->c, h, b->n);
+        gpu->upload(gpu, b->g, h, b->n);
+    }
+    free(h);
+}
+
+static void set_rand(dbuf *b, float scale) {
+    float *v = malloc(b->n * sizeof(float));
+    for (size_t i = 0; i < b->n; i++) v[i] = (float)(scale * pi0_rng_normal(&rng));
+    set(b, v);
+    free(v);
+}
+
+static void set_ints(dbuf *b, const int32_t *v) {
+    cpu->upload(cpu, b->c, v, b->n);
+    gpu->upload(gpu, b->g, v, b->n);
+}
+
+static void poison(dbuf *b) {
+    float *v = malloc(b->n * sizeof(float));
+    for (size_t i = 0; i < b->n; i++) v[i] = 1e30f;
+    set(b, v);
+    free(v);
+}
+
+static double worst_ratio;
+
+static void compare(const char *op, const char *shape, dbuf *b, double bound) {
+    float *hc = malloc(b->n * sizeof(float)), *hg = malloc(b->n * sizeof(float));
+    pi0_status s1 = cpu->download(cpu, hc, b->c, b->n), s2 = gpu->download(gpu, hg, b->g, b->n);
+    double mx, r = (s1 || s2) ? INFINITY : rel_l2(hg, hc, b->n, &mx);
+    if (s1 || s2) { mx = INFINITY; printf("  download: %s\n", pi0_last_error()); }
+    if (r / bound > worst_ratio) worst_ratio = r / bound;
+    printf("%-12s %-34s max_abs=%.2e rel_l2=%.2e bound=%.0e %s\n", op, shape, mx, r, bound, r <= bound ? "OK" : "FAIL");
+    CHECK(r <= bound, "%s %s: rel_l2 %.3e > %.0e", op, shape, r, bound);
+    free(hc);
+    free(hg);
+}
+
+/* A random bf16 weight (rows x cols, cols == 1 for vectors) uploaded with its siblings by upload_wts. */
+typedef struct {
+    pi0_wt w;
+    uint16_t *data;
+} hwt;
+
+static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 2)};
+    for (int64_t i = 0; i < rows * cols; i++) h.data[i] = pi0_f32_to_bf16(offset + (float)(scale * pi0_rng_normal(&rng)));
+    h.w.data = h.data;
+    h.w.dtype = PI0_DT_BF16;
+    h.w.rows = rows;
+    h.w.cols = cols;
+    return h;
+}
+
+static void *upload_wts(hwt **ws, int n) {
+    pi0_wt *list[8];
+    for (int i = 0; i < n; i++) list[i] = &ws[i]->w;
+    void *arena = NULL;
+    pi0_status st = cuda_upload_list(&arena, list, n, 0);
+    CHECK(st == PI0_OK, "upload weights: %s", pi0_last_error());
+    return arena;
+}
+
+static void free_wts(void *arena, hwt **ws, int n) {
+    cuda_weights_free(arena);
+    for (int i = 0; i < n; i++) free(ws[i]->data);
+}
+
+static const char *ename(enum pi0_epi e) { return e == EPI_ADD ? "add" : e == EPI_GELU ? "gelu" : "store"; }
+
+static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
+    hwt W = mkw(N, kcols, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
+    hwt *ws[2] = {&W, &b};
+    void *ar = upload_wts(ws, 2);
+    int kind = f32 ? PT_F32 : PT_ACT;
+    dbuf x = mk((size_t)M * K, kind), y = mk((size_t)M * N, kind);
+    set_rand(&x, 1.0f);
+    if (epi == EPI_ADD) set_rand(&y, 1.0f); else poison(&y);
+    cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
+    gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 ? "f32" : "bf16", M, N, K, k0, ename(epi),
+             bias ? "+b" : "");
+    compare("linear", shape, &y, bound);
+    rel(&x); rel(&y);
+    free_wts(ar, ws, 2);
+}
+
+static void t_norms(int M, int D) {
+    hwt w = mkw(D, 1, 0.2f, 1.0f), b = mkw(D, 1, 0.1f, 0), r = mkw(D, 1, 0.2f, 0);
+    hwt *ws[3] = {&w, &b, &r};
+    void *ar = upload_wts(ws, 3);
+    dbuf x = mk((size_t)M * D, PT_ACT), y = mk((size_t)M * D, PT_ACT);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d D=%d", M, D);
+    set_rand(&x, 3.0f);
+    poison(&y);
+    cpu->layernorm(cpu, y.c, x.c, &w.w, &b.w, M, D, 1e-6f);
+    gpu->layernorm(gpu, y.g, x.g, &w.w, &b.w, M, D, 1e-6f);
+    compare("layernorm", shape, &y, 8e-3);
+    poison(&y);
+    cpu->rmsnorm(cpu, y.c, x.c, &r.w, M, D, 1e-6f);
+    gpu->rmsnorm(gpu, y.g, x.g, &r.w, M, D, 1e-6f);
+    compare("rmsnorm", shape, &y, 8e-3);
+    int per = M > 1 ? (M + 1) / 2 : 1;
+    dbuf mod = mk((size_t)((M + per - 1) / per) * 3 * D, PT_F32);
+    set_rand(&mod, 0.3f);
+    poison(&y);
+    cpu->adarms(cpu, y.c, x.c, mod.c, per, M, D, 1e-6f);
+    gpu->adarms(gpu, y.g, x.g, mod.g, per, M, D, 1e-6f);
+    compare("adarms", shape, &y, 8e-3);
+    /* gated residual with the modulation's gate rows (stride 3D) */
+    dbuf z = mk((size_t)M * D, PT_ACT);
+    set_rand(&z, 1.0f);
+    cpu->gated_add(cpu, y.c, z.c, pt_at(cpu, mod.c, 2 * (size_t)D), 3 * D, per, M, D);
+    gpu->gated_add(gpu, y.g, z.g, pt_at(gpu, mod.g, 2 * (size_t)D), 3 * D, per, M, D);
+    compare("gated_add", shape, &y, 8e-3);
+    rel(&x); rel(&y); rel(&mod); rel(&z);
+    free_wts(ar, ws, 3);
+}
+
+static void t_rope(int M, int heads, int hd) {
+    dbuf x = mk((size_t)M * heads * hd, PT_ACT), pos = mk((size_t)M, PT_I32);
+    int32_t *p = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) p[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, p);
+    set_rand(&x, 1.0f);
+    cpu->rope(cpu, x.c, pos.c, M, heads, hd);
+    gpu->rope(gpu, x.g, pos.g, M, heads, hd);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d heads=%d hd=%d", M, heads, hd);
+    compare("rope", shape, &x, 8e-3);
+    free(p);
+    rel(&x); rel(&pos);
+}
+
+/* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source. */
+static void t_attention(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
+                        int with_k2, int block0) {
+    int32_t qo[65] = {0}, ko[65] = {0};
+    for (int s = 0; s < nseg; s++) { qo[s + 1] = qo[s] + nq[s]; ko[s + 1] = ko[s] + nk[s]; }
+    int Mq = qo[nseg], Mk = ko[nseg];
+    dbuf q = mk((size_t)Mq * heads * hd, PT_ACT), o = mk((size_t)Mq * heads * hd, PT_ACT);
+    dbuf k = mk((size_t)Mk * kv * hd, PT_ACT), v = mk((size_t)Mk * kv * hd, PT_ACT);
+    dbuf k2 = mk((size_t)Mq * kv * hd, PT_ACT), v2 = mk((size_t)Mq * kv * hd, PT_ACT);
+    set_rand(&q, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); set_rand(&k2, 1.0f); set_rand(&v2, 1.0f);
+    poison(&o);
+    size_t maxs = 0;
+    for (int s = 0; s < nseg; s++) {
+        size_t sc = (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0));
+        if (sc > maxs) maxs = sc;
+    }
+    cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs);
+    gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs);
+    pi0_attn a = {.nseg = nseg, .heads = heads, .kv_heads = kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                  .q_off = qo, .k_off = ko, .block0 = block0};
+    a.k1 = k.c; a.v1 = v.c;
+    if (with_k2) { a.k2 = k2.c; a.v2 = v2.c; }
+    cpu->attention(cpu, o.c, q.c, &a);
+    a.k1 = k.g; a.v1 = v.g;
+    if (with_k2) { a.k2 = k2.g; a.v2 = v2.g; }
+    gpu->attention(gpu, o.g, q.g, &a);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s seg=%d q=%d k=%d h=%d/%d hd=%d", what, nseg, nq[0], nk[0], heads, kv, hd);
+    compare("attention", shape, &o, 1e-2);
+    rel(&q); rel(&o); rel(&k); rel(&v); rel(&k2); rel(&v2);
+}
+
+static void t_misc(void) {
+    /* gelu_mul */
+    int M = 788, F = 4096;
+    dbuf g = mk((size_t)M * F, PT_ACT), u = mk((size_t)M * F, PT_ACT), o = mk((size_t)M * F, PT_ACT);
+    set_rand(&g, 2.0f); set_rand(&u, 1.0f); poison(&o);
+    cpu->gelu_mul(cpu, o.c, g.c, u.c, M, F);
+    gpu->gelu_mul(gpu, o.g, g.g, u.g, M, F);
+    compare("gelu_mul", "M=788 F=4096", &o, 8e-3);
+    rel(&g); rel(&u); rel(&o);
+    /* embed into scattered rows */
+    hwt tab = mkw(1000, 2048, 1.0f / 45.25f, 0);
+    hwt *ws[1] = {&tab};
+    void *ar = upload_wts(ws, 1);
+    dbuf out = mk((size_t)40 * 2048, PT_ACT), rows = mk(20, PT_I32), ids = mk(20, PT_I32);
+    int32_t r[20], id[20];
+    for (int i = 0; i < 20; i++) { r[i] = 39 - 2 * i; id[i] = (int32_t)(pi0_rng_next(&rng) % 1000); }
+    set_ints(&rows, r); set_ints(&ids, id);
+    float *zero = calloc((size_t)40 * 2048, sizeof(float));
+    set(&out, zero);
+    cpu->embed(cpu, out.c, rows.c, ids.c, 20, &tab.w, sqrtf(2048.0f));
+    gpu->embed(gpu, out.g, rows.g, ids.g, 20, &tab.w, sqrtf(2048.0f));
+    compare("embed", "n=20 D=2048 V=1000", &out, 8e-3);
+    free(zero);
+    rel(&out); rel(&rows); rel(&ids);
+    free_wts(ar, ws, 1);
+    /* copy_rows across kinds, with gather and scatter */
+    dbuf a16 = mk((size_t)30 * 64, PT_ACT), b32 = mk((size_t)30 * 64, PT_F32), idx = mk(10, PT_I32);
+    int32_t ix[10];
+    for (int i = 0; i < 10; i++) ix[i] = (i * 7) % 30;
+    set_ints(&idx, ix);
+    set_rand(&a16, 1.0f); poison(&b32);
+    cpu->copy_rows(cpu, b32.c, (pt){0}, a16.c, idx.c, 10, 64);
+    gpu->copy_rows(gpu, b32.g, (pt){0}, a16.g, idx.g, 10, 64);
+    cpu->copy_rows(cpu, a16.c, idx.c, b32.c, (pt){0}, 10, 64);
+    gpu->copy_rows(gpu, a16.g, idx.g, b32.g, (pt){0}, 10, 64);
+    compare("copy_rows", "bf16->f32 gather, f32->bf16 scatter", &a16, 1e-6);
+    rel(&a16); rel(&b32); rel(&idx);
+    /* add_rows + swish (F32 and ACT), axpy */
+    dbuf x = mk((size_t)10 * 1024, PT_F32), vv = mk(1024, PT_F32), xa = mk((size_t)4 * 24, PT_ACT), va = mk(2 * 24, PT_F32);
+    set_rand(&x, 2.0f); set_rand(&vv, 1.0f); set_rand(&xa, 2.0f); set_rand(&va, 1.0f);
+    cpu->add_rows(cpu, x.c, vv.c, 10, 10, 1024, ACT_SWISH);
+    gpu->add_rows(gpu, x.g, vv.g, 10, 10, 1024, ACT_SWISH);
+    compare("add_rows", "f32 M=10 D=1024 swish", &x, 1e-6);
+    cpu->add_rows(cpu, xa.c, va.c, 2, 4, 24, ACT_NONE);
+    gpu->add_rows(gpu, xa.g, va.g, 2, 4, 24, ACT_NONE);
+    compare("add_rows", "bf16 M=4 D=24 two vectors", &xa, 8e-3);
+    cpu->axpy(cpu, x.c, vv.c, -0.1f, 1024);
+    gpu->axpy(gpu, x.g, vv.g, -0.1f, 1024);
+    compare("axpy", "n=1024", &x, 1e-6);
+    rel(&x); rel(&vv); rel(&xa); rel(&va);
+}
+
+static void t_patch(int R, int P, int Dv, int nimg) {
+    int CK = 3 * P * P, T = (R / P) * (R / P);
+    hwt w = mkw(Dv, CK, 1.0f / sqrtf((float)CK), 0), b = mkw(Dv, 1, 0.1f, 0), pos = mkw(T, Dv, 0.5f, 0);
+    hwt *ws[3] = {&w, &b, &pos};
+    void *ar = upload_wts(ws, 3);
+    dbuf img = mk((size_t)(nimg + 1) * R * R * 3, PT_F32), sel = mk((size_t)nimg, PT_I32),
+         out = mk((size_t)nimg * T * Dv, PT_ACT);
+    float *px = calloc(img.n, sizeof(float));
+    for (size_t i = 0; i < img.n; i++) px[i] = (float)(2.0 * pi0_rng_uniform(&rng) - 1.0);
+    set(&img, px);
+    free(px);
+    int32_t s[8];
+    for (int i = 0; i < nimg; i++) s[i] = (i + 1) % (nimg + 1);   /* skip slot 0: selection matters */
+    set_ints(&sel, s);
+    poison(&out);
+    cpu->patch_embed(cpu, out.c, img.c, sel.c, nimg, &w.w, &b.w, &pos.w, R, P);
+    gpu->patch_embed(gpu, out.g, img.g, sel.g, nimg, &w.w, &b.w, &pos.w, R, P);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d images R=%d P=%d Dv=%d", nimg, R, P, Dv);
+    compare("patch_embed", shape, &out, 8e-3);
+    rel(&img); rel(&sel); rel(&out);
+    free_wts(ar, ws, 3);
+}
+
+static void op_tests(void) {
+    if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0) != PI0_OK) {
+        CHECK(0, "backends: %s", pi0_last_error());
+        return;
+    }
+    cpu->reserve(cpu, 4096, 4096, 1);
+    gpu->reserve(gpu, 4096, 4096, 1);
+    /* Gemma prefix (M = 788 rows), SigLIP (768 = 3 x 256), expert (M = 11), head projections, awkward */
+    t_linear(788, 2048, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3);
+    t_linear(788, 256, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3);
+    t_linear(788, 2048, 16384, 0, 16384, 0, EPI_ADD, 0, 8e-3);
+    t_linear(768, 4304, 1152, 0, 1152, 1, EPI_GELU, 0, 8e-3);
+    t_linear(768, 1152, 4304, 0, 4304, 1, EPI_ADD, 0, 8e-3);
+    t_linear(11, 4096, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
+    t_linear(11, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);
+    t_linear(1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
+    t_linear(5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3);
+    t_linear(10, 1024, 32, 0, 32, 1, EPI_STORE, 1, 1e-5);
+    t_linear(10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 1, 1e-5);
+    t_linear(50, 32, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);
+    t_linear(3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5);
+    t_norms(768, 1152);
+    t_norms(788, 2048);
+    t_norms(22, 1024);
+    t_norms(3, 40);
+    t_norms(1, 24);
+    t_rope(788, 8, 256);
+    t_rope(11, 1, 256);
+    t_rope(3, 2, 16);
+    int v_q[3] = {256, 256, 256}, p1[1] = {788}, p2q[2] = {500, 300}, s_q[2] = {11, 11}, s_k[2] = {788, 500};
+    int s5_q[2] = {10, 10}, t_q[2] = {3, 5}, t_k[2] = {7, 2};
+    t_attention("siglip", 3, v_q, v_q, 16, 16, 72, 0, 0);
+    t_attention("prefix", 1, p1, p1, 8, 1, 256, 0, 0);
+    t_attention("prefix-b2", 2, p2q, p2q, 8, 1, 256, 0, 0);
+    t_attention("suffix-pi0", 2, s_q, s_k, 8, 1, 256, 1, 1);
+    t_attention("suffix-pi05", 2, s5_q, s_k, 8, 1, 256, 1, 0);
+    t_attention("tiny", 2, t_q, t_k, 4, 1, 16, 1, 1);
+    t_misc();
+    t_patch(224, 14, 1152, 3);
+    t_patch(56, 14, 32, 2);
+    printf("worst op error / bound: %.2f\n", worst_ratio);
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+}
+
+/* ---- end to end ---- */
+
+typedef struct {
+    float *act;
+    size_t n;
+} result;
+
+static int infer(pi0_model *m, const pi0_inputs *in, int stage_timing, result *r) {
+    pi0_session *s = NULL;
+    pi0_model_info info;
+    pi0_model_get_info(m, &info);
+    r->n = (size_t)in->batch * info.action_horizon * info.action_dim;
+    r->act = malloc(r->n * sizeof(float));
+    int ok = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in->batch}) == PI0_OK;
+    if (ok) pi0_session_set_stage_timing(s, stage_timing);
+    ok = ok && pi0_infer(s, in, r->act) == PI0_OK;
+    if (!ok) printf("  inference: %s\n", pi0_last_error());
+    pi0_session_free(s);
+    return ok;
+}
+
+static void e2e_fixtures(void) {
+    const char *models[2] = {"tests/fixtures/tiny-pi0", "tests/fixtures/tiny-pi05"};
+    const char *cases[3] = {"b1", "b1-masked", "b2"};
+    for (int mi = 0; mi < 2; mi++) {
+        pi0_model *mc = NULL, *mg = NULL;
+        int ok = pi0_model_load(&mc, models[mi], &(pi0_model_params){.quiet = 1}) == PI0_OK &&
+                 pi0_model_load(&mg, models[mi], &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK;
+        CHECK(ok, "load %s: %s", models[mi], pi0_last_error());
+        for (int ci = 0; ok && ci < 3; ci++) {
+            char in_path[256], out_path[256];
+            snprintf(in_path, sizeof in_path, "%s/%s.in.safetensors", models[mi], cases[ci]);
+            snprintf(out_path, sizeof out_path, "%s/%s.out.safetensors", models[mi], cases[ci]);
+            pi0_tensors *t = NULL, *e = NULL;
+            pi0_inputs_buf *ib = NULL;
+            pi0_inputs in;
+            const void *exp_act = NULL;
+            result rc = {0}, rg = {0}, rn = {0}, rg2 = {0};
+            int ok2 = pi0_tensors_open(&t, in_path) == PI0_OK && pi0_tensors_open(&e, out_path) == PI0_OK &&
+                      pi0_tensors_get(e, "actions", NULL, NULL, NULL, &exp_act) == PI0_OK &&
+                      pi0_inputs_from_tensors(mc, t, in_path, &in, &ib) == PI0_OK && infer(mc, &in, 0, &rc) &&
+                      infer(mg, &in, 0, &rg) && infer(mg, &in, 1, &rn) && infer(mg, &in, 0, &rg2);
+            CHECK(ok2, "%s/%s: %s", models[mi], cases[ci], pi0_last_error());
+            if (ok2) {
+                double m1, m2;
+                double r1 = rel_l2(rg.act, rc.act, rc.n, &m1), r2 = rel_l2(rg.act, exp_act, rc.n, &m2);
+                printf("e2e %-24s %-10s gpu-vs-cpu rel_l2=%.2e max_abs=%.2e  gpu-vs-torch rel_l2=%.2e  bound 2e-2 %s\n",
+                       models[mi] + 15, cases[ci], r1, m1, r2, r1 < 2e-2 && r2 < 2e-2 ? "OK" : "FAIL");
+                CHECK(r1 < 2e-2 && r2 < 2e-2, "e2e %s %s", models[mi], cases[ci]);
+                CHECK(!memcmp(rg.act, rn.act, rc.n * 4), "%s %s: graph replay == staged run bit for bit", models[mi],
+                      cases[ci]);
+                CHECK(!memcmp(rg.act, rg2.act, rc.n * 4), "%s %s: repeat run bit for bit", models[mi], cases[ci]);
+            }
+            free(rc.act); free(rg.act); free(rn.act); free(rg2.act);
+            pi0_inputs_buf_free(ib);
+            pi0_tensors_free(t);
+            pi0_tensors_free(e);
+        }
+        pi0_model_free(mc);
+        pi0_model_free(mg);
+    }
+}
+
+static size_t free_mem(void) {
+    size_t fr = 0, tot = 0;
+    cudaDeviceSynchronize();
+    cudaMemGetInfo(&fr, &tot);
+    return fr;
+}
+
+static void resources(const char *dir, int expect_oom) {
+    pi0_model *m = NULL;
+    if (pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) != PI0_OK) {
+        CHECK(0, "load %s: %s", dir, pi0_last_error());
+        return;
+    }
+    pi0_session *s = NULL;
+    pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 2});
+    pi0_session_free(s);   /* warm: cuBLASLt and the runtime allocate once per process */
+    size_t before = free_mem();
+    for (int i = 0; i < 5; i++) {
+        s = NULL;
+        CHECK(pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 2}) == PI0_OK, "session %d", i);
+        pi0_session_free(s);
+    }
+    size_t after = free_mem();
+    printf("session create/free x5: device free memory %zu -> %zu bytes\n", before, after);
+    CHECK(after == before, "device memory leaked: %lld bytes", (long long)before - (long long)after);
+    s = NULL;
+    if (!expect_oom) { pi0_model_free(m); return; }
+    pi0_status st = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 4096});
+    printf("max_batch 4096: %s: %s\n", pi0_status_str(st), pi0_last_error());
+    CHECK(st == PI0_ERR_NOMEM && strstr(pi0_last_error(), "cudaMalloc") && !s,
+          "impossible session: clear out-of-memory error");
+    CHECK(free_mem() == before, "failed session creation released everything");
+    CHECK(pi0_session_create(&s, m, NULL) == PI0_OK, "model still usable after OOM: %s", pi0_last_error());
+    pi0_session_free(s);
+    pi0_model_free(m);
+}
+
+/* Full-size random checkpoint: B=2 (sample 1 with a masked camera and padded prompt), GPU vs CPU. */
+static void e2e_full(const char *dir) {
+    pi0_model *mc = NULL, *mg = NULL;
+    if (pi0_model_load(&mc, dir, &(pi0_model_params){.quiet = 1, .action_horizon = 10}) != PI0_OK ||
+        pi0_model_load(&mg, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA, .action_horizon = 10}) !=
+            PI0_OK) {
+        CHECK(0, "load %s: %s", dir, pi0_last_error());
+        pi0_model_free(mc);
+        return;
+    }
+    pi0_model_info info;
+    pi0_model_get_info(mc, &info);
+    int B = 2, N = 3, R = info.image_size, L = info.pi05 ? 200 : 48, H = info.action_horizon, A = info.action_dim;
+    size_t ni = (size_t)B * N * R * R * 3;
+    float *img = malloc(ni * 4), *state = malloc((size_t)B * A * 4), *noise = malloc((size_t)B * H * A * 4);
+    int32_t *tok = malloc((size_t)B * L * 4);
+    uint8_t *tm = malloc((size_t)B * L), im[6] = {1, 1, 1, 1, 1, 0};
+    for (size_t i = 0; i < ni; i++) img[i] = (float)(2 * pi0_rng_uniform(&rng) - 1);
+    for (int i = 0; i < B * A; i++) state[i] = i % A < 8 ? (float)pi0_rng_normal(&rng) : 0;
+    for (int i = 0; i < B * H * A; i++) noise[i] = (float)pi0_rng_normal(&rng);
+    for (int i = 0; i < B * L; i++) {
+        int valid = i < L ? (i % L) < 20 : (i % L) < (info.pi05 ? 64 : 13);
+        tm[i] = (uint8_t)valid;
+        tok[i] = valid ? (int32_t)(1 + pi0_rng_next(&rng) % 257000) : 0;
+    }
+    pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
+                     .n_tokens = L, .noise = noise};
+    result rc = {0}, rg = {0};
+    int ok = infer(mc, &in, 0, &rc) && infer(mg, &in, 0, &rg);
+    CHECK(ok, "full-size inference %s", dir);
+    if (ok) {
+        double mx, r = rel_l2(rg.act, rc.act, rc.n, &mx), r0 = rel_l2(rg.act, rc.act, rc.n / 2, NULL),
+                   r1 = rel_l2(rg.act + rc.n / 2, rc.act + rc.n / 2, rc.n / 2, NULL);
+        int nan = 0;
+        for (size_t i = 0; i < rg.n; i++) nan |= rg.act[i] != rg.act[i];
+        printf("full-size %s (%s): GPU bf16 vs CPU fp32 actions rel_l2=%.3e (sample 0 %.3e, sample 1 %.3e) "
+               "max_abs=%.3e, NaN=%d, bound 2e-2 %s\n", dir, info.pi05 ? "pi05" : "pi0", r, r0, r1, mx, nan,
+               r < 2e-2 && !nan ? "OK" : "FAIL");
+        CHECK(r < 2e-2 && !nan, "full-size rel_l2 %.3e", r);
+    }
+    free(rc.act); free(rg.act);
+    free(img); free(state); free(noise); free(tok); free(tm);
+    pi0_model_free(mc);
+    pi0_model_free(mg);
+}
+
+int main(int argc, char **argv) {
+    pi0_rng_seed(&rng, SEED);
+    printf("seed %llu\n", (unsigned long long)SEED);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: test_cuda runs on the GPU machine (make test-cuda)\n");
+        return test_summary("test_cuda") || 1;
+    }
+    op_tests();
+    e2e_fixtures();
+    resources("tests/fixtures/tiny-pi05", 0);
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--full")) {
+            for (int j = i + 1; j < argc; j++) e2e_full(argv[j]);
+            if (i + 1 < argc) resources(argv[i + 1], 1);
+            break;
+        }
+    return test_summary("test_cuda");
+}
