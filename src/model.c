@@ -42,7 +42,7 @@ struct model_sess {
     float dt;
     float *tvals;                    /* [steps] t at the start of each step (fp32 accumulation) */
     pt bufs[MAX_BUFS];
-    int n_bufs;
+    int n_bufs, alloc_failed;        /* alloc_failed: some buf() returned NULL (message already set) */
     /* vision */
     pt img, sel, vx, va, vq, vk, vv, vo, vm, vout;
     /* prefix */
@@ -50,7 +50,7 @@ struct model_sess {
     pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */
     /* suffix */
     pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, act_rows, st_rows, out_rows;
-    pt x, vel, noise_b, state, st_tok, a_emb, a_hid, a_out, vin;
+    pt x, x0, vel, state, st_tok, a_emb, a_hid, a_out, vin;   /* x0: the start noise, x: x_t */
     pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
     pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
     int stage_timing;                /* 1: no graph, sync + clock between stages */
@@ -62,9 +62,15 @@ struct model_sess {
 
 static pt buf(model_sess *s, size_t n, int kind) {
     pt t = {NULL, kind};
-    if (s->n_bufs == MAX_BUFS) return t;
+    if (s->alloc_failed) return t;   /* stop at the first failure: its message is the useful one */
+    if (s->n_bufs == MAX_BUFS) {
+        s->alloc_failed = 1;
+        pi0_fail(PI0_ERR_NOMEM, "more than %d session buffers", MAX_BUFS);
+        return t;
+    }
     t = s->be->alloc(s->be, n, kind);
     if (t.p) s->bufs[s->n_bufs++] = t;
+    else s->alloc_failed = 1;
     return t;
 }
 
@@ -184,6 +190,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->st_rows = buf(s, (size_t)B, PT_I32);
     s->out_rows = buf(s, hrow, PT_I32);
     s->x = buf(s, hrow * s->A, PT_F32);
+    s->x0 = buf(s, hrow * s->A, PT_F32);
     s->vel = buf(s, hrow * s->A, PT_F32);
     s->state = buf(s, (size_t)B * s->A, PT_F32);
     s->st_tok = buf(s, (size_t)B * s->De, PT_F32);
@@ -193,8 +200,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->vin = buf(s, hrow * s->De, PT_F32);
     if (c->pi05) s->mods = buf(s, (size_t)(2 * depth + 1) * steps * 3 * s->De, PT_F32);
     else s->time_terms = buf(s, (size_t)steps * s->De, PT_F32);
-    for (int i = 0; i < s->n_bufs; i++) if (!s->bufs[i].p) goto fail;
-    if (s->n_bufs == MAX_BUFS || !(c->pi05 ? s->mods.p : s->time_terms.p)) goto fail;
+    if (s->alloc_failed) goto fail;
 
     s->h_sel = malloc(nimg * 4); s->h_voff = malloc((nimg + 1) * 4);
     s->h_ids = malloc((size_t)B * s->L * 4); s->h_idrows = malloc((size_t)B * s->L * 4);
@@ -206,7 +212,8 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
         goto fail;
 
     size_t max_rows = prow > vrows ? prow : vrows;
-    size_t sc_prefix = (size_t)s->P * s->Hq * (s->P + s->S), sc_vis = (size_t)s->T * s->Hv * s->T;
+    /* attention logits of one segment; rows padded to 8 keys (aligned GEMM operands) */
+    size_t sc_prefix = (size_t)s->P * s->Hq * (s->P + s->S + 8), sc_vis = (size_t)s->T * s->Hv * (s->T + 8);
     if ((st = be->reserve(be, max_rows, (size_t)s->P + s->S, sc_prefix > sc_vis ? sc_prefix : sc_vis)) != PI0_OK)
         goto fail;
     if ((st = precompute_time(s)) != PI0_OK) goto fail;
@@ -344,6 +351,8 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
                   .q_off = s->h_soff, .k_off = s->h_poff, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1};
     enum pi0_epi res = s->c->pi05 ? EPI_STORE : EPI_ADD;
     pt res_dst = s->c->pi05 ? s->stmp : s->s;
+    /* x = noise, inside the computation so that a graph replay (or a second run) starts afresh */
+    be->copy_rows(be, s->x, (pt){0}, s->x0, (pt){0}, B * s->H, s->A);
     if (!s->c->pi05)   /* the state token does not depend on x_t or t: once per inference */
         be->linear(be, s->st_tok, s->state, &w->state_w, &w->state_b, B, De, s->A, 0, EPI_STORE);
     for (int k = 0; k < s->steps; k++) {
@@ -442,7 +451,7 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
             for (size_t i = 0; i < (size_t)B * s->H * s->A; i++) s->h_noise[i] = (float)pi0_rng_normal(&r);
             noise = s->h_noise;
         }
-        st = be->upload(be, s->x, noise, (size_t)B * s->H * s->A);
+        st = be->upload(be, s->x0, noise, (size_t)B * s->H * s->A);
     }
     *nimg_out = nimg;
     *Mp_out = Mp;

@@ -202,7 +202,7 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
     poison(&o);
     size_t maxs = 0;
     for (int s = 0; s < nseg; s++) {
-        size_t sc = (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0));
+        size_t sc = (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0) + 8);
         if (sc > maxs) maxs = sc;
     }
     cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs);
@@ -312,6 +312,9 @@ static void op_tests(void) {
     t_linear(768, 1152, 4304, 0, 4304, 1, EPI_ADD, 0, 8e-3);
     t_linear(11, 4096, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
     t_linear(11, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);
+    t_linear(16, 2561, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);   /* gemv: 16 rows, odd N */
+    t_linear(7, 1024, 4104, 0, 4104, 0, EPI_ADD, 0, 8e-3);     /* gemv: K tail step */
+    t_linear(17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);  /* just past gemv: cuBLASLt */
     t_linear(1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
     t_linear(5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3);
     t_linear(10, 1024, 32, 0, 32, 1, EPI_STORE, 1, 1e-5);
@@ -436,7 +439,8 @@ static void resources(const char *dir, int expect_oom) {
     printf("max_batch 4096: %s: %s\n", pi0_status_str(st), pi0_last_error());
     CHECK(st == PI0_ERR_NOMEM && strstr(pi0_last_error(), "cudaMalloc") && !s,
           "impossible session: clear out-of-memory error");
-    CHECK(free_mem() == before, "failed session creation released everything");
+    size_t after_oom = free_mem();
+    CHECK(after_oom == before, "failed session creation released everything (%zu -> %zu bytes)", before, after_oom);
     CHECK(pi0_session_create(&s, m, NULL) == PI0_OK, "model still usable after OOM: %s", pi0_last_error());
     pi0_session_free(s);
     pi0_model_free(m);

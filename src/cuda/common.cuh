@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdarg.h>
 #include <stdint.h>
 
 extern "C" {
@@ -37,6 +38,8 @@ struct cuda_ctx {
     bf16 *probs;               // attention probabilities (bf16, like the PT reference)
     float *att32;              // suffix attention accumulator (fp32)
     size_t scores_cap, att_cap;
+    void *tune_buf;            // scratch output for timing GEMM candidates
+    size_t tune_cap;
     cuda_graph_entry graphs[CUDA_MAX_GRAPHS];
     uint64_t graph_clock;
     int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off

@@ -1,8 +1,8 @@
 // gemm.cu — the only cuBLASLt caller, and the linear op (backend.h `linear`).
 // Row-major Y[M,N] = X[M,K] . W^T is computed by cuBLASLt (column-major) as Y^T = W . X^T: A = W with
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
-// Descriptors, layouts and the heuristic's first algorithm are made once per shape and cached (the
-// timed algorithm search is issue 5's). Linear with fp32 input (the small head projections and time
+// Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
+// once per shape and cached. Linear with fp32 input (the small head projections and time
 // MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead: one warp per output feature and
 // 8 rows, bf16 weights widened to fp32. CPU twin: cpu_linear.
 #include <stdio.h>
@@ -24,11 +24,15 @@ static int alignment(const void *p) {
     return al;
 }
 
+enum { GEMM_CANDIDATES = 8 };
+
 struct gemm_plan {
     gemm_key key;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t algo;                     // the fastest candidate (tune) or the heuristic's first
+    cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
+    int n_cand;
 };
 
 struct gemm_cache {
@@ -58,10 +62,11 @@ static int set_batch(cuda_ctx *c, cublasLtMatrixLayout_t l, int batch, long long
            !CUBLAS_NOTE(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
 }
 
-static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
+static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int *fresh) {
     gemm_cache *g = c->gemms;
     for (int i = 0; i < g->n; i++)
         if (!memcmp(&g->plans[i].key, k, sizeof *k)) return &g->plans[i];
+    *fresh = 1;
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
         gemm_plan *p = (gemm_plan *)realloc(g->plans, (size_t)cap * sizeof *p);
@@ -98,9 +103,10 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
     CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], 4));
     CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], 4));
     CUBLAS_NOTE(c, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], 4));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[GEMM_CANDIDATES];
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found);
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, GEMM_CANDIDATES,
+                                                      res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
         if (!c->err) {
@@ -115,9 +121,44 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
         cublasLtMatrixLayoutDestroy(p->lc);
         return NULL;
     }
-    p->algo = res.algo;
+    p->algo = res[0].algo;
+    p->n_cand = found;
+    for (int i = 0; i < found; i++) p->cand[i] = res[i].algo;
     g->n++;
     return p;
+}
+
+/* The heuristic's order is not speed order (ECOSYSTEM.md: 14.2 to 19.8 us among its top 8 for one
+ * shape), so a new shape met outside graph capture times every candidate on the call's own operands
+ * (into a scratch output, since beta may be 1) and keeps the fastest. */
+static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes) {
+    if (p->n_cand < 2 || c->capturing || c->err) return;
+    if (ybytes > c->tune_cap) {
+        cudaFree(c->tune_buf);
+        c->tune_buf = NULL;
+        c->tune_cap = 0;
+        if (CUDA_NOTE(c, cudaMalloc(&c->tune_buf, ybytes))) return;
+        c->tune_cap = ybytes;
+    }
+    if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    cudaEvent_t e0, e1;
+    if (CUDA_NOTE(c, cudaEventCreate(&e0)) || CUDA_NOTE(c, cudaEventCreate(&e1))) return;
+    float one = 1.0f, zero = 0.0f, best = 1e30f;
+    for (int i = 0; i < p->n_cand; i++) {
+        float ms = 0;
+        int ok = cublasLtMatmul(c->lt, p->desc, &one, W, p->la, X, p->lb, &zero, c->tune_buf, p->lc, c->tune_buf, p->lc,
+                                &p->cand[i], c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS;
+        cudaEventRecord(e0, c->stream);
+        for (int r = 0; ok && r < 5; r++)
+            ok = cublasLtMatmul(c->lt, p->desc, &one, W, p->la, X, p->lb, &zero, c->tune_buf, p->lc, c->tune_buf, p->lc,
+                                &p->cand[i], c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS;
+        cudaEventRecord(e1, c->stream);
+        cudaEventSynchronize(e1);
+        if (ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best) { best = ms; p->algo = p->cand[i]; }
+    }
+    cudaGetLastError();   // a candidate that refused to run is simply skipped
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
 }
 
 void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
@@ -130,8 +171,12 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
     k.tx = tx; k.tw = tw; k.ty = ty; k.has_bias = bias != NULL; k.batch = batch;
     k.al_x = alignment(X); k.al_w = alignment(W); k.al_y = alignment(Y); k.al_b = bias ? alignment(bias) : 0;
     k.sx = batch > 1 ? sx : 0; k.sw = batch > 1 ? sw : 0; k.sy = batch > 1 ? sy : 0;
-    gemm_plan *p = get_plan(c, &k);
+    int fresh = 0;
+    gemm_plan *p = get_plan(c, &k, &fresh);
     if (!p) return;
+    if (fresh)
+        tune(c, p, X, W, bias, ((batch > 1 ? (size_t)(batch - 1) * (size_t)sy : 0) + (size_t)M * ldy) *
+                                   (ty == CUDA_R_32F ? 4 : 2));
     if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, Y, p->lc, Y, p->lc, &p->algo,
                                   c->workspace, c->ws_size, c->stream));
