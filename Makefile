@@ -41,7 +41,7 @@ TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
 .SECONDARY:
-.PHONY: all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick
+.PHONY: FORCE all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick
 
 all: $(BUILD)/libpi0.a $(BUILD)/pi0 $(TEST_BIN)
 
@@ -52,6 +52,12 @@ $(BUILD)/%.o: %.c $(HDRS)
 $(BUILD)/src/cuda/%.o: src/cuda/%.cu src/cuda/common.cuh $(HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# the commit id is compiled into bench.c: rebuild it when HEAD moves
+$(BUILD)/commit.txt: FORCE
+	@mkdir -p $(BUILD); echo '$(COMMIT)' | cmp -s - $@ || echo '$(COMMIT)' > $@
+$(BUILD)/tools/bench.o: $(BUILD)/commit.txt
+FORCE:
 
 $(BUILD)/libpi0.a: $(LIB_OBJ)
 	ar rcs $@ $^

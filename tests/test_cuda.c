@@ -440,7 +440,8 @@ static void resources(const char *dir, int expect_oom) {
     CHECK(st == PI0_ERR_NOMEM && strstr(pi0_last_error(), "cudaMalloc") && !s,
           "impossible session: clear out-of-memory error");
     size_t after_oom = free_mem();
-    CHECK(after_oom == before, "failed session creation released everything (%zu -> %zu bytes)", before, after_oom);
+    /* the driver may return cached pages after a failed allocation, so free memory can only grow */
+    CHECK(after_oom >= before, "failed session creation released everything (%zu -> %zu bytes)", before, after_oom);
     CHECK(pi0_session_create(&s, m, NULL) == PI0_OK, "model still usable after OOM: %s", pi0_last_error());
     pi0_session_free(s);
     pi0_model_free(m);
