@@ -187,6 +187,19 @@ static void test_checkpoints(void) {
     remove(path);
     EXPECT_ERR(load(d), PI0_ERR_IO, "config.json: cannot open");
     EXPECT_ERR(load("/nonexistent/dir"), PI0_ERR_IO, "cannot open");
+    /* the CUDA backend on a machine without a GPU (or a build without nvcc): a clear error, no crash */
+    pi0_model *m = NULL;
+    pi0_status st = pi0_model_load(&m, "tests/fixtures/tiny-pi0", &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA});
+#ifdef PI0_HAVE_CUDA
+    CHECK(st == PI0_OK || (st == PI0_ERR_CUDA && strstr(pi0_last_error(), "CUDA device")), "cuda without a GPU: %s %s",
+          pi0_status_str(st), pi0_last_error());
+#else
+    CHECK(st == PI0_ERR_UNSUPPORTED && strstr(pi0_last_error(), "not in this build"), "cuda not built: %s",
+          pi0_last_error());
+#endif
+    pi0_model_free(m);
+    EXPECT_ERR(pi0_model_load(&m, "tests/fixtures/tiny-pi0", &(pi0_model_params){.backend = (pi0_backend_kind)7}),
+               PI0_ERR_ARG, "backend 7");
 }
 
 /* ---- bad model inputs ---- */
