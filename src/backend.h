@@ -47,9 +47,10 @@ struct pi0_backend {
     void *ctx;
     pt (*alloc)(pi0_backend *be, size_t n, int kind);   /* zero-filled; p == NULL on failure */
     void (*release)(pi0_backend *be, pt t);             /* frees one alloc() result; NULL p is a no-op */
-    /* Scratch for the largest linear (max_rows rows), attention row (max_keys) and one segment's
-     * attention logits (max_scores = query rows x heads x keys); called at session create. */
-    pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores);
+    /* Scratch for the largest linear (max_rows rows), attention row (max_keys), one segment's
+     * attention logits (max_scores = query rows x heads x keys) and one fused projection output
+     * (max_fused = rows x (q + k + v or gate + up widths)); called at session create. */
+    pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused);
     pi0_status (*sync)(pi0_backend *be);                /* waits for queued work; reports async errors */
     /* Runs fn(arg) as a CUDA graph captured once per key (the host-side sizes the launches depend on)
      * and replayed after; NULL = the backend has no graphs (fn is called directly). */
@@ -74,6 +75,11 @@ struct pi0_backend {
     /* In-place half-split RoPE on rows of `heads` heads of head_dim, angles pos[row] * 10000^(-2i/hd). */
     void (*rope)(pi0_backend *be, pt x, pt pos, int M, int heads, int head_dim);
     void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
+    /* q, k, v = y . Wq^T, y . Wk^T, y . Wv^T of one Gemma layer (no bias), y (M, K) (spec 3.7).
+     * A backend may compute them as one product when the weights are adjacent. */
+    void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K);
+    /* out = gelu_tanh(y . Wgate^T) * (y . Wup^T), (M, F); tmp (M, F) is scratch (spec 3.7 MLP). */
+    void (*mlp_up)(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K);
     /* out = gelu_tanh(g) * u, (M, F) */
     void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
     /* out[rows[i]] = table[ids[i]] * scale, i < n (spec 3.6); ids were range-checked by the caller */

@@ -214,7 +214,9 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     size_t max_rows = prow > vrows ? prow : vrows;
     /* attention logits of one segment; rows padded to 8 keys (aligned GEMM operands) */
     size_t sc_prefix = (size_t)s->P * s->Hq * (s->P + s->S + 8), sc_vis = (size_t)s->T * s->Hv * (s->T + 8);
-    if ((st = be->reserve(be, max_rows, (size_t)s->P + s->S, sc_prefix > sc_vis ? sc_prefix : sc_vis)) != PI0_OK)
+    size_t wide = qw + 2 * kvw > 2 * (size_t)s->F ? qw + 2 * kvw : 2 * (size_t)s->F;
+    if ((st = be->reserve(be, max_rows, (size_t)s->P + s->S, sc_prefix > sc_vis ? sc_prefix : sc_vis, prow * wide)) !=
+        PI0_OK)
         goto fail;
     if ((st = precompute_time(s)) != PI0_OK) goto fail;
     *out = s;
@@ -276,9 +278,7 @@ static void vision(model_sess *s, int nimg) {
 /* One pre-norm MLP block: x += down(gelu(gate(y)) * up(y)) with y already normalised. */
 static void mlp(pi0_backend *be, pt x_or_tmp, pt y, pt g, pt u, const pi0_gemma_layer *L, int M, int D, int F,
                 enum pi0_epi epi) {
-    be->linear(be, g, y, &L->gate, NULL, M, F, D, 0, EPI_STORE);
-    be->linear(be, u, y, &L->up, NULL, M, F, D, 0, EPI_STORE);
-    be->gelu_mul(be, g, g, u, M, F);
+    be->mlp_up(be, g, u, y, L, M, F, D);
     be->linear(be, x_or_tmp, g, &L->down, NULL, M, D, F, 0, epi);
 }
 
@@ -290,9 +290,7 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
     for (int l = 0; l < depth; l++) {
         const pi0_gemma_layer *L = &s->w->lm[l];
         be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
-        be->linear(be, s->q, s->y, &L->q, NULL, Mp, qw, D, 0, EPI_STORE);
-        be->linear(be, s->kc[l], s->y, &L->k, NULL, Mp, kvw, D, 0, EPI_STORE);
-        be->linear(be, s->vc[l], s->y, &L->v, NULL, Mp, kvw, D, 0, EPI_STORE);
+        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, L, Mp, D);
         be->rope(be, s->q, s->pos, Mp, s->Hq, s->Dh);
         be->rope(be, s->kc[l], s->pos, Mp, s->Kv, s->Dh);
         if (dump) {
@@ -346,7 +344,7 @@ static void suffix_embed(model_sess *s, int B, int step) {
 static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
-    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
+    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, qw = s->Hq * s->Dh;
     pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
                   .q_off = s->h_soff, .k_off = s->h_poff, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1};
     enum pi0_epi res = s->c->pi05 ? EPI_STORE : EPI_ADD;
@@ -360,9 +358,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         for (int l = 0; l < depth; l++) {
             const pi0_gemma_layer *L = &w->ex[l];
             ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
-            be->linear(be, s->sq, s->sy, &L->q, NULL, Ms, qw, De, 0, EPI_STORE);
-            be->linear(be, s->sk, s->sy, &L->k, NULL, Ms, kvw, De, 0, EPI_STORE);
-            be->linear(be, s->sv, s->sy, &L->v, NULL, Ms, kvw, De, 0, EPI_STORE);
+            be->qkv(be, s->sq, s->sk, s->sv, s->sy, L, Ms, De);
             be->rope(be, s->sq, s->spos, Ms, s->Hq, s->Dh);
             be->rope(be, s->sk, s->spos, Ms, s->Kv, s->Dh);
             a.k1 = s->kc[l];

@@ -109,6 +109,7 @@ static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
 
 static void *upload_wts(hwt **ws, int n) {
     pi0_wt *list[8];
+    PI0_ASSERT(n <= 8);
     for (int i = 0; i < n; i++) list[i] = &ws[i]->w;
     void *arena = NULL;
     pi0_status st = cuda_upload_list(&arena, list, n, 0);
@@ -139,6 +140,34 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
     compare("linear", shape, &y, bound);
     rel(&x); rel(&y);
     free_wts(ar, ws, 2);
+}
+
+/* fused projections: q|k|v and gate|up, adjacent (one product) or not (separate products) */
+static void t_fused(int M, int K, int nq, int nkv, int F) {
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    hwt *ws[5] = {&q, &k, &v, &g, &u};
+    void *ar = upload_wts(ws, 5);
+    L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
+    dbuf y = mk((size_t)M * K, PT_ACT), oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT),
+         ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
+    set_rand(&y, 1.0f);
+    poison(&oq); poison(&ok); poison(&ov); poison(&og);
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &L, M, K);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &L, M, K);
+    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K);
+    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K);
+    char shape[80];
+    snprintf(shape, sizeof shape, "M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    compare("qkv.q", shape, &oq, 8e-3);
+    compare("qkv.k", shape, &ok, 8e-3);
+    compare("qkv.v", shape, &ov, 8e-3);
+    snprintf(shape, sizeof shape, "M=%d K=%d F=%d", M, K, F);
+    compare("mlp_up", shape, &og, 8e-3);
+    rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot);
+    free_wts(ar, ws, 5);
 }
 
 static void t_norms(int M, int D) {
@@ -205,8 +234,8 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
         size_t sc = (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0) + 8);
         if (sc > maxs) maxs = sc;
     }
-    cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs);
-    gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs);
+    cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
+    gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
     pi0_attn a = {.nseg = nseg, .heads = heads, .kv_heads = kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
                   .q_off = qo, .k_off = ko, .block0 = block0};
     a.k1 = k.c; a.v1 = v.c;
@@ -302,8 +331,8 @@ static void op_tests(void) {
         CHECK(0, "backends: %s", pi0_last_error());
         return;
     }
-    cpu->reserve(cpu, 4096, 4096, 1);
-    gpu->reserve(gpu, 4096, 4096, 1);
+    cpu->reserve(cpu, 4096, 4096, 1, (size_t)788 * 32768);
+    gpu->reserve(gpu, 4096, 4096, 1, (size_t)788 * 32768);
     /* Gemma prefix (M = 788 rows), SigLIP (768 = 3 x 256), expert (M = 11), head projections, awkward */
     t_linear(788, 2048, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3);
     t_linear(788, 256, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3);
@@ -321,6 +350,9 @@ static void op_tests(void) {
     t_linear(10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 1, 1e-5);
     t_linear(50, 32, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);
     t_linear(3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5);
+    t_fused(788, 2048, 2048, 256, 16384);   /* PaliGemma layer */
+    t_fused(11, 1024, 2048, 256, 4096);     /* action expert */
+    t_fused(5, 40, 24, 12, 36);             /* sizes not multiples of 256 bytes: separate products */
     t_norms(768, 1152);
     t_norms(788, 2048);
     t_norms(22, 1024);

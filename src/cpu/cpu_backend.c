@@ -284,6 +284,18 @@ static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
     for (size_t i = 0; i < n; i++) F(out)[i] = gelu_tanh(F(g)[i]) * F(u)[i];
 }
 
+static void cpu_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K) {
+    cpu_linear(be, q, y, &L->q, NULL, M, (int)L->q.rows, K, 0, EPI_STORE);
+    cpu_linear(be, k, y, &L->k, NULL, M, (int)L->k.rows, K, 0, EPI_STORE);
+    cpu_linear(be, v, y, &L->v, NULL, M, (int)L->v.rows, K, 0, EPI_STORE);
+}
+
+static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int Fd, int K) {
+    cpu_linear(be, out, y, &L->gate, NULL, M, Fd, K, 0, EPI_STORE);
+    cpu_linear(be, tmp, y, &L->up, NULL, M, Fd, K, 0, EPI_STORE);
+    cpu_gelu_mul(be, out, out, tmp, M, Fd);
+}
+
 static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {
     (void)be;
     int D = (int)table->cols;
@@ -330,9 +342,10 @@ static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
 }
 
 /* Scratch per thread: a GEMM weight tile (NB x KB) plus (M_max x NB) partial sums, or attention scores. */
-static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores) {
+static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused) {
     cpu_ctx *c = CTX(be);
     (void)max_scores;   /* logits live in the per-thread row buffer */
+    (void)max_fused;    /* projections are computed separately */
     size_t need = (size_t)NB * KB + max_rows * NB;
     if (max_keys > need) need = max_keys;
     if (need <= c->scratch_per_thread) return PI0_OK;
@@ -388,6 +401,8 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->rope = cpu_rope;
     be->attention = cpu_attention;
     be->gelu_mul = cpu_gelu_mul;
+    be->qkv = cpu_qkv;
+    be->mlp_up = cpu_mlp_up;
     be->embed = cpu_embed;
     be->copy_rows = cpu_copy_rows;
     be->gated_add = cpu_gated_add;

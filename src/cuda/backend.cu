@@ -154,11 +154,37 @@ extern "C" pi0_status cuda_upload_list(void **out, pi0_wt **ts, int n, int devic
     return PI0_OK;
 }
 
+/* Arena order: each Gemma layer's q, k, v and gate, up consecutive, so that cuda_qkv / cuda_mlp_up can
+ * run them as one product (their byte sizes are multiples of 256, so no padding separates them). */
+static void fuse_order(wt_list *l, pi0_weights *w, const pi0_config *cfg) {
+    pi0_wt **out = (pi0_wt **)malloc((size_t)l->n * sizeof *out);
+    if (!out) return;   // keeps table order: the fused paths then fall back to separate products
+    int n = 0;
+    for (int i = 0; i < l->n; i++) {
+        pi0_wt *t = l->t[i];
+        int skip = 0;
+        for (int e = 0; e < 2 && !skip; e++)
+            for (int li = 0; li < cfg->lm.depth && !skip; li++) {
+                pi0_gemma_layer *L = e ? &w->ex[li] : &w->lm[li];
+                if (t == &L->q) { out[n++] = &L->q; out[n++] = &L->k; out[n++] = &L->v; skip = 1; }
+                else if (t == &L->gate) { out[n++] = &L->gate; out[n++] = &L->up; skip = 1; }
+                else if (t == &L->k || t == &L->v || t == &L->up) skip = 1;
+            }
+        if (!skip) out[n++] = t;
+    }
+    PI0_ASSERT(n == l->n);
+    free(l->t);
+    l->t = out;
+}
+
 extern "C" pi0_status cuda_weights_upload(void **out, pi0_weights *w, const pi0_config *cfg, int device) {
     wt_list l = {NULL, 0, 0};
     *out = NULL;
     pi0_status st = weights_foreach(w, cfg, collect, &l);
-    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.n, device);
+    if (st == PI0_OK) {
+        fuse_order(&l, w, cfg);
+        st = cuda_upload_list(out, l.t, l.n, device);
+    }
     free(l.t);
     return st;
 }
@@ -219,10 +245,22 @@ static pi0_status cuda_download(pi0_backend *be, float *dst, pt src, size_t n) {
     return st;
 }
 
-static pi0_status cuda_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores) {
+static pi0_status cuda_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused) {
     cuda_ctx *c = CTX(be);
     (void)max_rows;
     (void)max_keys;
+    if (max_fused > c->fused_cap) {
+        cudaFree(c->fused);
+        c->fused = NULL;
+        c->fused_cap = 0;
+        if (CUDA_NOTE(c, cudaMalloc((void **)&c->fused, max_fused * 2))) {
+            pi0_status st = report(c);
+            c->err = PI0_OK;
+            cudaGetLastError();
+            return st;
+        }
+        c->fused_cap = max_fused;
+    }
     if (max_scores <= c->scores_cap) return PI0_OK;
     cudaFree(c->scores);
     cudaFree(c->probs);
@@ -303,6 +341,7 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->probs);
         cudaFree(c->att32);
         cudaFree(c->tune_buf);
+        cudaFree(c->fused);
         cudaFree(c->workspace);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -355,6 +394,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->rope = cuda_rope;
     be->attention = cuda_attention;
     be->gelu_mul = cuda_gelu_mul;
+    be->qkv = cuda_qkv;
+    be->mlp_up = cuda_mlp_up;
     be->embed = cuda_embed;
     be->copy_rows = cuda_copy_rows;
     be->gated_add = cuda_gated_add;

@@ -38,6 +38,8 @@ struct cuda_ctx {
     bf16 *probs;               // attention probabilities (bf16, like the PT reference)
     float *att32;              // suffix attention accumulator (fp32)
     size_t scores_cap, att_cap;
+    bf16 *fused;               // output of a fused q|k|v or gate|up product
+    size_t fused_cap;
     void *tune_buf;            // scratch output for timing GEMM candidates
     size_t tune_cap;
     cuda_graph_entry graphs[CUDA_MAX_GRAPHS];
@@ -105,6 +107,8 @@ gemm_cache *gemm_cache_new(void);
 void gemm_cache_free(gemm_cache *g);
 void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                  enum pi0_epi epi);
+void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K);
+void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 // norm.cu

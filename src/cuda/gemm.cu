@@ -227,3 +227,67 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
               out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0);
     if (epi == EPI_GELU) cuda_gelu_inplace(c, (bf16 *)out.p, (size_t)M * N);
 }
+
+// ---- fused projections: q|k|v and gate|up as one product when the weights are adjacent in the arena
+// (backend.cu places them so), then one kernel splits (q, k, v) or applies gelu(gate) * up. ----
+
+__global__ void split3_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, int M, int nq, int nk, int nv) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int w = nq + nk + nv;
+    if (idx >= (size_t)M * w) return;
+    int r = (int)(idx / w), col = (int)(idx % w);
+    if (col < nq) q[(size_t)r * nq + col] = f[idx];
+    else if (col < nq + nk) k[(size_t)r * nk + col - nq] = f[idx];
+    else v[(size_t)r * nv + col - nq - nk] = f[idx];
+}
+
+__global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)M * F) return;
+    size_t r = idx / F, col = idx % F;
+    float g = __bfloat162float(f[r * 2 * F + col]), u = __bfloat162float(f[r * 2 * F + F + col]);
+    out[idx] = __float2bfloat16(0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u);
+}
+
+// The n weights are one [sum rows, K] matrix when each starts where the previous ends.
+static int adjacent(const pi0_wt *const *w, int n) {
+    for (int i = 0; i + 1 < n; i++)
+        if ((const char *)w[i]->dev + (size_t)(w[i]->rows * w[i]->cols) * 2 != (const char *)w[i + 1]->dev ||
+            w[i + 1]->cols != w[0]->cols)
+            return 0;
+    return 1;
+}
+
+void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    const pi0_wt *w[3] = {&L->q, &L->k, &L->v};
+    int nq = (int)L->q.rows, nk = (int)L->k.rows, nv = (int)L->v.rows, n = nq + nk + nv;
+    if (!adjacent(w, 3) || (size_t)M * n > c->fused_cap) {
+        cuda_linear(be, q, y, &L->q, NULL, M, nq, K, 0, EPI_STORE);
+        cuda_linear(be, k, y, &L->k, NULL, M, nk, K, 0, EPI_STORE);
+        cuda_linear(be, v, y, &L->v, NULL, M, nv, K, 0, EPI_STORE);
+        return;
+    }
+    cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, L->q.dev, K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF, NULL,
+              1, 0, 0, 0);
+    split3_kernel<<<cdiv((long long)M * n, 256), 256, 0, c->stream>>>((bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, M,
+                                                                     nq, nk, nv);
+    LAUNCH_NOTE(c, "split3_kernel");
+}
+
+void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    const pi0_wt *w[2] = {&L->gate, &L->up};
+    if (!adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
+        cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
+        cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);
+        cuda_gelu_mul(be, out, out, tmp, M, F);
+        return;
+    }
+    cuda_gemm(c, 1, M, 2 * F, K, 1.0f, y.p, K, CUDA_R_16BF, L->gate.dev, K, CUDA_R_16BF, 0.0f, c->fused, 2 * F,
+              CUDA_R_16BF, NULL, 1, 0, 0, 0);
+    gelu_mul_split_kernel<<<cdiv((long long)M * F, 256), 256, 0, c->stream>>>((bf16 *)out.p, c->fused, M, F);
+    LAUNCH_NOTE(c, "gelu_mul_split_kernel");
+}
