@@ -72,8 +72,9 @@ struct pi0_backend {
     /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. */
     void (*linear)(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                    enum pi0_epi epi);
-    /* In-place half-split RoPE on rows of `heads` heads of head_dim, angles pos[row] * 10000^(-2i/hd). */
-    void (*rope)(pi0_backend *be, pt x, pt pos, int M, int heads, int head_dim);
+    /* In-place half-split RoPE of q (M rows of qh heads) and k (M rows of kh heads, k.p may be NULL),
+     * head_dim hd, angles pos[row] * 10000^(-2i/hd) (spec 3.7). */
+    void (*rope)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
     void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
     /* q, k, v = y . Wq^T, y . Wk^T, y . Wv^T of one Gemma layer (no bias), y (M, K) (spec 3.7).
      * A backend may compute them as one product when the weights are adjacent. */

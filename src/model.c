@@ -291,8 +291,7 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
         const pi0_gemma_layer *L = &s->w->lm[l];
         be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
         be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, L, Mp, D);
-        be->rope(be, s->q, s->pos, Mp, s->Hq, s->Dh);
-        be->rope(be, s->kc[l], s->pos, Mp, s->Kv, s->Dh);
+        be->rope(be, s->q, s->Hq, s->kc[l], s->Kv, s->pos, Mp, s->Dh);
         if (dump) {
             char name[32];
             int64_t shape[3] = {B, s->P, kvw};
@@ -359,8 +358,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
             const pi0_gemma_layer *L = &w->ex[l];
             ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
             be->qkv(be, s->sq, s->sk, s->sv, s->sy, L, Ms, De);
-            be->rope(be, s->sq, s->spos, Ms, s->Hq, s->Dh);
-            be->rope(be, s->sk, s->spos, Ms, s->Kv, s->Dh);
+            be->rope(be, s->sq, s->Hq, s->sk, s->Kv, s->spos, Ms, s->Dh);
             a.k1 = s->kc[l];
             a.v1 = s->vc[l];
             be->attention(be, s->satt, s->sq, &a);

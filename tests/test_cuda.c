@@ -203,19 +203,22 @@ static void t_norms(int M, int D) {
     free_wts(ar, ws, 3);
 }
 
-static void t_rope(int M, int heads, int hd) {
-    dbuf x = mk((size_t)M * heads * hd, PT_ACT), pos = mk((size_t)M, PT_I32);
+static void t_rope(int M, int qh, int kh, int hd) {
+    dbuf q = mk((size_t)M * qh * hd, PT_ACT), k = mk((size_t)M * (kh ? kh : 1) * hd, PT_ACT), pos = mk((size_t)M, PT_I32);
     int32_t *p = malloc((size_t)M * 4);
     for (int i = 0; i < M; i++) p[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
     set_ints(&pos, p);
-    set_rand(&x, 1.0f);
-    cpu->rope(cpu, x.c, pos.c, M, heads, hd);
-    gpu->rope(gpu, x.g, pos.g, M, heads, hd);
+    set_rand(&q, 1.0f);
+    set_rand(&k, 1.0f);
+    cpu->rope(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd);
+    gpu->rope(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd);
     char shape[64];
-    snprintf(shape, sizeof shape, "M=%d heads=%d hd=%d", M, heads, hd);
-    compare("rope", shape, &x, 8e-3);
+    snprintf(shape, sizeof shape, "M=%d q heads=%d hd=%d", M, qh, hd);
+    compare("rope", shape, &q, 8e-3);
+    snprintf(shape, sizeof shape, "M=%d k heads=%d hd=%d", M, kh, hd);
+    compare("rope", shape, &k, kh ? 8e-3 : 0);   /* kh = 0: k must be untouched (both sides equal) */
     free(p);
-    rel(&x); rel(&pos);
+    rel(&q); rel(&k); rel(&pos);
 }
 
 /* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source. */
@@ -358,9 +361,10 @@ static void op_tests(void) {
     t_norms(22, 1024);
     t_norms(3, 40);
     t_norms(1, 24);
-    t_rope(788, 8, 256);
-    t_rope(11, 1, 256);
-    t_rope(3, 2, 16);
+    t_rope(788, 8, 1, 256);
+    t_rope(11, 8, 1, 256);
+    t_rope(3, 2, 2, 16);
+    t_rope(4, 3, 0, 8);
     int v_q[3] = {256, 256, 256}, p1[1] = {788}, p2q[2] = {500, 300}, s_q[2] = {11, 11}, s_k[2] = {788, 500};
     int s5_q[2] = {10, 10}, t_q[2] = {3, 5}, t_k[2] = {7, 2};
     t_attention("siglip", 3, v_q, v_q, 16, 16, 72, 0, 0);

@@ -223,8 +223,7 @@ static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0
     }
 }
 
-static void cpu_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
-    (void)be;
+static void rope1(pt x, pt pos, int M, int heads, int hd) {
     int half = hd / 2;
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
@@ -275,6 +274,12 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
                 for (int e = 0; e < hd; e++) o[e] += p * vr[e];
             }
         }
+}
+
+static void cpu_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
+    (void)be;
+    rope1(q, pos, M, qh, hd);
+    if (k.p) rope1(k, pos, M, kh, hd);
 }
 
 static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {

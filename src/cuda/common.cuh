@@ -119,7 +119,7 @@ void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M,
 void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n);
 void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
                       const pi0_wt *pos, int image_size, int patch);
-void cuda_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int head_dim);
+void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
 void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F);
 void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
 void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);

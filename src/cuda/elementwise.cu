@@ -72,27 +72,27 @@ void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_
     LAUNCH_NOTE(c, "patch_embed_kernel");
 }
 
-// x[r, h, :] rotated by pos[r] * 10000^(-2i/hd): (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-__global__ void rope_kernel(bf16 *x, const int32_t *pos, int M, int heads, int hd) {
-    int half = hd / 2;
+// Rows of q (qh heads) and k (kh heads) rotated by pos[r] * 10000^(-2i/hd): (x1, x2) ->
+// (x1 cos - x2 sin, x2 cos + x1 sin); one thread per (row, head of q or k, i < hd/2), one launch for both.
+__global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos, int M, int hd) {
+    int half = hd / 2, heads = qh + kh;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)M * heads * half;
     if (idx >= n) return;
-    int i = (int)(idx % half);
-    size_t rh = idx / half;
-    int r = (int)(rh / heads);
+    int i = (int)(idx % half), h = (int)((idx / half) % heads), r = (int)(idx / half / heads);
     float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = (float)pos[r] * inv_freq;
     float cs = cosf(th), sn = sinf(th);
-    bf16 *v = x + rh * hd;
+    bf16 *v = h < qh ? q + ((size_t)r * qh + h) * hd : k + ((size_t)r * kh + h - qh) * hd;
     float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[half + i]);
     v[i] = __float2bfloat16(x1 * cs - x2 * sn);
     v[half + i] = __float2bfloat16(x2 * cs + x1 * sn);
 }
 
-void cuda_rope(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
+void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
     cuda_ctx *c = CTX(be);
-    size_t n = (size_t)M * heads * (hd / 2);
+    if (!k.p) kh = 0;
+    size_t n = (size_t)M * (qh + kh) * (hd / 2);
     if (c->err || !n) return;
-    rope_kernel<<<GRID(n)>>>((bf16 *)x.p, (const int32_t *)pos.p, M, heads, hd);
+    rope_kernel<<<GRID(n)>>>((bf16 *)q.p, qh, (bf16 *)k.p, kh, (const int32_t *)pos.p, M, hd);
     LAUNCH_NOTE(c, "rope_kernel");
 }
 
