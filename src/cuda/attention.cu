@@ -6,8 +6,7 @@
 //  - MHA (kv_heads == heads, SigLIP): strided-batched GEMMs over the heads.
 //  - A second key source (the suffix's own K/V, spec 3.10) fills logits columns [n1, n1+n2); P.V then
 //    accumulates both parts in fp32 and rounds once.
-// The softmax is one warp per logits row. The denoise steps' attention (few queries, suffix keys)
-// takes the two-kernel decode path below instead.
+// The softmax is one warp per logits row. Flash-style fused attention is issue 5's.
 #include <math.h>
 
 #include "common.cuh"
@@ -30,151 +29,6 @@ __global__ void softmax_kernel(bf16 *p, const float *s, int ld, int rows, int n1
     for (int t = lane; t < nk; t += 32) pr[t] = __float2bfloat16(t < lim ? expf(sr[t] - mx) * inv : 0.0f);
 }
 
-// ---- decode attention: the denoise steps' few queries (nq <= 16 per segment, MQA) against the prefix
-// cache plus the suffix keys, split over key chunks (flash-decoding): attn_chunk_kernel gives each
-// (chunk, head, segment) block 64 keys, computes its logits, a chunk-local softmax (max m, sum l) and
-// the partial P.V in fp32; attn_combine_kernel rescales and sums the chunks. Two launches instead of
-// the GEMM path's six. Probabilities stay fp32 (closer to the fp32 reference than the bf16 rounding).
-enum { DEC_Q = 16, DEC_KC = 64, DEC_SEGS = 64 };
-
-// Segment table passed by value (a kernel parameter, so a captured graph keeps it): per segment the
-// first query row, the query count, the first source-1 key row and the source-1 key count.
-struct dec_segs {
-    int v[4 * DEC_SEGS];
-};
-
-__global__ void __launch_bounds__(256) attn_chunk_kernel(float *part, const bf16 *Q, const bf16 *K1, const bf16 *V1,
-                                                         const bf16 *K2, const bf16 *V2, const dec_segs sg, int heads,
-                                                         int hd, float scale, int block0, int nchunks) {
-    const int *seg = sg.v;
-    extern __shared__ float sm[];
-    int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
-    int q0 = seg[4 * s], nq = seg[4 * s + 1], k0 = seg[4 * s + 2], n1 = seg[4 * s + 3];
-    int n2 = K2 ? nq : 0, nk = n1 + n2, t0 = c * DEC_KC, nt = nk - t0 < DEC_KC ? nk - t0 : DEC_KC;
-    int ld = hd + 1, qw = heads * hd;
-    float *ks = sm, *vs = ks + DEC_KC * ld, *qs = vs + DEC_KC * ld, *ps = qs + DEC_Q * hd;
-    float *ob = part + (((size_t)s * heads + h) * nchunks + c) * DEC_Q * (hd + 2);   // [j][hd] then m[j], l[j]
-    if (nt <= 0) {   // this segment has fewer chunks: an empty partial
-        for (int j = tid; j < DEC_Q; j += blockDim.x) { ob[DEC_Q * hd + j] = -INFINITY; ob[DEC_Q * hd + DEC_Q + j] = 0; }
-        return;
-    }
-    for (int i = tid; i < nt * hd; i += blockDim.x) {
-        int t = i / hd, e = i % hd, g = t0 + t;
-        const bf16 *kr = g < n1 ? K1 + (size_t)(k0 + g) * hd : K2 + (size_t)(q0 + g - n1) * hd;
-        const bf16 *vr = g < n1 ? V1 + (size_t)(k0 + g) * hd : V2 + (size_t)(q0 + g - n1) * hd;
-        ks[t * ld + e] = __bfloat162float(kr[e]);
-        vs[t * ld + e] = __bfloat162float(vr[e]);
-    }
-    for (int i = tid; i < DEC_Q * hd; i += blockDim.x) {
-        int j = i / hd, e = i % hd;
-        qs[i] = j < nq ? __bfloat162float(Q[(size_t)(q0 + j) * qw + h * hd + e]) * scale : 0.0f;
-    }
-    __syncthreads();
-    // logits: thread (j, tt) for keys tt, tt + 16, ... of the chunk
-    {
-        int j = tid / 16, tt = tid % 16;
-        int lim = n1 + (j < block0 ? block0 : n2);   // keys [0, lim) visible to query j
-        for (int t = tt; t < DEC_KC; t += 16) {
-            float acc = -INFINITY;
-            if (t < nt && j < nq && t0 + t < lim) {
-                acc = 0;
-                const float *kr = ks + t * ld, *qr = qs + j * hd;
-                for (int e = 0; e < hd; e++) acc += qr[e] * kr[e];
-            }
-            ps[j * DEC_KC + t] = acc;
-        }
-    }
-    __syncthreads();
-    // chunk-local softmax statistics: one warp per query row
-    int lane = tid & 31, warp = tid >> 5;
-    for (int j = warp; j < DEC_Q; j += blockDim.x >> 5) {
-        float mx = -INFINITY;
-        for (int t = lane; t < DEC_KC; t += 32) mx = fmaxf(mx, ps[j * DEC_KC + t]);
-        mx = warp_max(mx);
-        float sum = 0;
-        for (int t = lane; t < DEC_KC; t += 32) {
-            float v = ps[j * DEC_KC + t];
-            float p = v == -INFINITY ? 0.0f : expf(v - mx);
-            ps[j * DEC_KC + t] = p;
-            sum += p;
-        }
-        sum = warp_sum(sum);
-        if (lane == 0) { ob[DEC_Q * hd + j] = mx; ob[DEC_Q * hd + DEC_Q + j] = sum; }
-    }
-    __syncthreads();
-    for (int e = tid; e < hd; e += blockDim.x) {
-        float acc[DEC_Q];
-#pragma unroll
-        for (int j = 0; j < DEC_Q; j++) acc[j] = 0;
-        for (int t = 0; t < nt; t++) {
-            float v = vs[t * ld + e];
-#pragma unroll
-            for (int j = 0; j < DEC_Q; j++) acc[j] += ps[j * DEC_KC + t] * v;
-        }
-#pragma unroll
-        for (int j = 0; j < DEC_Q; j++) ob[j * hd + e] = acc[j];
-    }
-}
-
-__global__ void attn_combine_kernel(bf16 *O, const float *part, const dec_segs sg, int heads, int hd, int nchunks) {
-    const int *seg = sg.v;
-    int j = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
-    int q0 = seg[4 * s], nq = seg[4 * s + 1];
-    if (j >= nq) return;
-    const float *base = part + ((size_t)s * heads + h) * nchunks * DEC_Q * (hd + 2);
-    float M = -INFINITY;
-    for (int c = 0; c < nchunks; c++) M = fmaxf(M, base[(size_t)c * DEC_Q * (hd + 2) + DEC_Q * hd + j]);
-    float L = 0;
-    for (int c = 0; c < nchunks; c++) {
-        const float *ob = base + (size_t)c * DEC_Q * (hd + 2);
-        float m = ob[DEC_Q * hd + j];
-        if (m != -INFINITY) L += ob[DEC_Q * hd + DEC_Q + j] * expf(m - M);
-    }
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float acc = 0;
-        for (int c = 0; c < nchunks; c++) {
-            const float *ob = base + (size_t)c * DEC_Q * (hd + 2);
-            float m = ob[DEC_Q * hd + j];
-            if (m != -INFINITY) acc += ob[j * hd + e] * expf(m - M);
-        }
-        O[((size_t)(q0 + j) * heads + h) * hd + e] = __float2bfloat16(acc / L);
-    }
-}
-
-static size_t dec_smem(int hd) { return (size_t)(2 * DEC_KC * (hd + 1) + DEC_Q * hd + DEC_Q * DEC_KC) * sizeof(float); }
-
-void cuda_attention_init(void) {
-    cudaFuncSetAttribute(attn_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dec_smem(256));
-}
-
-// Returns 0 when the decode path does not apply (the caller uses the GEMM path).
-static int decode_attention(cuda_ctx *c, bf16 *O, const bf16 *Q, const pi0_attn *a) {
-    int H = a->heads, hd = a->head_dim, maxq = 0, maxk = 0;
-    if (a->kv_heads != 1 || hd > 256 || a->nseg > DEC_SEGS || !a->k2.p) return 0;
-    for (int s = 0; s < a->nseg; s++) {
-        int nq = a->q_off[s + 1] - a->q_off[s], nk = a->k_off[s + 1] - a->k_off[s] + (a->k2.p ? nq : 0);
-        if (nq > maxq) maxq = nq;
-        if (nk > maxk) maxk = nk;
-    }
-    int nchunks = cdiv(maxk, DEC_KC);
-    if (maxq > DEC_Q || maxq == 0 || (size_t)a->nseg * H * nchunks * DEC_Q * (hd + 2) > c->scores_cap) return 0;
-    dec_segs sg;
-    for (int s = 0; s < a->nseg; s++) {
-        sg.v[4 * s] = a->q_off[s];
-        sg.v[4 * s + 1] = a->q_off[s + 1] - a->q_off[s];
-        sg.v[4 * s + 2] = a->k_off[s];
-        sg.v[4 * s + 3] = a->k_off[s + 1] - a->k_off[s];
-    }
-    dim3 g1(nchunks, H, a->nseg), g2(maxq, H, a->nseg);
-    attn_chunk_kernel<<<g1, 256, dec_smem(hd), c->stream>>>(c->scores, Q, (const bf16 *)a->k1.p, (const bf16 *)a->v1.p,
-                                                          (const bf16 *)a->k2.p, (const bf16 *)a->v2.p, sg, H, hd,
-                                                          a->scale, a->block0, nchunks);
-    LAUNCH_NOTE(c, "attn_chunk_kernel");
-    attn_combine_kernel<<<g2, hd < 256 ? hd : 256, 0, c->stream>>>(O, c->scores, sg, H, hd, nchunks);
-    LAUNCH_NOTE(c, "attn_combine_kernel");
-    return 1;
-}
-
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     cuda_ctx *c = CTX(be);
     if (c->err) return;
@@ -184,7 +38,6 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     const bf16 *Q = (const bf16 *)q.p, *K1 = (const bf16 *)a->k1.p, *V1 = (const bf16 *)a->v1.p;
     const bf16 *K2 = (const bf16 *)a->k2.p, *V2 = (const bf16 *)a->v2.p;
     bf16 *O = (bf16 *)out.p;
-    if (decode_attention(c, O, Q, a)) return;
     for (int s = 0; s < a->nseg; s++) {
         int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = a->k_off[s + 1] - k0;
         int n2 = K2 ? nq : 0, nk = n1 + n2, ld = (nk + 7) & ~7;   // rows padded to 16-byte multiples

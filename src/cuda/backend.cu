@@ -363,7 +363,6 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     const char *g = getenv("PI0_CUDA_GRAPHS");
     c->graphs_enabled = !(g && !strcmp(g, "0"));
     c->gemms = gemm_cache_new();
-    cuda_attention_init();
     if (!c->gemms) { cuda_destroy(be); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     if (CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
         CUBLAS_NOTE(c, cublasLtCreate(&c->lt)) || CUDA_NOTE(c, cudaMalloc(&c->workspace, c->ws_size))) {
