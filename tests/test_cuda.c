@@ -234,8 +234,7 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
     poison(&o);
     size_t maxs = 0;
     for (int s = 0; s < nseg; s++) {
-        size_t sc = (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0) + 8);
-        if (sc > maxs) maxs = sc;
+        maxs += (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0) + 8);   /* room to batch all segments */
     }
     cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
     gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
@@ -372,6 +371,9 @@ static void op_tests(void) {
     t_attention("prefix-b2", 2, p2q, p2q, 8, 1, 256, 0, 0);
     t_attention("suffix-pi0", 2, s_q, s_k, 8, 1, 256, 1, 1);
     t_attention("suffix-pi05", 2, s5_q, s_k, 8, 1, 256, 1, 0);
+    int e_q[6] = {11, 11, 11, 11, 11, 7}, e_k[6] = {300, 300, 300, 300, 300, 300}, pe[3] = {40, 40, 40};
+    t_attention("suffix-batched", 6, e_q, e_k, 8, 1, 256, 1, 1);   /* 5 equal segments batched, then 1 */
+    t_attention("prefix-batched", 3, pe, pe, 4, 1, 16, 0, 0);
     t_attention("tiny", 2, t_q, t_k, 4, 1, 16, 1, 1);
     t_misc();
     t_patch(224, 14, 1152, 3);

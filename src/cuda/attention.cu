@@ -11,12 +11,14 @@
 
 #include "common.cuh"
 
-// Row r of a segment: query j = r / row_div sees source-1 keys [0, n1) and source-2 keys
+// Row r (of seg_rows per segment; several equal segments may be batched): query j = (r % seg_rows) /
+// row_div sees source-1 keys [0, n1) and source-2 keys
 // [0, j < block0 ? block0 : n2). Probabilities of unseen keys are written as 0.
-__global__ void softmax_kernel(bf16 *p, const float *s, int ld, int rows, int n1, int n2, int block0, int row_div) {
+__global__ void softmax_kernel(bf16 *p, const float *s, int ld, int rows, int seg_rows, int n1, int n2, int block0,
+                               int row_div) {
     int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (r >= rows) return;
-    int nk = n1 + n2, j = r / row_div, lim = n1 + (n2 ? (j < block0 ? block0 : n2) : 0);
+    int nk = n1 + n2, j = (r % seg_rows) / row_div, lim = n1 + (n2 ? (j < block0 ? block0 : n2) : 0);
     const float *sr = s + (size_t)r * ld;
     bf16 *pr = p + (size_t)r * ld;
     float mx = -INFINITY;
@@ -38,13 +40,11 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     const bf16 *Q = (const bf16 *)q.p, *K1 = (const bf16 *)a->k1.p, *V1 = (const bf16 *)a->v1.p;
     const bf16 *K2 = (const bf16 *)a->k2.p, *V2 = (const bf16 *)a->v2.p;
     bf16 *O = (bf16 *)out.p;
-    for (int s = 0; s < a->nseg; s++) {
+    for (int s = 0; s < a->nseg;) {
         int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = a->k_off[s + 1] - k0;
         int n2 = K2 ? nq : 0, nk = n1 + n2, ld = (nk + 7) & ~7;   // rows padded to 16-byte multiples
-        if (nq == 0) continue;
-        const bf16 *qs = Q + (size_t)q0 * qw;
-        bf16 *os = O + (size_t)q0 * qw;
-        if ((size_t)nq * H * ld > c->scores_cap || (size_t)nq * H * hd > c->att_cap) {
+        int rows = nq * H;
+        if ((size_t)rows * ld > c->scores_cap || (size_t)rows * hd > c->att_cap) {
             if (!c->err) {
                 c->err = PI0_ERR_ARG;
                 snprintf(c->errmsg, sizeof c->errmsg, "attention segment of %d queries x %d keys exceeds the reserved "
@@ -52,35 +52,47 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             }
             return;
         }
-        int rows = nq * H;
+        // MQA: the following segments of the same lengths (equal-length samples of a batch) form one
+        // strided batch, as far as the scratch holds their logits
+        int g = 1;
+        if (a->kv_heads == 1)
+            while (s + g < a->nseg && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
+                   a->k_off[s + g + 1] - a->k_off[s + g] == n1 && (size_t)(g + 1) * rows * ld <= c->scores_cap &&
+                   (size_t)(g + 1) * rows * hd <= c->att_cap)
+                g++;
+        if (nq == 0) { s += g; continue; }
+        const bf16 *qs = Q + (size_t)q0 * qw;
+        bf16 *os = O + (size_t)q0 * qw;
+        long long sq = (long long)rows * hd, sk1 = (long long)n1 * kvw, sk2 = (long long)nq * kvw, ss = (long long)rows * ld;
         if (a->kv_heads == 1) {
             cuda_gemm(c, 1, rows, n1, hd, a->scale, qs, hd, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
-                      c->scores, ld, CUDA_R_32F, NULL, 1, 0, 0, 0);
+                      c->scores, ld, CUDA_R_32F, NULL, g, sq, sk1, ss);
             if (n2)
                 cuda_gemm(c, 1, rows, n2, hd, a->scale, qs, hd, CUDA_R_16BF, K2 + (size_t)q0 * kvw, kvw, CUDA_R_16BF,
-                          0.0f, c->scores + n1, ld, CUDA_R_32F, NULL, 1, 0, 0, 0);
-            softmax_kernel<<<cdiv((long long)rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, rows, n1,
-                                                                                 n2, a->block0, H);
+                          0.0f, c->scores + n1, ld, CUDA_R_32F, NULL, g, sq, sk2, ss);
+            softmax_kernel<<<cdiv((long long)g * rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, g * rows,
+                                                                                     rows, n1, n2, a->block0, H);
             LAUNCH_NOTE(c, "softmax_kernel");
             if (!n2) {
                 cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
-                          0.0f, os, hd, CUDA_R_16BF, NULL, 1, 0, 0, 0);
+                          0.0f, os, hd, CUDA_R_16BF, NULL, g, ss, sk1, sq);
             } else {
                 cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
-                          0.0f, c->att32, hd, CUDA_R_32F, NULL, 1, 0, 0, 0);
+                          0.0f, c->att32, hd, CUDA_R_32F, NULL, g, ss, sk1, sq);
                 cuda_gemm(c, 0, rows, hd, n2, 1.0f, c->probs + n1, ld, CUDA_R_16BF, V2 + (size_t)q0 * kvw, kvw,
-                          CUDA_R_16BF, 1.0f, c->att32, hd, CUDA_R_32F, NULL, 1, 0, 0, 0);
-                cuda_f32_to_bf16(c, os, c->att32, (size_t)rows * hd);
+                          CUDA_R_16BF, 1.0f, c->att32, hd, CUDA_R_32F, NULL, g, ss, sk2, sq);
+                cuda_f32_to_bf16(c, os, c->att32, (size_t)g * rows * hd);
             }
         } else {
             // head h: logits_h [nq, n1] = Q_h . K_h^T, Q_h = columns [h*hd, (h+1)*hd) of the [nq, qw] rows
             cuda_gemm(c, 1, nq, n1, hd, a->scale, qs, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       c->scores, ld, CUDA_R_32F, NULL, H, hd, hd, (long long)nq * ld);
-            softmax_kernel<<<cdiv((long long)rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, rows, n1,
-                                                                                 0, 0, 1);
+            softmax_kernel<<<cdiv((long long)rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, rows, rows,
+                                                                                 n1, 0, 0, 1);
             LAUNCH_NOTE(c, "softmax_kernel");
             cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       os, qw, CUDA_R_16BF, NULL, H, (long long)nq * ld, hd, hd);
         }
+        s += g;
     }
 }
