@@ -367,6 +367,9 @@ static void op_tests(void) {
     int v_q[3] = {256, 256, 256}, p1[1] = {788}, p2q[2] = {500, 300}, s_q[2] = {11, 11}, s_k[2] = {788, 500};
     int s5_q[2] = {10, 10}, t_q[2] = {3, 5}, t_k[2] = {7, 2};
     t_attention("siglip", 3, v_q, v_q, 16, 16, 72, 0, 0);
+    int v20[20];
+    for (int i = 0; i < 20; i++) v20[i] = 64;
+    t_attention("siglip-batched", 20, v20, v20, 16, 16, 72, 0, 0);   /* >= heads images: batch over images */
     t_attention("prefix", 1, p1, p1, 8, 1, 256, 0, 0);
     t_attention("prefix-b2", 2, p2q, p2q, 8, 1, 256, 0, 0);
     t_attention("suffix-pi0", 2, s_q, s_k, 8, 1, 256, 1, 1);

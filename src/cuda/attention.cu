@@ -3,7 +3,8 @@
 // writes bf16 probabilities (the PT reference rounds probabilities to bf16 before P.V), then P.V.
 //  - MQA (kv_heads == 1, Gemma): the query rows (token, head) form one [nq*H, hd] matrix, since all
 //    heads share K and V, so each product is a single GEMM.
-//  - MHA (kv_heads == heads, SigLIP): strided-batched GEMMs over the heads.
+//  - MHA (kv_heads == heads, SigLIP): strided-batched GEMMs over the heads, or, for at least `heads`
+//    equal images, a loop over the heads with the images as the batch.
 //  - A second key source (the suffix's own K/V, spec 3.10) fills logits columns [n1, n1+n2); P.V then
 //    accumulates both parts in fp32 and rounds once.
 // The softmax is one warp per logits row. Flash-style fused attention is issue 5's.
@@ -83,6 +84,23 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
                           CUDA_R_16BF, 1.0f, c->att32, hd, CUDA_R_32F, NULL, g, ss, sk2, sq);
                 cuda_f32_to_bf16(c, os, c->att32, (size_t)g * rows * hd);
             }
+        } else if (a->nseg - s >= H && nq == n1 && (size_t)nq * ld * 2 <= c->scores_cap) {
+            // many equal segments (SigLIP over a batch of images): loop over heads, batch over segments
+            int gi = 1;
+            while (s + gi < a->nseg && a->q_off[s + gi + 1] - a->q_off[s + gi] == nq &&
+                   a->k_off[s + gi + 1] - a->k_off[s + gi] == n1 && (size_t)(gi + 1) * nq * ld <= c->scores_cap)
+                gi++;
+            long long sx = (long long)nq * qw, sw = (long long)n1 * kvw, sl = (long long)nq * ld;
+            for (int h = 0; h < H; h++) {
+                cuda_gemm(c, 1, nq, n1, hd, a->scale, qs + h * hd, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw + h * hd, kvw,
+                          CUDA_R_16BF, 0.0f, c->scores, ld, CUDA_R_32F, NULL, gi, sx, sw, sl);
+                softmax_kernel<<<cdiv((long long)gi * nq * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, gi * nq,
+                                                                                        nq, n1, 0, 0, 1);
+                LAUNCH_NOTE(c, "softmax_kernel");
+                cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw + h * hd, kvw,
+                          CUDA_R_16BF, 0.0f, os + h * hd, qw, CUDA_R_16BF, NULL, gi, sl, sw, sx);
+            }
+            g = gi;
         } else {
             // head h: logits_h [nq, n1] = Q_h . K_h^T, Q_h = columns [h*hd, (h+1)*hd) of the [nq, qw] rows
             cuda_gemm(c, 1, nq, n1, hd, a->scale, qs, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
