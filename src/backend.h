@@ -29,6 +29,9 @@ enum pi0_act { ACT_NONE, ACT_SWISH };
  * Query rows of segment s: [q_off[s], q_off[s+1]). Keys/values come from source 1 (rows
  * [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned with the queries).
  * Query j of a segment sees all of its source-1 keys and source-2 keys [0, j < block0 ? block0 : n).
+ * With tail > 0 (and no source 2) the last `tail` source-1 keys of each segment are the suffix keys
+ * instead and follow the same rule: query j sees the first n1 - tail keys and then
+ * [0, j < block0 ? block0 : tail) of the tail.
  * Heads: query head h reads kv head h / (heads / kv_heads). Logits scaled by `scale`, softmax in fp32.
  * The offsets are HOST arrays: backends launch per segment (a CUDA graph bakes them in). */
 typedef struct {
@@ -38,6 +41,7 @@ typedef struct {
     pt k1, v1;            /* rows of kv_heads*head_dim */
     pt k2, v2;            /* optional (p == NULL): suffix keys */
     int block0;
+    int tail;
 } pi0_attn;
 
 typedef struct pi0_backend pi0_backend;

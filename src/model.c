@@ -57,6 +57,7 @@ struct model_sess {
     /* host index scratch (sized at create); h_voff/h_poff/h_soff are the attention segments */
     int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_poff, *h_spos, *h_soff;
     int32_t *h_full;                 /* compacted prefix row -> uncompacted (b*P + j), for dumps */
+    int32_t h_tail_off[2];           /* B = 1: keys [0, Np + S) of the cache, prefix then suffix */
     float *h_noise;
 };
 
@@ -175,7 +176,12 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->att = buf(s, prow * qw, PT_ACT);
     s->g = buf(s, prow * s->F, PT_ACT);
     s->u = buf(s, prow * s->F, PT_ACT);
-    for (int l = 0; l < depth; l++) { s->kc[l] = buf(s, prow * kvw, PT_ACT); s->vc[l] = buf(s, prow * kvw, PT_ACT); }
+    /* S spare rows after the prefix: at B = 1 the suffix K/V go right after the cached prefix (one key
+     * range for the suffix attention, see denoise) */
+    for (int l = 0; l < depth; l++) {
+        s->kc[l] = buf(s, (prow + s->S) * kvw, PT_ACT);
+        s->vc[l] = buf(s, (prow + s->S) * kvw, PT_ACT);
+    }
     s->s = buf(s, srow * s->De, PT_ACT);
     s->sy = buf(s, srow * s->De, PT_ACT);
     s->stmp = buf(s, srow * s->De, PT_ACT);
@@ -346,6 +352,17 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, qw = s->Hq * s->Dh;
     pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
                   .q_off = s->h_soff, .k_off = s->h_poff, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1};
+    /* B = 1: the suffix K/V are written into the cache's spare rows after the prefix, so attention
+     * reads one key range whose last S keys follow the suffix mask (`tail`) */
+    int one = B == 1;
+    size_t tail_row = (size_t)s->h_poff[1] * s->Kv * s->Dh;
+    if (one) {
+        s->h_tail_off[0] = 0;
+        s->h_tail_off[1] = s->h_poff[1] + s->S;
+        a.k_off = s->h_tail_off;
+        a.k2 = a.v2 = (pt){0};
+        a.tail = s->S;
+    }
     enum pi0_epi res = s->c->pi05 ? EPI_STORE : EPI_ADD;
     pt res_dst = s->c->pi05 ? s->stmp : s->s;
     /* x = noise, inside the computation so that a graph replay (or a second run) starts afresh */
@@ -357,8 +374,9 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         for (int l = 0; l < depth; l++) {
             const pi0_gemma_layer *L = &w->ex[l];
             ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
-            be->qkv(be, s->sq, s->sk, s->sv, s->sy, L, Ms, De);
-            be->rope(be, s->sq, s->Hq, s->sk, s->Kv, s->spos, Ms, s->Dh);
+            pt sk = one ? pt_at(be, s->kc[l], tail_row) : s->sk, sv = one ? pt_at(be, s->vc[l], tail_row) : s->sv;
+            be->qkv(be, s->sq, sk, sv, s->sy, L, Ms, De);
+            be->rope(be, s->sq, s->Hq, sk, s->Kv, s->spos, Ms, s->Dh);
             a.k1 = s->kc[l];
             a.v1 = s->vc[l];
             be->attention(be, s->satt, s->sq, &a);

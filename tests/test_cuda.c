@@ -223,7 +223,7 @@ static void t_rope(int M, int qh, int kh, int hd) {
 
 /* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source. */
 static void t_attention(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
-                        int with_k2, int block0) {
+                        int with_k2, int block0, int tail) {
     int32_t qo[65] = {0}, ko[65] = {0};
     for (int s = 0; s < nseg; s++) { qo[s + 1] = qo[s] + nq[s]; ko[s + 1] = ko[s] + nk[s]; }
     int Mq = qo[nseg], Mk = ko[nseg];
@@ -239,7 +239,7 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
     cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
     gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
     pi0_attn a = {.nseg = nseg, .heads = heads, .kv_heads = kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
-                  .q_off = qo, .k_off = ko, .block0 = block0};
+                  .q_off = qo, .k_off = ko, .block0 = block0, .tail = tail};
     a.k1 = k.c; a.v1 = v.c;
     if (with_k2) { a.k2 = k2.c; a.v2 = v2.c; }
     cpu->attention(cpu, o.c, q.c, &a);
@@ -366,18 +366,21 @@ static void op_tests(void) {
     t_rope(4, 3, 0, 8);
     int v_q[3] = {256, 256, 256}, p1[1] = {788}, p2q[2] = {500, 300}, s_q[2] = {11, 11}, s_k[2] = {788, 500};
     int s5_q[2] = {10, 10}, t_q[2] = {3, 5}, t_k[2] = {7, 2};
-    t_attention("siglip", 3, v_q, v_q, 16, 16, 72, 0, 0);
+    t_attention("siglip", 3, v_q, v_q, 16, 16, 72, 0, 0, 0);
     int v20[20];
     for (int i = 0; i < 20; i++) v20[i] = 64;
-    t_attention("siglip-batched", 20, v20, v20, 16, 16, 72, 0, 0);   /* >= heads images: batch over images */
-    t_attention("prefix", 1, p1, p1, 8, 1, 256, 0, 0);
-    t_attention("prefix-b2", 2, p2q, p2q, 8, 1, 256, 0, 0);
-    t_attention("suffix-pi0", 2, s_q, s_k, 8, 1, 256, 1, 1);
-    t_attention("suffix-pi05", 2, s5_q, s_k, 8, 1, 256, 1, 0);
+    t_attention("siglip-batched", 20, v20, v20, 16, 16, 72, 0, 0, 0);   /* >= heads images: batch over images */
+    t_attention("prefix", 1, p1, p1, 8, 1, 256, 0, 0, 0);
+    t_attention("prefix-b2", 2, p2q, p2q, 8, 1, 256, 0, 0, 0);
+    t_attention("suffix-pi0", 2, s_q, s_k, 8, 1, 256, 1, 1, 0);
+    t_attention("suffix-pi05", 2, s5_q, s_k, 8, 1, 256, 1, 0, 0);
     int e_q[6] = {11, 11, 11, 11, 11, 7}, e_k[6] = {300, 300, 300, 300, 300, 300}, pe[3] = {40, 40, 40};
-    t_attention("suffix-batched", 6, e_q, e_k, 8, 1, 256, 1, 1);   /* 5 equal segments batched, then 1 */
-    t_attention("prefix-batched", 3, pe, pe, 4, 1, 16, 0, 0);
-    t_attention("tiny", 2, t_q, t_k, 4, 1, 16, 1, 1);
+    t_attention("suffix-batched", 6, e_q, e_k, 8, 1, 256, 1, 1, 0);   /* 5 equal segments batched, then 1 */
+    t_attention("prefix-batched", 3, pe, pe, 4, 1, 16, 0, 0, 0);
+    t_attention("tiny", 2, t_q, t_k, 4, 1, 16, 1, 1, 0);
+    int tl_q[1] = {11}, tl_k[1] = {799}, tl5_q[1] = {10}, tl5_k[1] = {978};
+    t_attention("suffix-tail-pi0", 1, tl_q, tl_k, 8, 1, 256, 0, 1, 11);    /* B = 1: suffix K/V after the cache */
+    t_attention("suffix-tail-pi05", 1, tl5_q, tl5_k, 8, 1, 256, 0, 0, 10);
     t_misc();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);

@@ -147,12 +147,6 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-static float dot(const float *a, const float *b, int n) {
-    float acc = 0;
-    #pragma omp simd reduction(+:acc)
-    for (int k = 0; k < n; k++) acc += a[k] * b[k];
-    return acc;
-}
 
 /* GEMM micro-kernel: 8-lane vectors (GCC/clang vector extension), RB x rows times 2 weight rows per
  * pass, so each loaded vector feeds several multiply-adds. Every output element sees the same
@@ -167,6 +161,17 @@ static inline v8 ld8(const float *p) {
 
 static inline float hsum8(v8 v) {
     return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
+/* Dot product in a fixed order (8 lanes, then lanes summed pairwise, then the scalar tail): the same
+ * result whatever the operands' alignment, so a row gives identical bits in any buffer or batch. */
+static float dot(const float *a, const float *b, int n) {
+    v8 acc = {0};
+    int k = 0;
+    for (; k + 8 <= n; k += 8) acc += ld8(a + k) * ld8(b + k);
+    float s = hsum8(acc);
+    for (; k < n; k++) s += a[k] * b[k];
+    return s;
 }
 
 /* part[r * NB + j] += x_r[0:kk] . w_j[0:kk] for r < rb (rb <= 4), j < nn; kk is a multiple of 8. */
@@ -254,6 +259,7 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             while (qo[s + 1] <= r) s++;
             int j = r - qo[s], nq = qo[s + 1] - qo[s], n1 = ko[s + 1] - ko[s];
             int n2 = a->k2.p ? (j < a->block0 ? a->block0 : nq) : 0;
+            if (a->tail) n1 -= a->tail - (j < a->block0 ? a->block0 : a->tail);   /* hide the unseen tail keys */
             int kvh = h / group;
             const float *qr = F(q) + ((size_t)r * H + h) * hd;
             float mx = -INFINITY;

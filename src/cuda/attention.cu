@@ -71,8 +71,10 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             if (n2)
                 cuda_gemm(c, 1, rows, n2, hd, a->scale, qs, hd, CUDA_R_16BF, K2 + (size_t)q0 * kvw, kvw, CUDA_R_16BF,
                           0.0f, c->scores + n1, ld, CUDA_R_32F, NULL, g, sq, sk2, ss);
+            // tail: the last `tail` keys of the range are suffix keys (mask of the second source)
+            int m1 = n2 ? n1 : n1 - a->tail, m2 = n2 ? n2 : a->tail;
             softmax_kernel<<<cdiv((long long)g * rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, g * rows,
-                                                                                     rows, n1, n2, a->block0, H);
+                                                                                     rows, m1, m2, a->block0, H);
             LAUNCH_NOTE(c, "softmax_kernel");
             if (!n2) {
                 cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
