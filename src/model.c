@@ -296,8 +296,7 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
     for (int l = 0; l < depth; l++) {
         const pi0_gemma_layer *L = &s->w->lm[l];
         be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
-        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, L, Mp, D);
-        be->rope(be, s->q, s->Hq, s->kc[l], s->Kv, s->pos, Mp, s->Dh);
+        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, L, Mp, D, s->pos, s->Dh);
         if (dump) {
             char name[32];
             int64_t shape[3] = {B, s->P, kvw};
@@ -375,8 +374,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
             const pi0_gemma_layer *L = &w->ex[l];
             ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
             pt sk = one ? pt_at(be, s->kc[l], tail_row) : s->sk, sv = one ? pt_at(be, s->vc[l], tail_row) : s->sv;
-            be->qkv(be, s->sq, sk, sv, s->sy, L, Ms, De);
-            be->rope(be, s->sq, s->Hq, sk, s->Kv, s->spos, Ms, s->Dh);
+            be->qkv(be, s->sq, sk, sv, s->sy, L, Ms, De, s->spos, s->Dh);
             a.k1 = s->kc[l];
             a.v1 = s->vc[l];
             be->attention(be, s->satt, s->sq, &a);

@@ -14,7 +14,8 @@ typedef struct {
     pi0_dtype dtype;     /* BF16, F16 or F32 */
     int64_t rows, cols;  /* [out, in] for matrices; 1-D: rows = n, cols = 1; conv: cols = C*P*P */
     void *dev;           /* CUDA: bf16 copy in the model's device arena (NULL on the CPU backend) */
-    void *dev32;         /* CUDA: fp32 copy of 1-D tensors (norm scales, biases) */
+    void *dev32;         /* CUDA: fp32 copy of 1-D tensors (norm scales, biases) and of want32 ones */
+    int want32;          /* CUDA: also keep an fp32 copy (the patch embedding, computed in fp32) */
 } pi0_wt;
 
 typedef struct {   /* SigLIP encoder block (spec 3.4) */

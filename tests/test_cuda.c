@@ -143,7 +143,7 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
 }
 
 /* fused projections: q|k|v and gate|up, adjacent (one product) or not (separate products) */
-static void t_fused(int M, int K, int nq, int nkv, int F) {
+static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     pi0_gemma_layer L;
     memset(&L, 0, sizeof L);
     float s = 1.0f / sqrtf((float)K);
@@ -155,8 +155,14 @@ static void t_fused(int M, int K, int nq, int nkv, int F) {
          ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
     set_rand(&y, 1.0f);
     poison(&oq); poison(&ok); poison(&ov); poison(&og);
-    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &L, M, K);
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &L, M, K);
+    dbuf pos = mk((size_t)M, PT_I32);
+    int32_t *pv = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, pv);
+    free(pv);
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &L, M, K, pos.c, hd);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &L, M, K, pos.g, hd);
+    rel(&pos);
     cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K);
     gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K);
     char shape[80];
@@ -307,7 +313,9 @@ static void t_misc(void) {
 static void t_patch(int R, int P, int Dv, int nimg) {
     int CK = 3 * P * P, T = (R / P) * (R / P);
     hwt w = mkw(Dv, CK, 1.0f / sqrtf((float)CK), 0), b = mkw(Dv, 1, 0.1f, 0), pos = mkw(T, Dv, 0.5f, 0);
+    w.w.want32 = 1;   /* as cuda_weights_upload marks the patch weight */
     hwt *ws[3] = {&w, &b, &pos};
+    gpu->reserve(gpu, 0, 0, (size_t)T * (CK > Dv ? CK : Dv), 0);   /* one image per chunk at the least */
     void *ar = upload_wts(ws, 3);
     dbuf img = mk((size_t)(nimg + 1) * R * R * 3, PT_F32), sel = mk((size_t)nimg, PT_I32),
          out = mk((size_t)nimg * T * Dv, PT_ACT);
@@ -352,9 +360,9 @@ static void op_tests(void) {
     t_linear(10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 1, 1e-5);
     t_linear(50, 32, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);
     t_linear(3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5);
-    t_fused(788, 2048, 2048, 256, 16384);   /* PaliGemma layer */
-    t_fused(11, 1024, 2048, 256, 4096);     /* action expert */
-    t_fused(5, 40, 24, 12, 36);             /* sizes not multiples of 256 bytes: separate products */
+    t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
+    t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert */
+    t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_norms(768, 1152);
     t_norms(788, 2048);
     t_norms(22, 1024);

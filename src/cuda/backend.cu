@@ -54,7 +54,7 @@ static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 static pi0_status count_weight(void *user, const char *name, pi0_wt *t) {
     (void)name;
     size_t n = (size_t)(t->rows * t->cols);
-    *(size_t *)user += up256(n * 2) + (t->cols == 1 ? up256(n * 4) : 0);
+    *(size_t *)user += up256(n * 2) + (t->cols == 1 || t->want32 ? up256(n * 4) : 0);
     return PI0_OK;
 }
 
@@ -82,7 +82,7 @@ static pi0_status upload_weight(void *user, const char *name, pi0_wt *t) {
         cudaError_t e = cudaMemcpy(dst + i * 2, h, m * 2, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading '%s': %s", name, cudaGetErrorString(e));
     }
-    if (t->cols == 1) {   // norm scales and biases: fp32 for our kernels (values of the file, widened)
+    if (t->cols == 1 || t->want32) {   // norm scales, biases, patch weights: fp32 (the file's values, widened)
         float *f = (float *)malloc(n * sizeof(float));
         if (!f) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
         pi0_to_f32(f, t->data, t->dtype, n);
@@ -180,6 +180,7 @@ static void fuse_order(wt_list *l, pi0_weights *w, const pi0_config *cfg) {
 extern "C" pi0_status cuda_weights_upload(void **out, pi0_weights *w, const pi0_config *cfg, int device) {
     wt_list l = {NULL, 0, 0};
     *out = NULL;
+    w->patch_w.want32 = 1;   // spec 3.4: the patch convolution runs in fp32
     pi0_status st = weights_foreach(w, cfg, collect, &l);
     if (st == PI0_OK) {
         fuse_order(&l, w, cfg);

@@ -36,40 +36,51 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
     LAUNCH_NOTE(c, "gelu_mul_kernel");
 }
 
-// Block per (image i, patch t): the patch (c, y, x order of the OIHW weight) in shared memory, one
-// warp per output channel d with lanes over the 3*P*P inputs.
-__global__ void patch_embed_kernel(bf16 *out, const float *img, const int32_t *sel, const bf16 *w, const float *b,
-                                   const bf16 *pos, int R, int P, int Dv) {
-    extern __shared__ float patch[];
-    int i = blockIdx.y, t = blockIdx.x, G = R / P, CK = 3 * P * P, py = t / G, px = t % G;
-    const float *im = img + (size_t)sel[i] * R * R * 3;
-    for (int k = threadIdx.x; k < CK; k += blockDim.x) {
-        int ch = k / (P * P), y = (k / P) % P, x = k % P;
-        patch[k] = im[((size_t)(py * P + y) * R + (px * P + x)) * 3 + ch];
-    }
-    __syncthreads();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int T = G * G;
-    for (int d = warp; d < Dv; d += nw) {
-        const bf16 *wr = w + (size_t)d * CK;
-        float acc = 0;
-        for (int k = lane; k < CK; k += 32) acc += __bfloat162float(wr[k]) * patch[k];
-        acc = warp_sum(acc);
-        if (lane == 0)
-            out[((size_t)i * T + t) * Dv + d] = __float2bfloat16(acc + b[d] + __bfloat162float(pos[(size_t)t * Dv + d]));
-    }
+// Patch embedding as an fp32 GEMM (spec 3.4: convolution in fp32): im2col_kernel gathers each patch in
+// the (c, y, x) order of the OIHW weight, cuBLASLt multiplies by the fp32 weights (plain fp32, no TF32),
+// patch_finish_kernel adds bias and position embedding and rounds to bf16. Images in chunks that fit
+// the attention scratch (reused here: no attention runs during the patch embedding).
+__global__ void im2col_kernel(float *cols, const float *img, const int32_t *sel, int i0, int n, int R, int P) {
+    int G = R / P, T = G * G, CK = 3 * P * P;
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n * T * CK) return;
+    int k = (int)(idx % CK), t = (int)((idx / CK) % T), i = (int)(idx / CK / T);
+    int ch = k / (P * P), y = (k / P) % P, x = k % P, py = t / G, px = t % G;
+    const float *im = img + (size_t)sel[i0 + i] * R * R * 3;
+    cols[idx] = im[((size_t)(py * P + y) * R + (px * P + x)) * 3 + ch];
+}
+
+__global__ void patch_finish_kernel(bf16 *out, const float *y, const float *b, const bf16 *pos, int n, int T, int Dv) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)n * T * Dv) return;
+    int d = (int)(idx % Dv), t = (int)((idx / Dv) % T);
+    out[idx] = __float2bfloat16(y[idx] + b[d] + __bfloat162float(pos[(size_t)t * Dv + d]));
 }
 
 void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
                       const pi0_wt *pos, int R, int P) {
     cuda_ctx *c = CTX(be);
     if (c->err || n <= 0) return;
-    int G = R / P;
-    dim3 grid(G * G, n);
-    patch_embed_kernel<<<grid, 256, 3 * P * P * sizeof(float), c->stream>>>(
-        (bf16 *)out.p, (const float *)img.p, (const int32_t *)sel.p, (const bf16 *)w->dev, (const float *)b->dev32,
-        (const bf16 *)pos->dev, R, P, (int)w->rows);
-    LAUNCH_NOTE(c, "patch_embed_kernel");
+    int G = R / P, T = G * G, CK = 3 * P * P, Dv = (int)w->rows;
+    size_t per_img = (size_t)T * (CK > Dv ? CK : Dv);
+    int chunk = (int)(c->scores_cap / per_img < c->att_cap / per_img ? c->scores_cap / per_img : c->att_cap / per_img);
+    if (chunk < 1) {
+        if (!c->err) {
+            c->err = PI0_ERR_ARG;
+            snprintf(c->errmsg, sizeof c->errmsg, "patch embedding: scratch of %zu floats holds no image", c->scores_cap);
+        }
+        return;
+    }
+    for (int i0 = 0; i0 < n; i0 += chunk) {
+        int m = n - i0 < chunk ? n - i0 : chunk;
+        im2col_kernel<<<GRID((size_t)m * T * CK)>>>(c->scores, (const float *)img.p, (const int32_t *)sel.p, i0, m, R, P);
+        LAUNCH_NOTE(c, "im2col_kernel");
+        cuda_gemm(c, 1, m * T, Dv, CK, 1.0f, c->scores, CK, CUDA_R_32F, w->dev32, CK, CUDA_R_32F, 0.0f, c->att32, Dv,
+                  CUDA_R_32F, NULL, 1, 0, 0, 0);
+        patch_finish_kernel<<<GRID((size_t)m * T * Dv)>>>((bf16 *)out.p + (size_t)i0 * T * Dv, c->att32,
+                                                          (const float *)b->dev32, (const bf16 *)pos->dev, m, T, Dv);
+        LAUNCH_NOTE(c, "patch_finish_kernel");
+    }
 }
 
 // Rows of q (qh heads) and k (kh heads) rotated by pos[r] * 10000^(-2i/hd): (x1, x2) ->

@@ -231,14 +231,24 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
 // ---- fused projections: q|k|v and gate|up as one product when the weights are adjacent in the arena
 // (backend.cu places them so), then one kernel splits (q, k, v) or applies gelu(gate) * up. ----
 
-__global__ void split3_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, int M, int nq, int nk, int nv) {
+// Splits the fused [M, nq + nk + nv] product into q, k, v and applies RoPE to q and k (same formula as
+// rope_kernel): one thread per (row, head, i < hd/2) of q|k|v, rotating the pair (i, i + hd/2).
+__global__ void split3_rope_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, const int32_t *pos, int M, int nq, int nk,
+                                   int nv, int hd) {
+    int half = hd / 2, w = nq + nk + nv, hw = w / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int w = nq + nk + nv;
-    if (idx >= (size_t)M * w) return;
-    int r = (int)(idx / w), col = (int)(idx % w);
-    if (col < nq) q[(size_t)r * nq + col] = f[idx];
-    else if (col < nq + nk) k[(size_t)r * nk + col - nq] = f[idx];
-    else v[(size_t)r * nv + col - nq - nk] = f[idx];
+    if (idx >= (size_t)M * hw) return;
+    int r = (int)(idx / hw), p = (int)(idx % hw), head = p / half, i = p % half, col = head * hd + i;
+    const bf16 *src = f + (size_t)r * w + col;
+    float x1 = __bfloat162float(src[0]), x2 = __bfloat162float(src[half]);
+    bf16 *dst;
+    if (col < nq) dst = q + (size_t)r * nq + col;
+    else if (col < nq + nk) dst = k + (size_t)r * nk + col - nq;
+    else { dst = v + (size_t)r * nv + col - nq - nk; dst[0] = src[0]; dst[half] = src[half]; return; }
+    float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = (float)pos[r] * inv_freq;
+    float cs = cosf(th), sn = sinf(th);
+    dst[0] = __float2bfloat16(x1 * cs - x2 * sn);
+    dst[half] = __float2bfloat16(x2 * cs + x1 * sn);
 }
 
 __global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
@@ -258,22 +268,23 @@ static int adjacent(const pi0_wt *const *w, int n) {
     return 1;
 }
 
-void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K) {
+void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K, pt pos, int hd) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[3] = {&L->q, &L->k, &L->v};
     int nq = (int)L->q.rows, nk = (int)L->k.rows, nv = (int)L->v.rows, n = nq + nk + nv;
-    if (!adjacent(w, 3) || (size_t)M * n > c->fused_cap) {
+    if (!adjacent(w, 3) || (size_t)M * n > c->fused_cap || nq % hd || nk % hd || nv % hd) {
         cuda_linear(be, q, y, &L->q, NULL, M, nq, K, 0, EPI_STORE);
         cuda_linear(be, k, y, &L->k, NULL, M, nk, K, 0, EPI_STORE);
         cuda_linear(be, v, y, &L->v, NULL, M, nv, K, 0, EPI_STORE);
+        cuda_rope(be, q, nq / hd, k, nk / hd, pos, M, hd);
         return;
     }
     cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, L->q.dev, K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF, NULL,
               1, 0, 0, 0);
-    split3_kernel<<<cdiv((long long)M * n, 256), 256, 0, c->stream>>>((bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, M,
-                                                                     nq, nk, nv);
-    LAUNCH_NOTE(c, "split3_kernel");
+    split3_rope_kernel<<<cdiv((long long)M * n / 2, 256), 256, 0, c->stream>>>(
+        (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, (const int32_t *)pos.p, M, nq, nk, nv, hd);
+    LAUNCH_NOTE(c, "split3_rope_kernel");
 }
 
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K) {
