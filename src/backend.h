@@ -44,6 +44,11 @@ typedef struct {
     int tail;
 } pi0_attn;
 
+/* The q, k, v projections of one attention layer: weights [N_i, K] and optional biases (NULL). */
+typedef struct {
+    const pi0_wt *w[3], *b[3];
+} pi0_proj3;
+
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
@@ -80,9 +85,10 @@ struct pi0_backend {
      * head_dim hd, angles pos[row] * 10000^(-2i/hd) (spec 3.7). */
     void (*rope)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
     void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
-    /* q, k, v = y . Wq^T, y . Wk^T, y . Wv^T of one Gemma layer (no bias), y (M, K), then RoPE on q and
-     * k at positions pos (spec 3.7); head_dim hd. A backend may run it as one product + one kernel. */
-    void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K, pt pos, int hd);
+    /* q, k, v = y . W[i]^T (+ b[i]) for the three projections of an attention layer, y (M, K); then, if
+     * pos.p, RoPE on q and k at positions pos with head_dim hd (spec 3.4/3.7). A backend may run it as
+     * one product and one kernel when the weights are adjacent. */
+    void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd);
     /* out = gelu_tanh(y . Wgate^T) * (y . Wup^T), (M, F); tmp (M, F) is scratch (spec 3.7 MLP). */
     void (*mlp_up)(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K);
     /* out = gelu_tanh(g) * u, (M, F) */

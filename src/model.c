@@ -268,9 +268,8 @@ static void vision(model_sess *s, int nimg) {
     for (int l = 0; l < s->c->vis.depth; l++) {
         const pi0_vis_layer *L = &w->vis[l];
         be->layernorm(be, s->va, s->vx, &L->ln1_w, &L->ln1_b, M, Dv, EPS);
-        be->linear(be, s->vq, s->va, &L->q_w, &L->q_b, M, Dv, Dv, 0, EPI_STORE);
-        be->linear(be, s->vk, s->va, &L->k_w, &L->k_b, M, Dv, Dv, 0, EPI_STORE);
-        be->linear(be, s->vv, s->va, &L->v_w, &L->v_b, M, Dv, Dv, 0, EPI_STORE);
+        pi0_proj3 pj = {{&L->q_w, &L->k_w, &L->v_w}, {&L->q_b, &L->k_b, &L->v_b}};
+        be->qkv(be, s->vq, s->vk, s->vv, s->va, &pj, M, Dv, (pt){0}, 0);
         be->attention(be, s->vo, s->vq, &a);
         be->linear(be, s->vx, s->vo, &L->o_w, &L->o_b, M, Dv, Dv, 0, EPI_ADD);
         be->layernorm(be, s->va, s->vx, &L->ln2_w, &L->ln2_b, M, Dv, EPS);
@@ -296,7 +295,8 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
     for (int l = 0; l < depth; l++) {
         const pi0_gemma_layer *L = &s->w->lm[l];
         be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
-        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, L, Mp, D, s->pos, s->Dh);
+        pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
+        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, &pj, Mp, D, s->pos, s->Dh);
         if (dump) {
             char name[32];
             int64_t shape[3] = {B, s->P, kvw};
@@ -374,7 +374,8 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
             const pi0_gemma_layer *L = &w->ex[l];
             ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
             pt sk = one ? pt_at(be, s->kc[l], tail_row) : s->sk, sv = one ? pt_at(be, s->vc[l], tail_row) : s->sv;
-            be->qkv(be, s->sq, sk, sv, s->sy, L, Ms, De, s->spos, s->Dh);
+            pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
+            be->qkv(be, s->sq, sk, sv, s->sy, &pj, Ms, De, s->spos, s->Dh);
             a.k1 = s->kc[l];
             a.v1 = s->vc[l];
             be->attention(be, s->satt, s->sq, &a);

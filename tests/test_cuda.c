@@ -160,8 +160,9 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
     set_ints(&pos, pv);
     free(pv);
-    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &L, M, K, pos.c, hd);
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &L, M, K, pos.g, hd);
+    pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd);
     rel(&pos);
     cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K);
     gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K);
@@ -172,6 +173,19 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     compare("qkv.v", shape, &ov, 8e-3);
     snprintf(shape, sizeof shape, "M=%d K=%d F=%d", M, K, F);
     compare("mlp_up", shape, &og, 8e-3);
+    /* SigLIP form: biases, no RoPE (the b vectors reuse random weights of the right length) */
+    hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
+    hwt *bs[3] = {&bq, &bk, &bv};
+    void *ar2 = upload_wts(bs, 3);
+    pi0_proj3 pb = {{&L.q, &L.k, &L.v}, {&bq.w, &bk.w, &bv.w}};
+    poison(&oq); poison(&ok); poison(&ov);
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pb, M, K, (pt){0}, 0);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pb, M, K, (pt){0}, 0);
+    snprintf(shape, sizeof shape, "+bias M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    compare("qkv.q", shape, &oq, 8e-3);
+    compare("qkv.k", shape, &ok, 8e-3);
+    compare("qkv.v", shape, &ov, 8e-3);
+    free_wts(ar2, bs, 3);
     rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot);
     free_wts(ar, ws, 5);
 }
@@ -362,6 +376,7 @@ static void op_tests(void) {
     t_linear(3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5);
     t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
     t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert */
+    t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_norms(768, 1152);
     t_norms(788, 2048);

@@ -295,11 +295,10 @@ static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
     for (size_t i = 0; i < n; i++) F(out)[i] = gelu_tanh(F(g)[i]) * F(u)[i];
 }
 
-static void cpu_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K, pt pos, int hd) {
-    cpu_linear(be, q, y, &L->q, NULL, M, (int)L->q.rows, K, 0, EPI_STORE);
-    cpu_linear(be, k, y, &L->k, NULL, M, (int)L->k.rows, K, 0, EPI_STORE);
-    cpu_linear(be, v, y, &L->v, NULL, M, (int)L->v.rows, K, 0, EPI_STORE);
-    cpu_rope(be, q, (int)L->q.rows / hd, k, (int)L->k.rows / hd, pos, M, hd);
+static void cpu_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd) {
+    pt out[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) cpu_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
+    if (pos.p) cpu_rope(be, q, (int)p->w[0]->rows / hd, k, (int)p->w[1]->rows / hd, pos, M, hd);
 }
 
 static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int Fd, int K) {

@@ -154,7 +154,7 @@ extern "C" pi0_status cuda_upload_list(void **out, pi0_wt **ts, int n, int devic
     return PI0_OK;
 }
 
-/* Arena order: each Gemma layer's q, k, v and gate, up consecutive, so that cuda_qkv / cuda_mlp_up can
+/* Arena order: each attention layer's q, k, v (SigLIP and Gemma) and gate, up consecutive, so that cuda_qkv / cuda_mlp_up can
  * run them as one product (their byte sizes are multiples of 256, so no padding separates them). */
 static void fuse_order(wt_list *l, pi0_weights *w, const pi0_config *cfg) {
     pi0_wt **out = (pi0_wt **)malloc((size_t)l->n * sizeof *out);
@@ -163,6 +163,11 @@ static void fuse_order(wt_list *l, pi0_weights *w, const pi0_config *cfg) {
     for (int i = 0; i < l->n; i++) {
         pi0_wt *t = l->t[i];
         int skip = 0;
+        for (int li = 0; li < cfg->vis.depth && !skip; li++) {
+            pi0_vis_layer *V = &w->vis[li];
+            if (t == &V->q_w) { out[n++] = &V->q_w; out[n++] = &V->k_w; out[n++] = &V->v_w; skip = 1; }
+            else if (t == &V->k_w || t == &V->v_w) skip = 1;
+        }
         for (int e = 0; e < 2 && !skip; e++)
             for (int li = 0; li < cfg->lm.depth && !skip; li++) {
                 pi0_gemma_layer *L = e ? &w->ex[li] : &w->lm[li];

@@ -261,6 +261,7 @@ __global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
 
 // The n weights are one [sum rows, K] matrix when each starts where the previous ends.
 static int adjacent(const pi0_wt *const *w, int n) {
+    if (!w[0]->dev) return 0;
     for (int i = 0; i + 1 < n; i++)
         if ((const char *)w[i]->dev + (size_t)(w[i]->rows * w[i]->cols) * 2 != (const char *)w[i + 1]->dev ||
             w[i + 1]->cols != w[0]->cols)
@@ -268,23 +269,45 @@ static int adjacent(const pi0_wt *const *w, int n) {
     return 1;
 }
 
-void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_gemma_layer *L, int M, int K, pt pos, int hd) {
+// Without RoPE (SigLIP): split the fused product into q, k, v adding each projection's fp32 bias.
+__global__ void split3_bias_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, const float *bq, const float *bk,
+                                   const float *bv, int M, int nq, int nk, int nv) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int w = nq + nk + nv;
+    if (idx >= (size_t)M * w) return;
+    int r = (int)(idx / w), col = (int)(idx % w);
+    float x = __bfloat162float(f[idx]);
+    if (col < nq) q[(size_t)r * nq + col] = __float2bfloat16(x + (bq ? bq[col] : 0.0f));
+    else if (col < nq + nk) k[(size_t)r * nk + col - nq] = __float2bfloat16(x + (bk ? bk[col - nq] : 0.0f));
+    else v[(size_t)r * nv + col - nq - nk] = __float2bfloat16(x + (bv ? bv[col - nq - nk] : 0.0f));
+}
+
+static const float *b32(const pi0_wt *b) { return b ? (const float *)b->dev32 : NULL; }
+
+void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    const pi0_wt *w[3] = {&L->q, &L->k, &L->v};
-    int nq = (int)L->q.rows, nk = (int)L->k.rows, nv = (int)L->v.rows, n = nq + nk + nv;
-    if (!adjacent(w, 3) || (size_t)M * n > c->fused_cap || nq % hd || nk % hd || nv % hd) {
-        cuda_linear(be, q, y, &L->q, NULL, M, nq, K, 0, EPI_STORE);
-        cuda_linear(be, k, y, &L->k, NULL, M, nk, K, 0, EPI_STORE);
-        cuda_linear(be, v, y, &L->v, NULL, M, nv, K, 0, EPI_STORE);
-        cuda_rope(be, q, nq / hd, k, nk / hd, pos, M, hd);
+    int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
+    int rope = pos.p != NULL, biased = p->b[0] || p->b[1] || p->b[2];
+    if (!adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
+        pt out[3] = {q, k, v};
+        for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
+        if (rope) cuda_rope(be, q, nq / hd, k, nk / hd, pos, M, hd);
         return;
     }
-    cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, L->q.dev, K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF, NULL,
-              1, 0, 0, 0);
-    split3_rope_kernel<<<cdiv((long long)M * n / 2, 256), 256, 0, c->stream>>>(
-        (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, (const int32_t *)pos.p, M, nq, nk, nv, hd);
-    LAUNCH_NOTE(c, "split3_rope_kernel");
+    // bf16 product, then the split adds the fp32 bias: rounding differs from a bf16 bias epilogue by
+    // at most one bf16 ulp (covered by the op test bound)
+    cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, p->w[0]->dev, K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF,
+              NULL, 1, 0, 0, 0);
+    if (rope) {
+        split3_rope_kernel<<<cdiv((long long)M * n / 2, 256), 256, 0, c->stream>>>(
+            (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, (const int32_t *)pos.p, M, nq, nk, nv, hd);
+        LAUNCH_NOTE(c, "split3_rope_kernel");
+    } else {
+        split3_bias_kernel<<<cdiv((long long)M * n, 256), 256, 0, c->stream>>>(
+            (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, b32(p->b[0]), b32(p->b[1]), b32(p->b[2]), M, nq, nk, nv);
+        LAUNCH_NOTE(c, "split3_bias_kernel");
+    }
 }
 
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K) {
