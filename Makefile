@@ -32,7 +32,8 @@ ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
 endif
 
-LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/cpu/cpu_backend.c
+LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c \
+           src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/pi0.c tools/bench.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
@@ -82,16 +83,20 @@ debug:
 # libFuzzer targets (clang): safetensors header + config.json parsers. FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined
-fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c src/util.c src/safetensors.c src/config.c $(HDRS)
+FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c
+fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) $< src/util.c src/safetensors.c src/config.c -o $@ -ljansson -lm
+	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lm
 fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_st $(BUILD)/fuzz/corpus_cfg
 	cp tests/fixtures/tiny-pi0/b1.in.safetensors tests/fixtures/tiny-pi05/b2.out.safetensors $(BUILD)/fuzz/corpus_st/
 	cp tests/fixtures/tiny-pi0/config.json $(BUILD)/fuzz/corpus_cfg/
 	$(BUILD)/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_st
 	$(BUILD)/fuzz/fuzz_config -max_total_time=$(FUZZ_SECONDS) $(BUILD)/fuzz/corpus_cfg
+	@mkdir -p $(BUILD)/fuzz/corpus_tok
+	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed', vocab_size=60, model_type='bpe', byte_fallback=False, hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed.vocab
+	$(BUILD)/fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
 
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:
@@ -107,7 +112,7 @@ help:
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
-	@echo "make fuzz         libFuzzer on the safetensors and config.json parsers (FUZZ_SECONDS=30 each)"
+	@echo "make fuzz         libFuzzer on the safetensors, config.json and tokenizer .model parsers (FUZZ_SECONDS=30 each)"
 	@echo "make fixtures     regenerate tests/fixtures with tools/reference (PyTorch)"
 	@echo "make check-ref    self-checks of the PyTorch reference"
 	@echo "make bench-quick  pi0 bench on every workload (reduced sizes on the CPU)"

@@ -147,6 +147,15 @@ pi0_status pi0_inputs_from_tensors(const pi0_model *m, const pi0_tensors *t, con
                                    pi0_inputs *in, pi0_inputs_buf **buf);
 void pi0_inputs_buf_free(pi0_inputs_buf *b);
 
+/* ---- SentencePiece tokenizer (PaliGemma's paligemma_tokenizer.model: BPE, byte fallback) ---- */
+typedef struct pi0_tokenizer pi0_tokenizer;
+/* Reads a SentencePiece .model file; BPE models with the identity normalizer. */
+pi0_status pi0_tokenizer_load(pi0_tokenizer **out, const char *path);
+void pi0_tokenizer_free(pi0_tokenizer *t);
+/* Plain SentencePiece ids of len bytes of UTF-8 text (no BOS/EOS), like `spm_encode --output_format=id`.
+ * Writes up to cap ids; *n gets the full count (call again with a larger buffer when *n > cap). */
+pi0_status pi0_tokenize(const pi0_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap, size_t *n);
+
 /* ---- Checkpoint generation (random weights, openpi layout) ---- */
 typedef struct {
     const char *variant;   /* "pi0", "pi05", "tiny-pi0", "tiny-pi05" */

@@ -15,5 +15,16 @@ for t in test_unit test_golden test_errors; do
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
     [ "$st" -ne 0 ] && rc=1
 done
+# the tokenizer against SentencePiece itself (python3-sentencepiece is the oracle)
+echo "== tokenizer_check.py"
+out=$(${PY:-/usr/bin/python3} tests/tokenizer_check.py "$BUILD/pi0" 2>&1); st=$?
+printf '%s\n' "$out"
+line=$(printf '%s\n' "$out" | grep -E "^tokenizer: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
+if [ -z "$line" ]; then echo "tokenizer_check.py: no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1
+else
+    total_pass=$((total_pass + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+    total_fail=$((total_fail + $(echo "$line" | sed -E 's/.*, ([0-9]+) failed.*/\1/')))
+    [ "$st" -ne 0 ] && rc=1
+fi
 echo "$total_pass passed, $total_fail failed"
 exit $rc

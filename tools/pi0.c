@@ -3,6 +3,7 @@
  *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR
  *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
  *   pi0 info --checkpoint DIR
+ *   pi0 tokenize --tokenizer FILE [TEXT]
  * Bench workloads follow PI0_IO.md section 3; timing logic lives in bench.c of this folder. */
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ static void usage(FILE *f) {
             "  bench           [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
             "                  [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
             "  info            --checkpoint DIR\n"
+            "  tokenize        --tokenizer FILE [[--] TEXT]  plain SentencePiece ids (no TEXT: one line per stdin line)\n"
             "  help\n"
             "Run `pi0 bench --list` for the workloads.\n");
 }
@@ -155,6 +157,45 @@ static int cmd_gen(int argc, char **argv) {
     return 0;
 }
 
+/* Plain ids of the text argument, or of every stdin line (like spm_encode). */
+static int tokenize_print(const pi0_tokenizer *t, const char *text, size_t len) {
+    size_t n = 0, cap = len + 16;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) { fprintf(stderr, "pi0: out of memory\n"); return 1; }
+    if (pi0_tokenize(t, text, len, ids, cap, &n) != PI0_OK) { free(ids); return cli_fail("tokenize"); }
+    for (size_t i = 0; i < n && i < cap; i++) printf("%s%d", i ? " " : "", ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *text = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--") && i + 1 < argc && !text) text = argv[++i];   /* text starting with '-' */
+        else if (argv[i][0] != '-' && !text) text = argv[i];
+        else { fprintf(stderr, "pi0 tokenize: unknown or incomplete option '%s'\n", argv[i]); return 2; }
+    }
+    if (!model) { fprintf(stderr, "pi0 tokenize: usage: pi0 tokenize --tokenizer FILE [TEXT] (no TEXT: stdin lines)\n"); return 2; }
+    pi0_tokenizer *t;
+    if (pi0_tokenizer_load(&t, model) != PI0_OK) return cli_fail("loading the tokenizer");
+    int rc = 0;
+    if (text) rc = tokenize_print(t, text, strlen(text));
+    else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while (!rc && (len = getline(&line, &cap, stdin)) >= 0) {
+            if (len && line[len - 1] == '\n') len--;
+            rc = tokenize_print(t, line, (size_t)len);
+        }
+        free(line);
+    }
+    pi0_tokenizer_free(t);
+    return rc;
+}
+
 static int cmd_info(int argc, char **argv) {
     if (argc != 2 || strcmp(argv[0], "--checkpoint")) {
         fprintf(stderr, "pi0 info: usage: pi0 info --checkpoint DIR\n");
@@ -181,6 +222,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "gen-checkpoint")) return cmd_gen(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "pi0: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

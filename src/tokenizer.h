@@ -1,0 +1,30 @@
+/* tokenizer.h — SentencePiece BPE tokenizer in C: reads a `.model` file (protobuf, parsed by hand) and
+ * encodes text exactly like SentencePiece's BPE model (user-defined pieces, whitespace marker U+2581,
+ * score-ordered merges, byte fallback). Supports the identity normalizer that Gemma/PaliGemma's model
+ * uses (with its add_dummy_prefix / remove_extra_whitespaces / escape_whitespaces flags); other
+ * normalizers (precompiled charsmaps) are refused with a clear error. Spec 3.5; ECOSYSTEM.md has the
+ * protobuf field numbers. Prompt formatting (BOS, "\n" marker, state text) is policy code, not here. */
+#ifndef PI0_TOKENIZER_H
+#define PI0_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pi0.h"
+
+typedef struct pi0_tokenizer tokenizer;
+
+pi0_status tokenizer_load(tokenizer **out, const char *path);
+/* Parses a .model from memory (fuzz target); label names the source in messages. */
+pi0_status tokenizer_parse(tokenizer **out, const char *label, const uint8_t *buf, size_t len);
+void tokenizer_free(tokenizer *t);
+
+/* Encodes len bytes of UTF-8 text into ids (no BOS/EOS). Writes up to cap ids and the full count to
+ * *n (call again with a larger buffer when *n > cap). Invalid UTF-8 bytes are encoded as bytes. */
+pi0_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap, size_t *n);
+
+int tokenizer_vocab_size(const tokenizer *t);
+int tokenizer_bos_id(const tokenizer *t);
+int tokenizer_eos_id(const tokenizer *t);
+
+#endif

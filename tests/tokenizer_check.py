@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Tokenizer check: `pi0 tokenize` against SentencePiece itself (python3-sentencepiece, the oracle).
+Trains Gemma-configured BPE models (byte fallback, split digits, no dummy prefix, identity normalizer,
+whitespace kept, user-defined <locXXXX>/<segXXX> pieces) on a generated corpus, then compares the ids of
+a few hundred prompts: ASCII, punctuation, digits, underscores, newlines, runs of spaces, accented and
+CJK text, emoji (byte fallback), user-defined pieces, empty text. Also checks that corrupt and truncated
+.model files give a clear error (exit 1, message) and no crash. Prints `tokenizer: N passed, M failed`.
+Usage: tokenizer_check.py PI0_BINARY"""
+import os, random, subprocess, sys, tempfile
+
+import sentencepiece as spm
+
+pi0 = sys.argv[1]
+rnd = random.Random(1234)   # recorded seed: every corpus and prompt below is reproducible
+WORDS = ("pick up the red block and place it in top drawer open close move left right bowl plate cup fork "
+         "put_the_cube on of café naïve déjà vu Straße 東京 ロボット 机器人 把 红色 方块 放进 抽屉 🤖 🍎 👍🏽 "
+         "grasp the handle, then pull! (slowly) - 3.5cm; turn 90° wipe table: stack 2 blocks? yes/no").split()
+passed = failed = 0
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL", what)
+
+def prompt():
+    kind = rnd.randrange(8)
+    words = [rnd.choice(WORDS) for _ in range(rnd.randint(1, 14))]
+    if kind == 0:
+        return " ".join(words)
+    if kind == 1:
+        return "  ".join(words) + "   "                                  # runs of spaces, trailing
+    if kind == 2:
+        return "\n".join(words)                                           # newlines
+    if kind == 3:
+        return " ".join(str(rnd.randint(0, 10 ** rnd.randint(1, 7))) for _ in range(5))   # digits
+    if kind == 4:
+        return "_".join(words)                                            # underscores
+    if kind == 5:
+        return " ".join(words) + " <loc%04d><seg%03d>" % (rnd.randrange(1024), rnd.randrange(128))
+    if kind == 6:
+        return "".join(chr(rnd.choice([rnd.randint(0x20, 0x7e), rnd.randint(0x4e00, 0x4fff), rnd.randint(0x1f600, 0x1f64f),
+                                       rnd.randint(0xc0, 0x17f)])) for _ in range(rnd.randint(1, 30)))   # unseen chars
+    return " " + " ".join(words) + "\t!?"
+
+with tempfile.TemporaryDirectory() as tmp:
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for _ in range(4000):
+            f.write(" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(3, 15))) + "\n")
+    users = ",".join(["<loc%04d>" % i for i in range(1024)] + ["<seg%03d>" % i for i in range(128)])
+    prompts = [prompt() for _ in range(300)] + ["", " ", "a", "\n", "<loc0001>", "  leading", "x" * 300]
+    for vocab in (1900, 3000):
+        prefix = os.path.join(tmp, "m%d" % vocab)
+        spm.SentencePieceTrainer.train(
+            input=corpus, model_prefix=prefix, vocab_size=vocab, model_type="bpe", byte_fallback=True,
+            split_digits=True, add_dummy_prefix=False, normalization_rule_name="identity",
+            remove_extra_whitespaces=False, allow_whitespace_only_pieces=True, user_defined_symbols=users,
+            pad_id=0, eos_id=1, bos_id=2, unk_id=3, character_coverage=0.9995, hard_vocab_limit=False,
+            minloglevel=2)
+        model = prefix + ".model"
+        sp = spm.SentencePieceProcessor(model_file=model)
+        mismatch = 0
+        # prompts without a newline go through stdin in one process (one line of ids per line),
+        # the others one process each with the text as an argument
+        lines = [p for p in prompts if "\n" not in p]
+        r = subprocess.run([pi0, "tokenize", "--tokenizer", model], input="".join(p + "\n" for p in lines),
+                           capture_output=True, text=True)
+        outs = r.stdout.split("\n")[: len(lines)]
+        got = dict(zip(lines, outs)) if r.returncode == 0 and len(outs) == len(lines) else {}
+        for p in prompts:
+            if "\n" in p:
+                g = subprocess.run([pi0, "tokenize", "--tokenizer", model, "--", p], capture_output=True, text=True)
+                got[p] = g.stdout.rstrip("\n") if g.returncode == 0 else "error: " + g.stderr.strip()
+            want = " ".join(map(str, sp.encode(p)))
+            if got.get(p) != want:
+                mismatch += 1
+                if mismatch <= 3:
+                    print("  vocab %d: %r\n    want %s\n    got  %s" % (vocab, p, want, got.get(p)))
+        check(mismatch == 0, "vocab %d: %d of %d prompts differ from SentencePiece" % (vocab, mismatch, len(prompts)))
+        print("tokenizer vocab %d: %d prompts, %d differ" % (vocab, len(prompts), mismatch))
+    # bad .model files: truncated, garbage, not BPE
+    data = open(model, "rb").read()
+    bad = {"truncated": data[: len(data) // 2], "garbage": bytes(rnd.randrange(256) for _ in range(4000)),
+           "empty": b"", "text": b"hello world\n"}
+    uni = os.path.join(tmp, "uni")
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=uni, vocab_size=150, model_type="unigram",
+                                   hard_vocab_limit=False, minloglevel=2)
+    bad["unigram"] = open(uni + ".model", "rb").read()
+    for name, blob in bad.items():
+        path = os.path.join(tmp, name + ".model")
+        open(path, "wb").write(blob)
+        r = subprocess.run([pi0, "tokenize", "--tokenizer", path, "pick up"], capture_output=True, text=True)
+        ok = r.returncode == 1 and "pi0: loading the tokenizer:" in r.stderr and path in r.stderr
+        check(ok, "%s .model: exit %d, stderr %r" % (name, r.returncode, r.stderr.strip()))
+        print("tokenizer bad %-9s exit %d: %s" % (name, r.returncode, r.stderr.strip()[:110]))
+print("tokenizer: %d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
