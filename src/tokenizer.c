@@ -5,6 +5,7 @@
  * parts, and map pieces missing from the vocabulary to <0xXX> byte pieces (byte fallback) or <unk>. */
 #include "tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,4 +406,68 @@ void pi0_tokenizer_free(pi0_tokenizer *t) { tokenizer_free(t); }
 pi0_status pi0_tokenize(const pi0_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap, size_t *n) {
     if (!t || (!text && len) || !n || (!ids && cap)) return pi0_fail(PI0_ERR_ARG, "pi0_tokenize: NULL argument");
     return tokenizer_encode(t, text, len, ids, cap, n);
+}
+
+/* ---- prompt formats (spec 3.5) ---- */
+
+/* Python's str.strip() for ASCII whitespace, then '_' and '\n' -> ' ' (openpi's cleaning order). */
+static size_t clean_prompt(char *dst, const char *src) {
+    size_t a = 0, b = strlen(src), n = 0;
+    while (a < b && strchr(" \t\n\r\v\f", src[a])) a++;
+    while (b > a && strchr(" \t\n\r\v\f", src[b - 1])) b--;
+    for (size_t i = a; i < b; i++) dst[n++] = src[i] == '_' || src[i] == '\n' ? ' ' : src[i];
+    dst[n] = 0;
+    return n;
+}
+
+/* np.digitize(x, linspace(-1, 1, 257)[:-1]) - 1: the number of bin starts -1 + k/128 <= x, minus one. */
+static int state_bin(float x) {
+    int c = 0;
+    for (int k = 0; k < 256; k++) c += (double)x >= -1.0 + k / 128.0;
+    return c - 1;
+}
+
+pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_prompt_format format,
+                               const float *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
+                               int *n_valid) {
+    if (!t || !prompt || !tokens || !mask || max_len < 1 || (format == PI0_PROMPT_PI05 && n_state && !state) ||
+        n_state < 0 || n_state > 4096 || (format != PI0_PROMPT_PI0 && format != PI0_PROMPT_PI05))
+        return pi0_fail(PI0_ERR_ARG, "pi0_tokenize_prompt: bad argument");
+    size_t plen = strlen(prompt);
+    if (plen > MAX_TEXT) return pi0_fail(PI0_ERR_ARG, "prompt of %zu bytes, at most %d are accepted", plen, MAX_TEXT);
+    char *text = malloc(plen + 32 + (size_t)n_state * 5 + 32);
+    size_t cap = plen + (size_t)n_state * 5 + 64, n = 0, n2 = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    pi0_status st = PI0_OK;
+    if (!text || !ids) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    ids[n++] = t->bos;
+    if (format == PI0_PROMPT_PI0) {
+        size_t len = clean_prompt(text, prompt);
+        if ((st = tokenizer_encode(t, text, len, ids + n, cap - n, &n2)) != PI0_OK) goto done;
+        n += n2;
+        if ((st = tokenizer_encode(t, "\n", 1, ids + n, cap - n, &n2)) != PI0_OK) goto done;   /* answer-start marker */
+        n += n2;
+    } else {
+        size_t len = (size_t)sprintf(text, "Task: ");
+        len += clean_prompt(text + len, prompt);
+        len += (size_t)sprintf(text + len, ", State: ");
+        for (int i = 0; i < n_state; i++) {
+            if (!isfinite(state[i])) { st = pi0_fail(PI0_ERR_ARG, "state[%d] is not finite", i); goto done; }
+            len += (size_t)sprintf(text + len, "%s%d", i ? " " : "", state_bin(state[i]));
+        }
+        len += (size_t)sprintf(text + len, ";\nAction: ");
+        if ((st = tokenizer_encode(t, text, len, ids + n, cap - n, &n2)) != PI0_OK) goto done;
+        n += n2;
+    }
+    if (n > cap) { st = pi0_fail(PI0_ERR_FORMAT, "prompt encodes to more tokens than bytes"); goto done; }
+    int valid = (int)(n < (size_t)max_len ? n : (size_t)max_len);   /* openpi truncates longer prompts */
+    for (int i = 0; i < max_len; i++) {
+        tokens[i] = i < valid ? ids[i] : 0;
+        mask[i] = i < valid;
+    }
+    if (n_valid) *n_valid = valid;
+done:
+    free(text);
+    free(ids);
+    return st;
 }

@@ -81,6 +81,36 @@ with tempfile.TemporaryDirectory() as tmp:
                     print("  vocab %d: %r\n    want %s\n    got  %s" % (vocab, p, want, got.get(p)))
         check(mismatch == 0, "vocab %d: %d of %d prompts differ from SentencePiece" % (vocab, mismatch, len(prompts)))
         print("tokenizer vocab %d: %d prompts, %d differ" % (vocab, len(prompts), mismatch))
+    # prompt formats (spec 3.5) against openpi's PaligemmaTokenizer rules restated with numpy + sentencepiece
+    import numpy as np
+    def openpi_prompt(prompt, fmt, state, max_len):
+        cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
+        if fmt == "pi05":
+            disc = np.digitize(np.asarray(state, dtype=np.float32), bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1
+            ids = sp.encode("Task: %s, State: %s;\nAction: " % (cleaned, " ".join(map(str, disc))), add_bos=True)
+        else:
+            ids = sp.encode(cleaned, add_bos=True) + sp.encode("\n")
+        n = min(len(ids), max_len)
+        return ids[:n] + [0] * (max_len - n), [1] * n + [0] * (max_len - n)
+    bad_fmt = 0
+    for i in range(80):
+        fmt = "pi05" if i % 2 else "pi0"
+        p = prompts[i] if "\n" not in prompts[i] or i % 3 else " pick_up\nthe block \n"
+        state = [np.float32(rnd.choice([rnd.uniform(-1.3, 1.3), -1.0, 1.0, 0.9921875, -1 + rnd.randrange(256) / 128.0]))
+                 for _ in range(rnd.choice([0, 1, 7, 8, 14]))]
+        max_len = rnd.choice([48, 200, 12])
+        cmd = [pi0, "tokenize", "--tokenizer", model, "--format", fmt, "--max-len", str(max_len)]
+        if fmt == "pi05" and state:
+            cmd += ["--state", ",".join(repr(float(x)) for x in state)]
+        r = subprocess.run(cmd + ["--", p], capture_output=True, text=True)
+        want = openpi_prompt(p, fmt, state if fmt == "pi05" else [], max_len)
+        got = [list(map(int, l.split())) for l in r.stdout.split("\n")[:2]] if r.returncode == 0 else None
+        if got != [want[0], want[1]]:
+            bad_fmt += 1
+            if bad_fmt <= 3:
+                print("  format %s %r state %s\n    want %s\n    got  %s %s" % (fmt, p, state, want, got, r.stderr))
+    check(bad_fmt == 0, "prompt formats: %d of 80 differ" % bad_fmt)
+    print("tokenizer prompt formats (pi0 / pi05 with discretised state, padding, truncation): 80 cases, %d differ" % bad_fmt)
     # bad .model files: truncated, garbage, not BPE
     data = open(model, "rb").read()
     bad = {"truncated": data[: len(data) // 2], "garbage": bytes(rnd.randrange(256) for _ in range(4000)),

@@ -24,6 +24,7 @@ static void usage(FILE *f) {
             "                  [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
             "  info            --checkpoint DIR\n"
             "  tokenize        --tokenizer FILE [[--] TEXT]  plain SentencePiece ids (no TEXT: one line per stdin line)\n"
+            "                  [--format pi0|pi05 [--state v1,v2,...] [--max-len N]]  the model's prompt tokens and mask\n"
             "  help\n"
             "Run `pi0 bench --list` for the workloads.\n");
 }
@@ -169,10 +170,52 @@ static int tokenize_print(const pi0_tokenizer *t, const char *text, size_t len) 
     return 0;
 }
 
+/* --format pi0|pi05: the model's prompt tokens (first line) and mask (second line). */
+static int print_prompt(const pi0_tokenizer *t, const char *text, int format, const char *state_arg, long long max_len) {
+    float state[4096];
+    int ns = 0;
+    if (state_arg && *state_arg) {
+        for (const char *p = state_arg; ns < 4096;) {
+            char *end;
+            errno = 0;
+            double v = strtod(p, &end);
+            if (end == p || errno) { fprintf(stderr, "pi0 tokenize: --state: expected numbers separated by commas, got '%s'\n", p); return 2; }
+            state[ns++] = (float)v;
+            if (*end == 0) break;
+            if (*end != ',') { fprintf(stderr, "pi0 tokenize: --state: unexpected '%c'\n", *end); return 2; }
+            p = end + 1;
+        }
+    }
+    int32_t *tok = malloc((size_t)max_len * sizeof *tok);
+    uint8_t *mask = malloc((size_t)max_len);
+    int nv = 0, rc = 0;
+    if (!tok || !mask) { fprintf(stderr, "pi0: out of memory\n"); rc = 1; }
+    else if (pi0_tokenize_prompt(t, text, format ? PI0_PROMPT_PI05 : PI0_PROMPT_PI0, state, ns, (int)max_len, tok, mask,
+                                 &nv) != PI0_OK) rc = cli_fail("tokenize");
+    else {
+        for (long long i = 0; i < max_len; i++) printf("%s%d", i ? " " : "", tok[i]);
+        printf("\n");
+        for (long long i = 0; i < max_len; i++) printf("%s%d", i ? " " : "", mask[i]);
+        printf("\n");
+    }
+    free(tok);
+    free(mask);
+    return rc;
+}
+
 static int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *text = NULL;
+    const char *model = NULL, *text = NULL, *state = NULL;
+    int format = -1;
+    long long max_len = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc) {
+            const char *f = argv[++i];
+            if (!strcmp(f, "pi0")) format = 0;
+            else if (!strcmp(f, "pi05")) format = 1;
+            else { fprintf(stderr, "pi0 tokenize: --format: expected pi0 or pi05, got '%s'\n", f); return 2; }
+        } else if (!strcmp(argv[i], "--state") && i + 1 < argc) state = argv[++i];
+        else if (!strcmp(argv[i], "--max-len")) { if (!cli_parse_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 1, 4096, &max_len)) return 2; i++; }
         else if (!strcmp(argv[i], "--") && i + 1 < argc && !text) text = argv[++i];   /* text starting with '-' */
         else if (argv[i][0] != '-' && !text) text = argv[i];
         else { fprintf(stderr, "pi0 tokenize: unknown or incomplete option '%s'\n", argv[i]); return 2; }
@@ -181,7 +224,10 @@ static int cmd_tokenize(int argc, char **argv) {
     pi0_tokenizer *t;
     if (pi0_tokenizer_load(&t, model) != PI0_OK) return cli_fail("loading the tokenizer");
     int rc = 0;
-    if (text) rc = tokenize_print(t, text, strlen(text));
+    if (format >= 0) {
+        if (!max_len) max_len = format ? 200 : 48;   /* openpi's max_token_len for π0 / π0.5 */
+        rc = text ? print_prompt(t, text, format, state, max_len) : (fprintf(stderr, "pi0 tokenize: --format needs TEXT\n"), 2);
+    } else if (text) rc = tokenize_print(t, text, strlen(text));
     else {
         char *line = NULL;
         size_t cap = 0;
