@@ -4,7 +4,7 @@
 set -e
 pk="build-essential pkg-config libjansson-dev"
 if [ "${1:-}" = "--test" ]; then
-    pk="$pk clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-sentencepiece"
+    pk="$pk clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-sentencepiece python3-pil"
 fi
 missing=""
 for p in $pk; do
