@@ -365,9 +365,9 @@ static void op_tests(void) {
     t_linear(768, 1152, 4304, 0, 4304, 1, EPI_ADD, 0, 8e-3);
     t_linear(11, 4096, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
     t_linear(11, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);
-    t_linear(16, 2561, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);   /* gemv: 16 rows, odd N */
-    t_linear(7, 1024, 4104, 0, 4104, 0, EPI_ADD, 0, 8e-3);     /* gemv: K tail step */
-    t_linear(17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);  /* just past gemv: cuBLASLt */
+    t_linear(16, 2561, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);   /* few rows, odd N */
+    t_linear(7, 1024, 4104, 0, 4104, 0, EPI_ADD, 0, 8e-3);     /* K not a multiple of 16 */
+    t_linear(17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
     t_linear(1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
     t_linear(5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3);
     t_linear(10, 1024, 32, 0, 32, 1, EPI_STORE, 1, 1e-5);

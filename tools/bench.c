@@ -222,7 +222,7 @@ int cmd_bench(int argc, char **argv) {
         } else { fprintf(stderr, "pi0 bench: unknown or incomplete option '%s'\n", a); return 2; }
     }
     if (o.backend == PI0_BACKEND_CPU)
-        fprintf(stderr, "pi0 bench: CPU backend (--backend cuda for the GPU)%s\n",
+        fprintf(stderr, "pi0 bench: CPU backend%s\n",
                 o.full || o.checkpoint ? "" : ": REDUCED workload (tiny model, same batch/cameras/prompt/horizon); --full for real sizes");
     if (o.no_graph) setenv("PI0_CUDA_GRAPHS", "0", 1);
     int cpu_full = (o.full || o.checkpoint) && o.backend == PI0_BACKEND_CPU;
