@@ -168,7 +168,8 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
 
 /* ---- Images (spec 3.1/3.2) ---- */
 /* openpi's resize_with_pad: uint8 HWC RGB (h, w) -> (size, size), aspect kept, centred on black, resampled
- * bit-exactly like Pillow's BILINEAR; an image already size x size is copied. dst holds size*size*3. */
+ * bit-exactly like Pillow's BILINEAR; an image already size x size is copied. dst holds size*size*3.
+ * Sides up to 8192 pixels; images so thin that a side would shrink to 0 pixels are refused. */
 pi0_status pi0_image_resize_with_pad(const uint8_t *src, int h, int w, int size, uint8_t *dst);
 /* uint8 -> model input: (u / 255) * 2 - 1 in fp32, n values. */
 void pi0_image_to_model(const uint8_t *src, size_t n, float *dst);

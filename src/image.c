@@ -79,8 +79,9 @@ static void pass(uint8_t *dst, const uint8_t *src, int h, int w_in, int w_out, c
 }
 
 pi0_status pi0_image_resize_with_pad(const uint8_t *src, int h, int w, int size, uint8_t *dst) {
-    if (!src || !dst || h < 1 || w < 1 || size < 1 || h > 16384 || w > 16384 || size > 16384)
-        return pi0_fail(PI0_ERR_ARG, "resize_with_pad: image %d x %d to %d: expected 1..16384 pixels per side", w, h, size);
+    /* 8192 per side bounds the scratch (~200 MB) an untrusted request can make us allocate */
+    if (!src || !dst || h < 1 || w < 1 || size < 1 || h > 8192 || w > 8192 || size > 8192)
+        return pi0_fail(PI0_ERR_ARG, "resize_with_pad: image %d x %d to %d: expected 1..8192 pixels per side", w, h, size);
     if (h == size && w == size) {
         memcpy(dst, src, (size_t)size * size * 3);
         return PI0_OK;

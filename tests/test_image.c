@@ -15,6 +15,8 @@ int main(int argc, char **argv) {
     uint8_t out[224 * 224 * 3];
     CHECK(pi0_image_resize_with_pad(u, 0, 5, 224, out) == PI0_ERR_ARG, "empty image refused");
     CHECK(pi0_image_resize_with_pad(NULL, 5, 5, 224, out) == PI0_ERR_ARG, "NULL refused");
+    CHECK(pi0_image_resize_with_pad(u, 9000, 1, 224, out) == PI0_ERR_ARG && strstr(pi0_last_error(), "8192"),
+          "absurd size refused before any allocation: %s", pi0_last_error());
     uint8_t line[300 * 3] = {0};
     CHECK(pi0_image_resize_with_pad(line, 1, 300, 224, out) == PI0_ERR_ARG && strstr(pi0_last_error(), "too thin"),
           "1 x 300 image refused (a side would be 0 pixels, as in openpi): %s", pi0_last_error());
