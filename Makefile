@@ -33,11 +33,12 @@ CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
+           src/policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/pi0.c tools/bench.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TESTS   := test_unit test_golden test_errors test_image
+TESTS   := test_unit test_golden test_errors test_image test_policy
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 

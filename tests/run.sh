@@ -6,9 +6,12 @@ export PI0_BIN="$BUILD/pi0"
 total_pass=0; total_fail=0; rc=0
 img="$BUILD/tests/images.safetensors"
 ${PY:-/usr/bin/python3} tests/image_check.py "$img" || echo "image_check.py failed (test_image will report it)"
-for t in test_unit test_golden test_errors test_image; do
+pol="$BUILD/tests/policy"
+${PY:-/usr/bin/python3} tests/policy_check.py "$pol" || echo "policy_check.py failed (test_policy will report it)"
+for t in test_unit test_golden test_errors test_image test_policy; do
     echo "== $t"
-    out=$("$BUILD/tests/$t" "$img" 2>&1); st=$?
+    arg="$img"; [ "$t" = test_policy ] && arg="$pol"
+    out=$("$BUILD/tests/$t" "$arg" 2>&1); st=$?
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E "^$t: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
     if [ -z "$line" ]; then echo "$t: crashed or printed no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1; continue; fi
