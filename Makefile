@@ -108,6 +108,9 @@ check-ref:
 bench-quick: $(BUILD)/pi0
 	$(BUILD)/pi0 bench --workload all
 
+# pi0-server (issue 6): its rules live next to its code.
+-include server/server.mk
+
 help:
 	@echo "make              build build/libpi0.a, build/pi0 and the tests"
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"

@@ -44,7 +44,7 @@ const char *pi0_last_error(void);
 typedef enum { PI0_BACKEND_DEFAULT = 0, PI0_BACKEND_CPU, PI0_BACKEND_CUDA } pi0_backend_kind;
 
 typedef enum {
-    PI0_DT_F32 = 0, PI0_DT_F16, PI0_DT_BF16, PI0_DT_I32, PI0_DT_I64, PI0_DT_U8, PI0_DT_BOOL,
+    PI0_DT_F32 = 0, PI0_DT_F16, PI0_DT_BF16, PI0_DT_I32, PI0_DT_I64, PI0_DT_U8, PI0_DT_BOOL, PI0_DT_F64,
     PI0_DT_COUNT
 } pi0_dtype;
 
@@ -173,6 +173,86 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
 pi0_status pi0_image_resize_with_pad(const uint8_t *src, int h, int w, int size, uint8_t *dst);
 /* uint8 -> model input: (u / 255) * 2 - 1 in fp32, n values. */
 void pi0_image_to_model(const uint8_t *src, size_t n, float *dst);
+
+/* ---- Policy: what openpi's served policy does around the model (spec 4.1) ----
+ * Observation in (named arrays as the robot sends them + prompt), action chunk out (float64, the robot's
+ * own action dimensions, unnormalised), with the robot transform, norm stats, image resize, prompt format,
+ * padding and the delta/absolute action rule of the chosen openpi config. */
+typedef enum { PI0_ROBOT_NONE = 0, PI0_ROBOT_LIBERO, PI0_ROBOT_DROID, PI0_ROBOT_ALOHA } pi0_robot;
+
+typedef struct pi0_policy pi0_policy;
+
+typedef struct {
+    pi0_model_params model;      /* backend, device, threads, horizon / token length overrides */
+    const char *config;          /* openpi config name ("pi0_libero", "pi05_droid", "pi0_aloha_sim", ...) setting
+                                    robot, delta actions, default prompt, asset id and metadata; NULL = none */
+    const char *robot;           /* "libero" | "droid" | "aloha"; required when config is NULL, else must agree */
+    const char *tokenizer;       /* path of the SentencePiece model (paligemma_tokenizer.model); required */
+    const char *asset_id;        /* DIR/assets/<asset_id>/norm_stats.json; NULL = the config's, else the only one */
+    const char *default_prompt;  /* used when an observation has no prompt; NULL = the config's (if any) */
+    int delta_actions;           /* 0 = the config's / robot's default, 1 = on, -1 = off (spec 4.3) */
+    int max_batch;               /* observations per pi0_policy_run; 0 = 1 */
+    int num_steps;               /* 0 = 10 */
+} pi0_policy_params;
+
+/* Loads DIR (checkpoint + norm stats), the tokenizer, and creates the inference session.
+ * Errors name the file / field. On failure *out is NULL. */
+pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_params *p);
+void pi0_policy_free(pi0_policy *p);
+
+typedef struct {
+    pi0_robot robot;
+    const char *robot_name;      /* "libero", ... */
+    const char *config;          /* the config name, or "" */
+    int action_horizon;          /* H of the returned chunk */
+    int action_dim;              /* D of the returned chunk: 7 LIBERO, 8 DROID, 14 ALOHA */
+    int max_batch;
+    int quantile;                /* 1 = quantile norm (π0.5), 0 = z-score */
+    int delta_actions;           /* 1 = AbsoluteActions applied on output */
+    int discrete_state;          /* 1 = state in the prompt (π0.5 except pi05_libero) */
+    const char *asset_id;        /* the norm-stats folder used */
+    const char *default_prompt;  /* or NULL */
+    const char *metadata_json;   /* what openpi's server sends first: "{}" or {"reset_pose": [...]} for ALOHA */
+    const pi0_model *model;
+    const pi0_session *session;
+} pi0_policy_info;
+void pi0_policy_get_info(const pi0_policy *p, pi0_policy_info *info);
+
+/* One named array of an observation, as the robot sends it (openpi's msgpack-numpy arrays). Nested maps
+ * are flattened with '/': ALOHA's images["cam_high"] is "images/cam_high". Data in C order, native
+ * little-endian; read during the call only. */
+typedef struct {
+    const char *key;
+    pi0_dtype dtype;             /* images: U8, F32, F64 (floats x255 -> uint8 as openpi); state: F32, F64, I32, I64 */
+    int ndim;                    /* 0..4 */
+    int64_t shape[4];
+    const void *data;
+} pi0_array;
+
+typedef struct {
+    const pi0_array *arrays;
+    int n_arrays;                /* keys the robot transform does not use are ignored, as in openpi */
+    const char *prompt;          /* UTF-8; NULL = none (then the default prompt, else "Prompt is required") */
+    const float *noise;          /* [H, A] (A = model action_dim, 32) start of the flow; NULL = N(0,1) from seed */
+    uint64_t seed;
+} pi0_observation;
+
+/* A transformed observation, ready for the model. Preparing is thread-safe and may run concurrently
+ * with pi0_policy_run on another thread (the server prepares on connection threads). */
+typedef struct pi0_prepared pi0_prepared;
+/* Robot input transform, normalisation, resize, prompt; errors name the key, expected and found. */
+pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_prepared **out);
+void pi0_prepared_free(pi0_prepared *x);
+
+typedef struct {
+    double model_ms;             /* openpi's policy_timing.infer_ms: the model call */
+    double total_ms;             /* the whole run incl. output transforms */
+} pi0_policy_timing;
+/* Runs n (1..max_batch) prepared observations as one batch and writes actions [n, H, D] float64
+ * (unnormalised, robot output transform applied). One thread at a time per policy. timing may be NULL. */
+pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing);
+/* prepare + run for one observation; actions holds H * D values. */
+pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *actions, pi0_policy_timing *timing);
 
 /* ---- Checkpoint generation (random weights, openpi layout) ---- */
 typedef struct {

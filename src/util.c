@@ -58,14 +58,14 @@ size_t pi0_dtype_size(pi0_dtype dt) {
     switch (dt) {
     case PI0_DT_F32: case PI0_DT_I32: return 4;
     case PI0_DT_F16: case PI0_DT_BF16: return 2;
-    case PI0_DT_I64: return 8;
+    case PI0_DT_I64: case PI0_DT_F64: return 8;
     case PI0_DT_U8: case PI0_DT_BOOL: return 1;
     default: return 0;
     }
 }
 
 const char *pi0_dtype_name(pi0_dtype dt) {
-    static const char *names[PI0_DT_COUNT] = {"F32", "F16", "BF16", "I32", "I64", "U8", "BOOL"};
+    static const char *names[PI0_DT_COUNT] = {"F32", "F16", "BF16", "I32", "I64", "U8", "BOOL", "F64"};
     return (unsigned)dt < PI0_DT_COUNT ? names[dt] : "?";
 }
 
