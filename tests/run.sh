@@ -20,16 +20,24 @@ for t in test_unit test_golden test_errors test_image test_policy; do
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
     [ "$st" -ne 0 ] && rc=1
 done
-# the tokenizer against SentencePiece itself (python3-sentencepiece is the oracle)
-echo "== tokenizer_check.py"
-out=$(${PY:-/usr/bin/python3} tests/tokenizer_check.py "$BUILD/pi0" 2>&1); st=$?
-printf '%s\n' "$out"
-line=$(printf '%s\n' "$out" | grep -E "^tokenizer: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
-if [ -z "$line" ]; then echo "tokenizer_check.py: no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1
-else
+# Scripts that print "NAME: N passed, M failed": script NAME COMMAND...
+script() {
+    name=$1; shift
+    echo "== $name"
+    out=$("$@" 2>&1); st=$?
+    printf '%s\n' "$out"
+    line=$(printf '%s\n' "$out" | grep -E "^$name: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
+    if [ -z "$line" ]; then echo "$name: no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1; return; fi
     total_pass=$((total_pass + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
     total_fail=$((total_fail + $(echo "$line" | sed -E 's/.*, ([0-9]+) failed.*/\1/')))
     [ "$st" -ne 0 ] && rc=1
-fi
+}
+PYTHON=${PY:-/usr/bin/python3}
+# the tokenizer against SentencePiece itself (python3-sentencepiece is the oracle)
+script tokenizer "$PYTHON" tests/tokenizer_check.py "$BUILD/pi0"
+# the whole policy (`pi0 run`) against the independent reference policy script
+[ -f tests/policy_e2e.py ] && script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
+# pi0-server: protocol, openpi-client, load and faults
+[ -f tests/server/run.sh ] && script server sh tests/server/run.sh "$BUILD"
 echo "$total_pass passed, $total_fail failed"
 exit $rc

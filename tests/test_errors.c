@@ -45,8 +45,8 @@ static void test_headers(void) {
     EXPECT_ERR(parse_hdr("{\"a\": ", 0), PI0_ERR_FORMAT, "header JSON invalid");
     EXPECT_ERR(parse_hdr("[1, 2]", 0), PI0_ERR_FORMAT, "not a JSON object");
     EXPECT_ERR(parse_hdr("{\"a\": 5}", 0), PI0_ERR_FORMAT, "not an object");
-    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8), PI0_ERR_FORMAT,
-               "unsupported dtype 'F64'");
+    EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"C64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8), PI0_ERR_FORMAT,
+               "unsupported dtype 'C64'");
     EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4), PI0_ERR_FORMAT,
                "non-negative");
     EXPECT_ERR(parse_hdr("{\"a\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", 8), PI0_ERR_FORMAT,
