@@ -55,6 +55,9 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu src/cuda/common.cuh $(HDRS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
+# the policy's float64 transforms must round like numpy: separate multiply and add, no FMA contraction
+$(BUILD)/src/policy.o $(BUILD)/src/robot.o: CFLAGS += -ffp-contract=off
+
 # the commit id is compiled into bench.c: rebuild it when HEAD moves
 $(BUILD)/commit.txt: FORCE
 	@mkdir -p $(BUILD); echo '$(COMMIT)' | cmp -s - $@ || echo '$(COMMIT)' > $@

@@ -159,11 +159,11 @@ pi0_status pi0_tokenize(const pi0_tokenizer *t, const char *text, size_t len, in
 /* The model's prompt tokens (spec 3.5, openpi's PaligemmaTokenizer): the prompt is stripped and its
  * '_' and '\n' become spaces; PI0_PROMPT_PI0: BOS + text + "\n"; PI0_PROMPT_PI05: BOS + "Task: <text>,
  * State: <s1 s2 ...>;\nAction: " with each normalised state value discretised into 256 bins on [-1, 1]
- * (n_state values, un-padded; must be finite). Right-padded with id 0 / mask 0 to max_len, or truncated
+ * (n_state values, un-padded, compared in double as numpy does; must be finite). Right-padded with id 0 / mask 0 to max_len, or truncated
  * to max_len. tokens and mask hold max_len entries; *n_valid gets the number of real tokens. */
 typedef enum { PI0_PROMPT_PI0 = 0, PI0_PROMPT_PI05 = 1 } pi0_prompt_format;
 pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_prompt_format format,
-                               const float *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
+                               const double *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
                                int *n_valid);
 
 /* ---- Images (spec 3.1/3.2) ---- */

@@ -92,30 +92,32 @@ pi0_status norm_stats_load(norm_stats *ns, const char *path) {
     return st;
 }
 
-pi0_status norm_apply(const norm_vec *v, int quantile, const float *x, int d, float *out) {
+pi0_status norm_apply(const norm_vec *v, int quantile, const double *x, int d, double *out) {
     if (d > v->n) return pi0_fail(PI0_ERR_SHAPE, "norm stats have %d values, the vector has %d", v->n, d);
     if (quantile && !v->q01) return pi0_fail(PI0_ERR_FORMAT, "quantile normalisation needs q01/q99 in the norm stats");
     for (int i = 0; i < d; i++) {
-        if (!isfinite(x[i])) return pi0_fail(PI0_ERR_ARG, "value %d is not finite", i);
-        double r = quantile ? ((double)x[i] - v->q01[i]) / (v->q99[i] - v->q01[i] + 1e-6) * 2.0 - 1.0
-                            : ((double)x[i] - v->mean[i]) / (v->std[i] + 1e-6);
-        out[i] = (float)r;
+        if (!isfinite(x[i])) return pi0_fail(PI0_ERR_ARG, "value %d is not finite (%g)", i, x[i]);
+        out[i] = quantile ? (x[i] - v->q01[i]) / (v->q99[i] - v->q01[i] + 1e-6) * 2.0 - 1.0
+                          : (x[i] - v->mean[i]) / (v->std[i] + 1e-6);
     }
     return PI0_OK;
 }
 
-pi0_status norm_invert(const norm_vec *v, int quantile, const float *x, int rows, int d, float *out) {
+pi0_status norm_invert(const norm_vec *v, int quantile, const double *x, int x_f32, int rows, int d, double *out) {
     if (quantile && !v->q01) return pi0_fail(PI0_ERR_FORMAT, "quantile unnormalisation needs q01/q99 in the norm stats");
     if (v->n > d)   /* openpi pads (z-score) or slices (quantile) stats up to d; longer stats do not broadcast */
-        return pi0_fail(PI0_ERR_SHAPE, "norm stats have %d values, the actions have %d", v->n, d);
+        return pi0_fail(PI0_ERR_SHAPE, "norm stats have %d values, the vector has %d", v->n, d);
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < d; i++) {
             double a = x[(size_t)r * d + i], y;
-            /* numpy keeps float32 for (x + 1.0) / 2.0 (Python scalars do not promote a float32 array);
-             * the product with the float64 stats is then float64 */
-            if (quantile) y = i < v->n ? (double)((x[(size_t)r * d + i] + 1.0f) / 2.0f) * (v->q99[i] - v->q01[i] + 1e-6) + v->q01[i] : a;
+            if (quantile && i < v->n) {
+                /* numpy keeps float32 for (x + 1.0) / 2.0 of a float32 array (Python scalars do not
+                 * promote it); the product with the float64 stats is then float64 */
+                double h = x_f32 ? (double)(((float)a + 1.0f) / 2.0f) : (a + 1.0) / 2.0;
+                y = h * (v->q99[i] - v->q01[i] + 1e-6) + v->q01[i];
+            } else if (quantile) y = a;
             else y = a * ((i < v->n ? v->std[i] : 1.0) + 1e-6) + (i < v->n ? v->mean[i] : 0.0);
-            out[(size_t)r * d + i] = (float)y;
+            out[(size_t)r * d + i] = y;
         }
     return PI0_OK;
 }

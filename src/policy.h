@@ -1,6 +1,6 @@
 /* policy.h — the policy wrapper around the model (spec 4): norm_stats.json and state/action
  * (un)normalisation, z-score (π0) and quantile (π0.5), as openpi's transforms.Normalize / Unnormalize.
- * Robot transforms and the policy API are still to come (issue 4). Math in double, results in float. */
+ * Robot transforms and the policy API are still to come (issue 4). Math and results in double (openpi's float64). */
 #ifndef PI0_POLICY_H
 #define PI0_POLICY_H
 
@@ -24,10 +24,10 @@ void norm_stats_free(norm_stats *ns);
 
 /* Normalize: out[i] = (x[i] - mean[i]) / (std[i] + 1e-6)  or, quantile,
  * (x[i] - q01[i]) / (q99[i] - q01[i] + 1e-6) * 2 - 1, for the first d dims (stats sliced to d). */
-pi0_status norm_apply(const norm_vec *v, int quantile, const float *x, int d, float *out);
+pi0_status norm_apply(const norm_vec *v, int quantile, const double *x, int d, double *out);
 /* Unnormalize rows of d values: z-score x * (std + 1e-6) + mean with mean padded by 0 and std by 1 to d;
  * quantile (x + 1) / 2 * (q99 - q01 + 1e-6) + q01 on the first n dims ((x + 1) / 2 in float32, as numpy
- * does for float32 model outputs), the rest passed through. */
-pi0_status norm_invert(const norm_vec *v, int quantile, const float *x, int rows, int d, float *out);
+ * does for float32 model outputs: x_f32 = 1), the rest passed through. float64 results, as openpi returns. */
+pi0_status norm_invert(const norm_vec *v, int quantile, const double *x, int x_f32, int rows, int d, double *out);
 
 #endif

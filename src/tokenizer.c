@@ -421,14 +421,14 @@ static size_t clean_prompt(char *dst, const char *src) {
 }
 
 /* np.digitize(x, linspace(-1, 1, 257)[:-1]) - 1: the number of bin starts -1 + k/128 <= x, minus one. */
-static int state_bin(float x) {
+static int state_bin(double x) {
     int c = 0;
-    for (int k = 0; k < 256; k++) c += (double)x >= -1.0 + k / 128.0;
+    for (int k = 0; k < 256; k++) c += x >= -1.0 + k / 128.0;
     return c - 1;
 }
 
 pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_prompt_format format,
-                               const float *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
+                               const double *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
                                int *n_valid) {
     if (!t || !prompt || !tokens || !mask || max_len < 1 || (format == PI0_PROMPT_PI05 && n_state && !state) ||
         n_state < 0 || n_state > 4096 || (format != PI0_PROMPT_PI0 && format != PI0_PROMPT_PI05))

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes norm-stats cases for build/tests/test_policy: a norm_stats.json (z-score and quantile stats,
 8-dim state, 7-dim actions, as openpi stores them) and a safetensors file with inputs and the expected
-results of openpi's Normalize / Unnormalize (transforms.py, restated with numpy float64; results rounded
-to float32). Seeded. Usage: policy_check.py OUTDIR"""
+results of openpi's Normalize / Unnormalize (transforms.py, restated with numpy float64; the results are
+float64, as openpi returns them). Seeded. Usage: policy_check.py OUTDIR"""
 import json, os, struct, sys
 
 import numpy as np
@@ -25,19 +25,24 @@ a = (rng.randn(20, 10, 32) * 1.5).astype(np.float32)  # model outputs [batch, H,
 def f64(v): return np.asarray(v, dtype=np.float64)
 t = {
     "state": x,
-    "state_z": ((x - f64(ns["mean"])[:8]) / (f64(ns["std"])[:8] + 1e-6)).astype(np.float32),
-    "state_q": ((x - f64(ns["q01"])[:8]) / (f64(ns["q99"])[:8] - f64(ns["q01"])[:8] + 1e-6) * 2.0 - 1.0).astype(np.float32),
+    "state_z": (x - f64(ns["mean"])[:8]) / (f64(ns["std"])[:8] + 1e-6),
+    "state_q": (x - f64(ns["q01"])[:8]) / (f64(ns["q99"])[:8] - f64(ns["q01"])[:8] + 1e-6) * 2.0 - 1.0,
     "model_actions": a,
 }
 mean = np.pad(f64(na["mean"]), (0, 32 - 7), constant_values=0.0)
 std = np.pad(f64(na["std"]), (0, 32 - 7), constant_values=1.0)
-t["actions_z"] = (a * (std + 1e-6) + mean).astype(np.float32)
+t["actions_z"] = a * (std + 1e-6) + mean
 q01, q99 = f64(na["q01"]), f64(na["q99"])
-t["actions_q"] = np.concatenate([(a[..., :7] + 1.0) / 2.0 * (q99 - q01 + 1e-6) + q01, a[..., 7:]], axis=-1).astype(np.float32)
+t["actions_q"] = np.concatenate([(a[..., :7] + 1.0) / 2.0 * (q99 - q01 + 1e-6) + q01, a[..., 7:]], axis=-1)
+# the state round trip of openpi's output side: normalised float64 state, padded to 32, unnormalised
+q01s, q99s = f64(ns["q01"]), f64(ns["q99"])
+zpad, qpad = np.pad(t["state_z"], ((0, 0), (0, 24))), np.pad(t["state_q"], ((0, 0), (0, 24)))
+t["state_rt_z"] = zpad * (np.pad(f64(ns["std"]), (0, 24), constant_values=1.0) + 1e-6) + np.pad(f64(ns["mean"]), (0, 24))
+t["state_rt_q"] = np.concatenate([(qpad[:, :8] + 1.0) / 2.0 * (q99s - q01s + 1e-6) + q01s, qpad[:, 8:]], axis=-1)
 header, blobs, off = {}, [], 0
 for name, v in t.items():
     b = np.ascontiguousarray(v).tobytes()
-    header[name] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+    header[name] = {"dtype": {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}[v.dtype], "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
     blobs.append(b)
     off += len(b)
 h = json.dumps(header).encode()

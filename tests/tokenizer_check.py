@@ -86,7 +86,7 @@ with tempfile.TemporaryDirectory() as tmp:
     def openpi_prompt(prompt, fmt, state, max_len):
         cleaned = prompt.strip().replace("_", " ").replace("\n", " ")
         if fmt == "pi05":
-            disc = np.digitize(np.asarray(state, dtype=np.float32), bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1
+            disc = np.digitize(np.asarray(state, dtype=np.float64), bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1
             ids = sp.encode("Task: %s, State: %s;\nAction: " % (cleaned, " ".join(map(str, disc))), add_bos=True)
         else:
             ids = sp.encode(cleaned, add_bos=True) + sp.encode("\n")
@@ -96,7 +96,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for i in range(80):
         fmt = "pi05" if i % 2 else "pi0"
         p = prompts[i] if "\n" not in prompts[i] or i % 3 else " pick_up\nthe block \n"
-        state = [np.float32(rnd.choice([rnd.uniform(-1.3, 1.3), -1.0, 1.0, 0.9921875, -1 + rnd.randrange(256) / 128.0]))
+        state = [float(rnd.choice([rnd.uniform(-1.3, 1.3), -1.0, 1.0, 0.9921875, -1 + rnd.randrange(256) / 128.0]))
                  for _ in range(rnd.choice([0, 1, 7, 8, 14]))]
         max_len = rnd.choice([48, 200, 12])
         cmd = [pi0, "tokenize", "--tokenizer", model, "--format", fmt, "--max-len", str(max_len)]

@@ -172,7 +172,7 @@ static int tokenize_print(const pi0_tokenizer *t, const char *text, size_t len) 
 
 /* --format pi0|pi05: the model's prompt tokens (first line) and mask (second line). */
 static int print_prompt(const pi0_tokenizer *t, const char *text, int format, const char *state_arg, long long max_len) {
-    float state[4096];
+    double state[4096];
     int ns = 0;
     if (state_arg && *state_arg) {
         for (const char *p = state_arg; ns < 4096;) {
@@ -180,7 +180,7 @@ static int print_prompt(const pi0_tokenizer *t, const char *text, int format, co
             errno = 0;
             double v = strtod(p, &end);
             if (end == p || errno) { fprintf(stderr, "pi0 tokenize: --state: expected numbers separated by commas, got '%s'\n", p); return 2; }
-            state[ns++] = (float)v;
+            state[ns++] = v;
             if (*end == 0) break;
             if (*end != ',') { fprintf(stderr, "pi0 tokenize: --state: unexpected '%c'\n", *end); return 2; }
             p = end + 1;
