@@ -114,6 +114,11 @@ def setup(tmp):
     rgba = np.concatenate([make_image(rng, 64, 80, "noise"), rng.randint(0, 256, (64, 80, 1)).astype(np.uint8)], -1)
     files["png_rgba"] = os.path.join(tmp, "rgba.png")
     Image.fromarray(rgba, "RGBA").save(files["png_rgba"])
+    pal = Image.fromarray(make_image(rng, 70, 110, "grad")).convert("P", palette=Image.ADAPTIVE, colors=40)
+    files["png_palette"] = os.path.join(tmp, "palette.png")
+    pal.save(files["png_palette"])
+    files["jpg_gray"] = os.path.join(tmp, "gray.jpg")
+    Image.fromarray(make_image(rng, 80, 100, "grad")[:, :, 1]).save(files["jpg_gray"], quality=85)
     # noise (horizon 5 in both tiny models)
     nz = np.random.RandomState(99).randn(5, 32).astype(np.float32)
     files["noise"] = os.path.join(tmp, "noise.safetensors")
@@ -224,6 +229,9 @@ def cases(f, rng):
          "observation/wrist_image_left=" + f["jpg256"], "--prompt", "uncap the pen"), ok),
         ("droid --robot pi0 --delta-actions on (7 joints)", base(p0, "--robot", "droid", "--asset-id", "droid",
          *droid_imgs, "--state", droid_state, "--prompt", "turn the handle", "--delta-actions", "on"), ok),
+        ("droid palette PNG + grayscale JPEG (converted to RGB)", base(p0, "--config", "pi0_droid", "--image",
+         "observation/exterior_image_1_left=" + f["png_palette"], "--image", "observation/wrist_image_left=" +
+         f["jpg_gray"], "--state", droid_state, "--prompt", "pick up the fork"), ok),
         ("droid --robot pi05, single asset, no --asset-id", base(f["pi05_single"], "--robot", "droid", *droid_imgs,
          "--state", droid_state, "--prompt", "turn the handle"), ok),
         # ---- ALOHA ----
