@@ -33,10 +33,10 @@ CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
-           src/policy.c \
+           src/policy.c src/robot.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
-CLI_SRC := tools/pi0.c tools/bench.c
+CLI_SRC := tools/pi0.c tools/bench.c tools/run.c tools/imagefile.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS   := test_unit test_golden test_errors test_image test_policy
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)
@@ -67,8 +67,18 @@ FORCE:
 $(BUILD)/libpi0.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
-$(BUILD)/pi0: $(CLI_OBJ) $(BUILD)/libpi0.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+# Image files in the CLI: TurboJPEG linked statically; libspng has no static archive in Debian, so its
+# shared library is copied next to the binary (build/lib, found through an $$ORIGIN rpath) and travels
+# with the build folder to the GPU machine.
+TJ_A    := $(wildcard /usr/lib/x86_64-linux-gnu/libturbojpeg.a)
+SPNG_SO := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libspng.so.0))
+IMG_LIBS := $(if $(TJ_A),$(TJ_A),-lturbojpeg) -lspng -lz -Wl,-rpath,'$$ORIGIN/lib'
+$(BUILD)/lib/libspng.so.0: $(SPNG_SO)
+	@mkdir -p $(dir $@)
+	$(if $(SPNG_SO),cp -L $< $@,touch $@)
+
+$(BUILD)/pi0: $(CLI_OBJ) $(BUILD)/libpi0.a | $(BUILD)/lib/libspng.so.0
+	$(CC) $(CFLAGS) $^ -o $@ $(IMG_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)

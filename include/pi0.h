@@ -134,6 +134,9 @@ void pi0_tensors_free(pi0_tensors *t);
  * shape must hold 8 entries. data stays valid until pi0_tensors_free. */
 pi0_status pi0_tensors_get(const pi0_tensors *t, const char *name, pi0_dtype *dtype, int *ndim,
                            int64_t *shape, const void **data);
+/* Number of tensors and the name of tensor i (0..count-1; sorted by name for files), NULL out of range. */
+int pi0_tensors_count(const pi0_tensors *t);
+const char *pi0_tensors_name(const pi0_tensors *t, int i);
 /* Copies a tensor into a set made by pi0_tensors_new. */
 pi0_status pi0_tensors_add(pi0_tensors *t, const char *name, pi0_dtype dtype, int ndim,
                            const int64_t *shape, const void *data);
@@ -251,6 +254,9 @@ typedef struct {
 /* Runs n (1..max_batch) prepared observations as one batch and writes actions [n, H, D] float64
  * (unnormalised, robot output transform applied). One thread at a time per policy. timing may be NULL. */
 pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing);
+/* Writes the model inputs of a prepared observation (PI0_IO.md section 2 names, batch 1; noise only when the
+ * observation had one) as a safetensors file: for checking the transforms against a reference. */
+pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path);
 /* prepare + run for one observation; actions holds H * D values. */
 pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *actions, pi0_policy_timing *timing);
 

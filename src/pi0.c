@@ -273,6 +273,15 @@ pi0_status pi0_tensors_get(const pi0_tensors *t, const char *name, pi0_dtype *dt
     return pi0_fail(PI0_ERR_ARG, "no tensor '%s'", name);
 }
 
+int pi0_tensors_count(const pi0_tensors *t) {
+    return !t ? 0 : t->file ? t->file->n_tensors : t->n_mem;
+}
+
+const char *pi0_tensors_name(const pi0_tensors *t, int i) {
+    if (i < 0 || i >= pi0_tensors_count(t)) return NULL;
+    return t->file ? t->file->tensors[i].name : t->mem[i].name;
+}
+
 pi0_status pi0_tensors_add(pi0_tensors *t, const char *name, pi0_dtype dtype, int ndim, const int64_t *shape,
                            const void *data) {
     if (!t || !name || (ndim && !shape) || !data) return pi0_fail(PI0_ERR_ARG, "pi0_tensors_add: NULL argument");

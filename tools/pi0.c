@@ -1,4 +1,5 @@
 /* pi0 — command-line front end of libpi0 (uses include/pi0.h only).
+ *   pi0 run --checkpoint DIR --config NAME|--robot R --tokenizer FILE --image KEY=FILE ... --state .. --prompt ..
  *   pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors [--steps N] [--seed S] [--dump]
  *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR
  *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
@@ -17,6 +18,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: pi0 <command> [options]\n"
             "commands:\n"
+            "  run             --checkpoint DIR (--config NAME | --robot libero|droid|aloha) --tokenizer FILE\n"
+            "                  [--image KEY=FILE ...] [--obs FILE] [--state v1,...] [--prompt TEXT] [--noise FILE] [--json]\n"
+            "                  the whole policy: robot observation in, action chunk out (`pi0 run --help`)\n"
             "  infer           --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
             "                  [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
             "  gen-checkpoint  --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR\n"
@@ -264,6 +268,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "infer")) return cmd_infer(argc - 2, argv + 2);
     if (!strcmp(cmd, "gen-checkpoint")) return cmd_gen(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
