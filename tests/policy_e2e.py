@@ -25,7 +25,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from PIL import Image
@@ -93,6 +92,10 @@ def setup(tmp):
     files["pi05"] = make_checkpoint(tmp, "pi05", "tiny-pi05", stats)
     # one asset only, id with a '/', for --robot without --asset-id
     files["pi0_single"] = make_checkpoint(tmp, "pi0_single", "tiny-pi0", {"my-lab/libero_v2": stats["physical-intelligence/libero"]})
+    # 32-dim stats (openpi stores some padded to the model's action dim): Normalize slices them to the state
+    files["pi05_stats32"] = make_checkpoint(tmp, "pi05_stats32", "tiny-pi05", {"droid": norm_stats(rng, 32, 32)})
+    files["pi0_stats32"] = make_checkpoint(tmp, "pi0_stats32", "tiny-pi0",
+                                           {"physical-intelligence/libero": norm_stats(rng, 32, 32)})
     files["pi05_single"] = make_checkpoint(tmp, "pi05_single", "tiny-pi05", {"my-lab/droid": stats["droid"]})
     # images
     specs = {"png224": (224, 224, "grad", "png"), "jpg480x640": (480, 640, "grad", "jpg"),
@@ -145,6 +148,8 @@ def setup(tmp):
     obs("aloha_float", {"images/cam_high": ("F32", (rng.rand(3, 60, 80)).astype(np.float32)),
                         "images/cam_left_wrist": ("F64", rng.rand(3, 56, 56)),
                         "state": ("F32", np.concatenate([rng.randn(6) * 0.3, [0.6], rng.randn(6) * 0.3, [0.2]]).astype(np.float32))})
+    obs("libero_i64_state", {"observation/state": ("I64", np.arange(8, dtype=np.int64) - 3)})
+    obs("libero_thin", {"observation/image": ("U8", make_image(rng, 4, 300, "noise"))})
     obs("aloha_badcam", {"images/cam_top": ("U8", make_image(rng, 56, 56, "noise").transpose(2, 0, 1).copy())})
     obs("libero_rgba", {"observation/image": ("U8", rgba)})
     obs("libero_nowrist", {"observation/image": ("U8", make_image(rng, 64, 64, "noise"))})
@@ -216,6 +221,14 @@ def cases(f, rng):
          "--state", libero_state, "--prompt", "open the drawer"), ok),
         ("libero noise [1,H,32], --steps 3", base(p0, "--config", "pi0_libero", *lib_imgs, "--state", libero_state,
          "--prompt", "fold", "--steps", "3", noise=f["noise3"]), ok),
+        ("libero I64 state (--obs)", base(p0, "--config", "pi0_libero", *lib_imgs, "--obs", f["obs_libero_i64_state"],
+         "--prompt", "pick up the bowl"), ok),
+        ("libero UTF-8 prompt (byte fallback)", base(p5, "--config", "pi05_libero", *lib_imgs, "--state", libero_state,
+         "--prompt", "pick up the caf\u00e9 cup \u00fc \u2192 \u65e5\u672c"), ok),
+        ("libero empty prompt (present, not missing)", base(p0, "--config", "pi0_libero", *lib_imgs, "--state",
+         libero_state, "--prompt", ""), ok),
+        ("libero 32-dim norm stats (sliced to the state)", base(f["pi0_stats32"], "--config", "pi0_libero", *lib_imgs,
+         "--state", libero_state, "--prompt", "open the drawer"), ok),
         # ---- DROID ----
         ("droid pi0_droid png640x480 + jpg101x67", base(p0, "--config", "pi0_droid", *droid_imgs, "--state",
          droid_state, "--prompt", "pick up the fork"), ok),
@@ -232,6 +245,8 @@ def cases(f, rng):
         ("droid palette PNG + grayscale JPEG (converted to RGB)", base(p0, "--config", "pi0_droid", "--image",
          "observation/exterior_image_1_left=" + f["png_palette"], "--image", "observation/wrist_image_left=" +
          f["jpg_gray"], "--state", droid_state, "--prompt", "pick up the fork"), ok),
+        ("droid pi05 32-dim norm stats (quantile, no pass-through dims)", base(f["pi05_stats32"], "--config",
+         "pi05_droid", *droid_imgs, "--state", droid_state, "--prompt", "pick up the fork"), ok),
         ("droid --robot pi05, single asset, no --asset-id", base(f["pi05_single"], "--robot", "droid", *droid_imgs,
          "--state", droid_state, "--prompt", "turn the handle"), ok),
         # ---- ALOHA ----
@@ -274,6 +289,12 @@ def cases(f, rng):
          ("fail", "observation/joint_position")),
         ("error: several norm stats and no --asset-id", base(p0, "--robot", "libero", *lib_imgs, "--state",
          libero_state, "--prompt", "x"), ("fail", None)),
+        ("error: DROID --state of 7 values", base(p0, "--config", "pi0_droid", *droid_imgs, "--state",
+         ",".join(droid_state.split(",")[:7]), "--prompt", "x"), ("fail", None)),
+        ("error: image 4 x 300 (resized height 0)", base(p0, "--config", "pi0_libero", "--obs", f["obs_libero_thin"],
+         "--image", "observation/wrist_image=" + f["png224"], "--state", libero_state, "--prompt", "x"), ("fail", None)),
+        ("error: pi05 config on a pi0 checkpoint", base(p0, "--config", "pi05_droid", *droid_imgs, "--state",
+         droid_state, "--prompt", "x"), ("fail", None)),
         ("error: noise of the wrong horizon", base(p0, "--config", "pi0_libero", *lib_imgs, "--state", libero_state,
          "--prompt", "x", noise=f["noise_bad"]), ("fail", None)),
     ]
@@ -293,7 +314,10 @@ def run_ref(argv, out_json, dump):
 
 def run_c(binary, argv, dump):
     try:
-        p = subprocess.run([binary, "run", *argv, "--json", "--dump-inputs", dump], capture_output=True, timeout=120)
+        # OMP_WAIT_POLICY=PASSIVE: on a busy 2-core machine libgomp's spinning threads made each tiny run take
+        # 3-7 s instead of 0.2 s (measured); the results do not depend on it.
+        p = subprocess.run([binary, "run", *argv, "--json", "--dump-inputs", dump], capture_output=True, timeout=120,
+                           env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")})
     except subprocess.TimeoutExpired:
         return -999, b"", b"timeout after 120 s"
     return p.returncode, p.stdout, p.stderr
@@ -362,15 +386,12 @@ def main():
                 report(False, name, "no `run` command in the binary")
             print(f"policy_e2e: {passed} passed, {failed} failed")
             return 1
-        # C runs in the background (2 at a time) while the reference runs here.
-        pool = ThreadPoolExecutor(max_workers=2)
-        futures = []
-        for i, (name, argv, expect) in enumerate(all_cases):
-            futures.append(pool.submit(run_c, binary, argv, os.path.join(tmp, f"c{i}.safetensors")))
+        # Sequential on purpose: the C binary's OpenMP threads and torch's threads in this process spin
+        # against each other when run side by side (45 s instead of 5 s on 2 cores).
         for i, (name, argv, expect) in enumerate(all_cases):
             r_json, r_dump = os.path.join(tmp, f"r{i}.json"), os.path.join(tmp, f"r{i}.safetensors")
             r_rc, r_err = run_ref(argv, r_json, r_dump)
-            c_rc, c_out, c_err = futures[i].result()
+            c_rc, c_out, c_err = run_c(binary, argv, os.path.join(tmp, f"c{i}.safetensors"))
             c_err = c_err.decode(errors="replace").strip()
             if expect is not None:
                 sub = expect[1]
@@ -409,7 +430,6 @@ def main():
                 idx = np.unravel_index(int(np.argmax(np.abs(got - ref))), ref.shape)
                 detail += f" > {ACTION_TOL:g}; worst at {tuple(int(i) for i in idx)}: C {got[idx]!r} ref {ref[idx]!r}"
             report(rel <= ACTION_TOL, name + " [actions]", detail)
-        pool.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"policy_e2e: {passed} passed, {failed} failed")

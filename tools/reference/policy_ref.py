@@ -471,6 +471,11 @@ def run(a):
         c = CONFIGS[a.config]
         robot, mask, config_prompt, asset = c["robot"], c["mask"], c["prompt"], c["asset"]
         discrete = pi05 if c["discrete"] is None else c["discrete"]
+        # openpi builds the model from the config (Pi0Config(pi05=...)) and load_model refuses the other
+        # model's weights, so a config of the other model type cannot serve this checkpoint.
+        if a.config.startswith("pi05_") != pi05:
+            raise PolicyError(f"config {a.config} is for a {'pi0.5' if a.config.startswith('pi05_') else 'pi0'} "
+                              f"model, {a.checkpoint} holds a {'pi0.5' if pi05 else 'pi0'} model")
     else:
         robot, config_prompt, asset, discrete = a.robot, None, None, pi05
         mask = {"aloha": ALOHA_MASK, "libero": None if pi05 else LIBERO_MASK, "droid": None}[robot]
