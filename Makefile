@@ -33,12 +33,12 @@ CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
-           src/policy.c src/robot.c \
+           src/policy.c src/robot.c src/pi0_policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/pi0.c tools/bench.c tools/run.c tools/imagefile.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TESTS   := test_unit test_golden test_errors test_image test_policy
+TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
@@ -56,7 +56,7 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu src/cuda/common.cuh $(HDRS)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # the policy's float64 transforms must round like numpy: separate multiply and add, no FMA contraction
-$(BUILD)/src/policy.o $(BUILD)/src/robot.o: CFLAGS += -ffp-contract=off
+$(BUILD)/src/policy.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o: CFLAGS += -ffp-contract=off
 
 # the commit id is compiled into bench.c: rebuild it when HEAD moves
 $(BUILD)/commit.txt: FORCE
@@ -94,11 +94,12 @@ test-cuda: all
 debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
-# libFuzzer targets (clang): safetensors header + config.json parsers. FUZZ_SECONDS per target.
+# libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
+# observations. FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 30
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined
-FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c
-fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer
+FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c
+fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lm
@@ -111,6 +112,10 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_tok
 	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed', vocab_size=60, model_type='bpe', byte_fallback=False, hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed.vocab
 	$(BUILD)/fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
+	@mkdir -p $(BUILD)/fuzz/corpus_pol
+	(printf '\001'; cat tests/fixtures/tiny-pi0/assets/tiny/norm_stats.json) > $(BUILD)/fuzz/corpus_pol/stats
+	printf '\006\002\002\001\010\000\000' > $(BUILD)/fuzz/corpus_pol/state
+	$(BUILD)/fuzz/fuzz_policy -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_pol
 
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:

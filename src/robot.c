@@ -59,7 +59,7 @@ static pi0_status find(const pi0_observation *obs, const char *key, const pi0_ar
     for (int i = 0; i < obs->n_arrays; i++) {
         const pi0_array *a = &obs->arrays[i];
         if (!a->key || strcmp(a->key, key)) continue;
-        if (*out) return pi0_fail(PI0_ERR_ARG, "observation: key '%s' given twice", key);
+        if (*out) return pi0_fail(PI0_ERR_ARG, "key '%s' given twice", key);
         *out = a;
     }
     return PI0_OK;
@@ -90,7 +90,7 @@ static pi0_status get_vector(const pi0_observation *obs, const char *key, int n,
     const pi0_array *a;
     pi0_status st = find(obs, key, &a);
     if (st != PI0_OK) return st;
-    if (!a) return pi0_fail(PI0_ERR_ARG, "observation: missing '%s' (expected %d numbers)", key, n);
+    if (!a) return pi0_fail(PI0_ERR_ARG, "missing '%s' (expected %d numbers)", key, n);
     char d[96];
     describe(d, sizeof d, a);
     int ok_type = a->dtype == PI0_DT_F32 || a->dtype == PI0_DT_F64 || a->dtype == PI0_DT_I32 || a->dtype == PI0_DT_I64;
@@ -148,7 +148,7 @@ static pi0_status camera(const pi0_observation *obs, const char *key, int requir
     const pi0_array *a;
     pi0_status st = find(obs, key, &a);
     if (st != PI0_OK) return st;
-    if (!a) return required ? pi0_fail(PI0_ERR_ARG, "observation: missing image '%s'", key) : PI0_OK;
+    if (!a) return required ? pi0_fail(PI0_ERR_ARG, "missing image '%s'", key) : PI0_OK;
     return get_image(a, key, &in->img[slot], &in->h[slot], &in->w[slot]);
 }
 
@@ -171,7 +171,7 @@ static pi0_status aloha_inputs(const pi0_observation *obs, robot_input *in) {
         int known = 0;
         for (int c = 0; c < 4; c++) known |= !strcmp(k + 7, ALOHA_CAMS[c]);
         if (!known)
-            return pi0_fail(PI0_ERR_ARG, "observation: unknown ALOHA camera '%s' (expected images/cam_high, images/cam_low, "
+            return pi0_fail(PI0_ERR_ARG, "unknown ALOHA camera '%s' (expected images/cam_high, images/cam_low, "
                             "images/cam_left_wrist, images/cam_right_wrist)", k);
     }
     pi0_status st = get_vector(obs, "state", 14, 0, in->state);

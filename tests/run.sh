@@ -8,10 +8,16 @@ img="$BUILD/tests/images.safetensors"
 ${PY:-/usr/bin/python3} tests/image_check.py "$img" || echo "image_check.py failed (test_image will report it)"
 pol="$BUILD/tests/policy"
 ${PY:-/usr/bin/python3} tests/policy_check.py "$pol" || echo "policy_check.py failed (test_policy will report it)"
-for t in test_unit test_golden test_errors test_image test_policy; do
+tok="$BUILD/tests/tok.model"
+${PY:-/usr/bin/python3} tests/make_tokenizer.py "$tok" || echo "make_tokenizer.py failed (test_policy_api will report it)"
+for t in test_unit test_golden test_errors test_image test_policy test_policy_api; do
     echo "== $t"
-    arg="$img"; [ "$t" = test_policy ] && arg="$pol"
-    out=$("$BUILD/tests/$t" "$arg" 2>&1); st=$?
+    case $t in
+        test_policy) set -- "$pol" ;;
+        test_policy_api) rm -rf "$BUILD/tests/policy_api"; set -- "$BUILD/tests/policy_api" "$tok" ;;
+        *) set -- "$img" ;;
+    esac
+    out=$("$BUILD/tests/$t" "$@" 2>&1); st=$?
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E "^$t: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
     if [ -z "$line" ]; then echo "$t: crashed or printed no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1; continue; fi

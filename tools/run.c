@@ -212,7 +212,7 @@ int cmd_run(int argc, char **argv) {
     pi0_observation obs = {.arrays = s.a, .n_arrays = s.n, .prompt = prompt, .noise = noise, .seed = (uint64_t)seed};
     if (!(actions = malloc((size_t)pi.action_horizon * pi.action_dim * sizeof *actions))) goto done;
     pi0_policy_timing tm;
-    if (pi0_policy_prepare(p, &obs, &x) != PI0_OK) { cli_fail("observation"); goto done; }
+    if (pi0_policy_prepare(p, &obs, &x) != PI0_OK) { cli_fail("preparing the observation"); goto done; }
     if (dump && pi0_prepared_save(x, dump) != PI0_OK) { cli_fail("--dump-inputs"); goto done; }
     if (pi0_policy_run(p, &x, 1, actions, &tm) != PI0_OK) { cli_fail("inference"); goto done; }
     print_actions(actions, pi.action_horizon, pi.action_dim, json, &tm, &pi);

@@ -1,0 +1,354 @@
+/* pi0_policy.c — the public policy API (pi0_policy_*, pi0_prepared_*): openpi's Policy.infer (spec 4.1)
+ * on top of pi0_model / pi0_session: norm-stats asset selection, the robot transforms of robot.c, resize,
+ * prompt format, batching of prepared observations into one pi0_infer, float64 output transforms. Image
+ * files are not decoded here (the CLI does that); no network code (the server does that). */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "pi0.h"
+#include "policy.h"
+#include "robot.h"
+#include "util.h"
+
+struct pi0_policy {
+    pi0_model *model;
+    pi0_session *session;
+    pi0_tokenizer *tok;
+    norm_stats ns;
+    pi0_robot robot;
+    const robot_config *cfg;     /* NULL when loaded by robot name */
+    char *asset_id, *default_prompt;
+    const char *metadata;
+    int pi05, quantile, delta, discrete, max_batch;
+    int H, A, N, R, L, D;        /* horizon, model action dim, cameras, image size, prompt length, robot dims */
+    /* batch buffers for pi0_infer, sized for max_batch at load */
+    float *images, *state, *noise, *actions;
+    uint8_t *image_masks, *token_mask;
+    int32_t *tokens;
+    double *chunk, *state_rt;    /* (H, A) and (A) float64 scratch */
+    pi0_rng rng;                 /* noise of observations without noise and seed */
+};
+
+struct pi0_prepared {
+    const pi0_policy *owner;
+    uint8_t *images;             /* (N, R, R, 3) resized uint8 */
+    uint8_t masks[ROBOT_CAMS];
+    double state[32 > ROBOT_MAX_STATE ? 32 : ROBOT_MAX_STATE];   /* normalised, zero-padded to A (float64) */
+    int32_t *tokens;             /* (L) */
+    uint8_t *token_mask;         /* (L) */
+    float *noise;                /* (H, A) or NULL */
+    uint64_t seed;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char *path_join(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = pi0_malloc(n, "path");
+    if (p) snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+/* Collects asset ids (paths relative to DIR/assets, up to 3 levels deep) that hold a norm_stats.json. */
+static void find_assets(const char *root, const char *rel, int depth, char *list, size_t cap, int *count) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char sub[1024], full[4096], ns[4096];
+        if ((size_t)snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name) >= sizeof sub ||
+            (size_t)snprintf(full, sizeof full, "%s/%s", root, sub) >= sizeof full ||
+            (size_t)snprintf(ns, sizeof ns, "%s/norm_stats.json", full) >= sizeof ns) continue;
+        struct stat sb;
+        if (stat(full, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        if (stat(ns, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            size_t k = strlen(list);
+            if (k + strlen(sub) + 3 < cap) snprintf(list + k, cap - k, "%s%s", k ? "\n" : "", sub);
+            (*count)++;
+        }
+        if (depth < 3) find_assets(root, sub, depth + 1, list, cap, count);
+    }
+    closedir(d);
+}
+
+static pi0_status load_norm_stats(pi0_policy *p, const char *dir, const char *asset_id) {
+    char *assets = path_join(dir, "assets");
+    if (!assets) return PI0_ERR_NOMEM;
+    pi0_status st = PI0_OK;
+    char found[8192] = "";
+    if (!asset_id) {
+        int count = 0;
+        find_assets(assets, "", 0, found, sizeof found, &count);
+        if (count != 1) {
+            for (char *c = found; *c; c++) if (*c == '\n') *c = ',';
+            st = count == 0 ? pi0_fail(PI0_ERR_IO, "no assets/<asset_id>/norm_stats.json found (openpi checkpoints keep "
+                                       "their norm stats there)")
+                            : pi0_fail(PI0_ERR_ARG, "%d norm-stats folders under assets/ (%s): choose one with --asset-id",
+                                       count, found);
+            goto done;
+        }
+        asset_id = found;
+    }
+    if (strstr(asset_id, "..") || asset_id[0] == '/') { st = pi0_fail(PI0_ERR_ARG, "asset id '%s': expected a folder name under assets/", asset_id); goto done; }
+    p->asset_id = strdup(asset_id);
+    char *sdir = path_join(assets, asset_id), *path = sdir ? path_join(sdir, "norm_stats.json") : NULL;
+    free(sdir);
+    if (!p->asset_id || !path) { free(path); st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    st = norm_stats_load(&p->ns, path);
+    const norm_vec *s = &p->ns.state, *a = &p->ns.actions;
+    int need = robot_state_dim(p->robot);
+    if (st == PI0_OK && s->n < need)
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: norm_stats.state has %d values, the %s state has %d", path, s->n, robot_name(p->robot), need);
+    else if (st == PI0_OK && (s->n > p->A || a->n > p->A))
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: norm stats have %d state / %d action values, the model's action_dim is %d", path,
+                      s->n, a->n, p->A);
+    if (st == PI0_OK && p->quantile && (!s->q01 || !a->q01))
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: π0.5 uses quantile normalisation but norm_stats.%s has no q01/q99", path,
+                      !s->q01 ? "state" : "actions");
+    free(path);
+done:
+    free(assets);
+    return st;
+}
+
+void pi0_policy_free(pi0_policy *p) {
+    if (!p) return;
+    pi0_session_free(p->session);
+    pi0_model_free(p->model);
+    pi0_tokenizer_free(p->tok);
+    norm_stats_free(&p->ns);
+    free(p->asset_id); free(p->default_prompt);
+    free(p->images); free(p->state); free(p->noise); free(p->actions);
+    free(p->image_masks); free(p->token_mask); free(p->tokens);
+    free(p->chunk); free(p->state_rt);
+    free(p);
+}
+
+pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_params *params) {
+    if (!out || !dir || !params) return pi0_fail(PI0_ERR_ARG, "pi0_policy_load: NULL argument");
+    *out = NULL;
+    pi0_status st;
+    pi0_policy *p = pi0_calloc(1, sizeof *p, "policy");
+    if (!p) return PI0_ERR_NOMEM;
+    if (params->config && !(p->cfg = robot_config_find(params->config))) {
+        st = pi0_fail(PI0_ERR_ARG, "unknown config '%s' (known: %s)", params->config, robot_config_names());
+        goto fail;
+    }
+    p->robot = params->robot ? robot_from_name(params->robot) : p->cfg ? p->cfg->robot : PI0_ROBOT_NONE;
+    if (p->robot == PI0_ROBOT_NONE) {
+        st = params->robot ? pi0_fail(PI0_ERR_ARG, "unknown robot '%s' (expected libero, droid or aloha)", params->robot)
+                           : pi0_fail(PI0_ERR_ARG, "a robot (libero, droid, aloha) or an openpi config name is required");
+        goto fail;
+    }
+    if (p->cfg && p->robot != p->cfg->robot) {
+        st = pi0_fail(PI0_ERR_ARG, "config %s is for robot %s, not %s", p->cfg->name, robot_name(p->cfg->robot), params->robot);
+        goto fail;
+    }
+    if (!params->tokenizer) { st = pi0_fail(PI0_ERR_ARG, "a tokenizer model is required (paligemma_tokenizer.model)"); goto fail; }
+    if ((st = pi0_model_load(&p->model, dir, &params->model)) != PI0_OK) goto fail;
+    pi0_model_info mi;
+    pi0_model_get_info(p->model, &mi);
+    p->pi05 = mi.pi05; p->quantile = mi.pi05;   /* openpi: quantile norm whenever the model is not plain π0 */
+    p->H = mi.action_horizon; p->A = mi.action_dim; p->N = mi.n_cameras; p->R = mi.image_size; p->L = mi.max_token_len;
+    p->D = robot_action_dim(p->robot);
+    if (p->cfg && p->cfg->pi05 != p->pi05) {
+        st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", p->cfg->name,
+                      p->cfg->pi05 ? "π0.5" : "π0", dir, p->pi05 ? "π0.5" : "π0");
+        goto fail;
+    }
+    if (p->N != ROBOT_CAMS || p->A < p->D || p->A > 32) {
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: the robot transforms need 3 cameras and %d..32 action dims, the model has %d / %d",
+                      dir, p->D, p->N, p->A);
+        goto fail;
+    }
+    p->delta = params->delta_actions ? params->delta_actions > 0 : p->cfg ? p->cfg->delta : robot_default_delta(p->robot, p->pi05);
+    p->discrete = p->cfg ? p->cfg->discrete_state : p->pi05;
+    p->metadata = p->cfg ? p->cfg->metadata_json : robot_default_metadata(p->robot);
+    const char *dp = params->default_prompt ? params->default_prompt : p->cfg ? p->cfg->default_prompt : NULL;
+    if (dp && !(p->default_prompt = strdup(dp))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
+    if ((st = load_norm_stats(p, dir, params->asset_id ? params->asset_id : p->cfg ? p->cfg->asset_id : NULL)) != PI0_OK) goto fail;
+    if ((st = pi0_tokenizer_load(&p->tok, params->tokenizer)) != PI0_OK) goto fail;
+    p->max_batch = params->max_batch > 0 ? params->max_batch : 1;
+    if ((st = pi0_session_create(&p->session, p->model, &(pi0_session_params){.max_batch = p->max_batch,
+                                                                               .num_steps = params->num_steps})) != PI0_OK)
+        goto fail;
+    size_t B = (size_t)p->max_batch, img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
+    p->images = pi0_malloc(B * img * sizeof(float), "policy batch images");
+    p->state = pi0_malloc(B * p->A * sizeof(float), "policy batch state");
+    p->noise = pi0_malloc(B * ha * sizeof(float), "policy batch noise");
+    p->actions = pi0_malloc(B * ha * sizeof(float), "policy batch actions");
+    p->image_masks = pi0_malloc(B * p->N, "policy batch masks");
+    p->token_mask = pi0_malloc(B * p->L, "policy batch token mask");
+    p->tokens = pi0_malloc(B * p->L * sizeof(int32_t), "policy batch tokens");
+    p->chunk = pi0_malloc(ha * sizeof(double), "policy chunk");
+    p->state_rt = pi0_malloc((size_t)p->A * sizeof(double), "policy state");
+    if (!p->images || !p->state || !p->noise || !p->actions || !p->image_masks || !p->token_mask || !p->tokens ||
+        !p->chunk || !p->state_rt) { st = PI0_ERR_NOMEM; goto fail; }
+    pi0_rng_seed(&p->rng, (uint64_t)now_ms() ^ (uint64_t)(uintptr_t)p);
+    *out = p;
+    return PI0_OK;
+fail:
+    pi0_error_prefix("policy %s", dir);
+    pi0_policy_free(p);
+    return st;
+}
+
+void pi0_policy_get_info(const pi0_policy *p, pi0_policy_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!p) return;
+    info->robot = p->robot;
+    info->robot_name = robot_name(p->robot);
+    info->config = p->cfg ? p->cfg->name : "";
+    info->action_horizon = p->H;
+    info->action_dim = p->D;
+    info->max_batch = p->max_batch;
+    info->quantile = p->quantile;
+    info->delta_actions = p->delta;
+    info->discrete_state = p->discrete;
+    info->asset_id = p->asset_id;
+    info->default_prompt = p->default_prompt;
+    info->metadata_json = p->metadata;
+    info->model = p->model;
+    info->session = p->session;
+}
+
+void pi0_prepared_free(pi0_prepared *x) {
+    if (!x) return;
+    free(x->images); free(x->tokens); free(x->token_mask); free(x->noise);
+    free(x);
+}
+
+pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_prepared **out) {
+    if (!p || !obs || !out) return pi0_fail(PI0_ERR_ARG, "pi0_policy_prepare: NULL argument");
+    *out = NULL;
+    robot_input in;
+    pi0_status st = robot_input_make(p->robot, obs, &in);
+    if (st != PI0_OK) return st;
+    pi0_prepared *x = pi0_calloc(1, sizeof *x, "prepared observation");
+    size_t img = (size_t)p->R * p->R * 3;
+    if (!x || !(x->images = pi0_calloc((size_t)p->N, img, "prepared images")) ||
+        !(x->tokens = pi0_malloc((size_t)p->L * sizeof(int32_t), "prepared tokens")) ||
+        !(x->token_mask = pi0_malloc((size_t)p->L, "prepared token mask"))) { st = PI0_ERR_NOMEM; goto fail; }
+    x->owner = p;
+    x->seed = obs->seed;
+    /* Normalize (state only at inference), then PadStatesAndActions: float64, zero-padded to A */
+    if ((st = norm_apply(&p->ns.state, p->quantile, in.state, in.n_state, x->state)) != PI0_OK) {
+        pi0_error_prefix("observation state");
+        goto fail;
+    }
+    /* ResizeImages: resize_with_pad of the uint8 images; an absent camera stays black with mask 0 */
+    for (int c = 0; c < ROBOT_CAMS; c++) {
+        x->masks[c] = in.img[c] != NULL;
+        if (in.img[c] && (st = pi0_image_resize_with_pad(in.img[c], in.h[c], in.w[c], p->R, x->images + c * img)) != PI0_OK) goto fail;
+    }
+    /* InjectDefaultPrompt, then TokenizePrompt (the normalised, un-padded state for π0.5's prompt) */
+    const char *prompt = obs->prompt ? obs->prompt : p->default_prompt;
+    if (!prompt) {
+        st = pi0_fail(PI0_ERR_ARG, "Prompt is required: the observation has no prompt and the policy has no default "
+                      "prompt (set one with --default-prompt or use a config that has one)");
+        goto fail;
+    }
+    if ((st = pi0_tokenize_prompt(p->tok, prompt, p->discrete ? PI0_PROMPT_PI05 : PI0_PROMPT_PI0, x->state, in.n_state,
+                                  p->L, x->tokens, x->token_mask, NULL)) != PI0_OK) goto fail;
+    if (obs->noise) {
+        size_t n = (size_t)p->H * p->A;
+        if (!(x->noise = pi0_malloc(n * sizeof(float), "prepared noise"))) { st = PI0_ERR_NOMEM; goto fail; }
+        memcpy(x->noise, obs->noise, n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(x->noise[i])) { st = pi0_fail(PI0_ERR_ARG, "observation noise: value %zu is not finite", i); goto fail; }
+    }
+    robot_input_free(&in);
+    *out = x;
+    return PI0_OK;
+fail:
+    robot_input_free(&in);
+    pi0_prepared_free(x);
+    return st;
+}
+
+pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing) {
+    double t0 = now_ms();
+    if (!p || !batch || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: NULL argument");
+    if (n < 1 || n > p->max_batch) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch of %d, the policy holds 1..%d", n, p->max_batch);
+    size_t img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
+    for (int b = 0; b < n; b++) {
+        const pi0_prepared *x = batch[b];
+        if (!x || x->owner != p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch[%d] was not prepared by this policy", b);
+        pi0_image_to_model(x->images, img, p->images + b * img);
+        memcpy(p->image_masks + (size_t)b * p->N, x->masks, (size_t)p->N);
+        for (int i = 0; i < p->A; i++) p->state[(size_t)b * p->A + i] = (float)x->state[i];
+        memcpy(p->tokens + (size_t)b * p->L, x->tokens, (size_t)p->L * sizeof(int32_t));
+        memcpy(p->token_mask + (size_t)b * p->L, x->token_mask, (size_t)p->L);
+        float *nz = p->noise + b * ha;
+        if (x->noise) memcpy(nz, x->noise, ha * sizeof(float));
+        else {   /* fresh noise like openpi's policy RNG; reproducible when the observation has a seed */
+            pi0_rng r = p->rng;
+            if (x->seed) pi0_rng_seed(&r, x->seed);
+            for (size_t i = 0; i < ha; i++) nz[i] = (float)pi0_rng_normal(&r);
+            if (!x->seed) p->rng = r;
+        }
+    }
+    pi0_inputs in = {.batch = n, .images = p->images, .image_masks = p->image_masks, .state = p->state,
+                     .tokens = p->tokens, .token_mask = p->token_mask, .n_tokens = p->L, .noise = p->noise};
+    double m0 = now_ms();
+    pi0_status st = pi0_infer(p->session, &in, p->actions);
+    double m1 = now_ms();
+    if (st != PI0_OK) return st;
+    /* outputs: Unnormalize (actions float32 from the model, the state round trip in float64),
+     * then AbsoluteActions and the robot's output transform */
+    for (int b = 0; b < n; b++) {
+        for (size_t i = 0; i < ha; i++) p->chunk[i] = p->actions[b * ha + i];
+        if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, 1, p->H, p->A, p->chunk)) != PI0_OK) return st;
+        if ((st = norm_invert(&p->ns.state, p->quantile, batch[b]->state, 0, 1, p->A, p->state_rt)) != PI0_OK) return st;
+        robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, actions + (size_t)b * p->H * p->D);
+    }
+    if (timing) { timing->model_ms = m1 - m0; timing->total_ms = now_ms() - t0; }
+    return PI0_OK;
+}
+
+pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *actions, pi0_policy_timing *timing) {
+    double t0 = now_ms();
+    pi0_prepared *x = NULL;
+    pi0_status st = pi0_policy_prepare(p, obs, &x);
+    if (st == PI0_OK) st = pi0_policy_run(p, &x, 1, actions, timing);
+    pi0_prepared_free(x);
+    if (st == PI0_OK && timing) timing->total_ms = now_ms() - t0;
+    return st;
+}
+
+pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path) {
+    if (!x || !path) return pi0_fail(PI0_ERR_ARG, "pi0_prepared_save: NULL argument");
+    const pi0_policy *p = x->owner;
+    size_t img = (size_t)p->N * p->R * p->R * 3;
+    float *images = pi0_malloc(img * sizeof(float), "images"), *state = pi0_malloc((size_t)p->A * sizeof(float), "state");
+    pi0_tensors *t = NULL;
+    pi0_status st = images && state ? pi0_tensors_new(&t) : PI0_ERR_NOMEM;
+    if (st == PI0_OK) {
+        pi0_image_to_model(x->images, img, images);
+        for (int i = 0; i < p->A; i++) state[i] = (float)x->state[i];
+        int64_t si[5] = {1, p->N, p->R, p->R, 3}, sm[2] = {1, p->N}, ss[2] = {1, p->A}, st_[2] = {1, p->L},
+                sn[3] = {1, p->H, p->A};
+        st = pi0_tensors_add(t, "images", PI0_DT_F32, 5, si, images);
+        if (st == PI0_OK) st = pi0_tensors_add(t, "image_masks", PI0_DT_U8, 2, sm, x->masks);
+        if (st == PI0_OK) st = pi0_tensors_add(t, "state", PI0_DT_F32, 2, ss, state);
+        if (st == PI0_OK) st = pi0_tensors_add(t, "tokens", PI0_DT_I32, 2, st_, x->tokens);
+        if (st == PI0_OK) st = pi0_tensors_add(t, "token_mask", PI0_DT_U8, 2, st_, x->token_mask);
+        if (st == PI0_OK && x->noise) st = pi0_tensors_add(t, "noise", PI0_DT_F32, 3, sn, x->noise);
+        if (st == PI0_OK) st = pi0_tensors_save(t, path);
+    }
+    pi0_tensors_free(t);
+    free(images); free(state);
+    return st;
+}
