@@ -1,0 +1,289 @@
+/* engine.c — decode/prepare threads, the batching worker and the queues between them (see engine.h).
+ * One mutex guards the three queues (prepare -> run -> done); it is held only to link and unlink jobs.
+ * Dynamic batching: the worker takes the first prepared request, then waits up to batch_window_ms for
+ * more until max_batch are queued, and runs them as one pi0_policy_run. Worker threads start with all
+ * signals blocked, so SIGINT/SIGTERM reach the service thread. */
+#include "engine.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "msgnp.h"
+
+#define MAX_PREP_THREADS 8
+
+struct engine {
+    srv_backend b;
+    engine_params p;
+    pthread_mutex_t mu;
+    pthread_cond_t prep_cv, run_cv;
+    engine_job *prep_head, *prep_tail, *run_head, *run_tail, *done_head, *done_tail;
+    int n_run_queued, pending, stop;
+    uint64_t seed;
+    engine_stats stats;
+    pthread_t prep[MAX_PREP_THREADS], worker;
+    int n_prep, worker_started;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static void push(engine_job **head, engine_job **tail, engine_job *j) {
+    j->next = NULL;
+    if (*tail) (*tail)->next = j;
+    else *head = j;
+    *tail = j;
+}
+
+static engine_job *pop(engine_job **head, engine_job **tail) {
+    engine_job *j = *head;
+    if (j) {
+        *head = j->next;
+        if (!*head) *tail = NULL;
+        j->next = NULL;
+    }
+    return j;
+}
+
+/* Hands finished jobs (a NULL-terminated chain) to the service thread. */
+static void finish(engine *e, engine_job *chain) {
+    pthread_mutex_lock(&e->mu);
+    for (engine_job *j = chain, *next; j; j = next) {
+        next = j->next;
+        e->stats.requests++;
+        if (j->error) e->stats.errors++;
+        push(&e->done_head, &e->done_tail, j);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (e->p.notify) e->p.notify(e->p.notify_user);
+}
+
+/* Out of memory leaves both error and actions NULL; the service thread reports that case itself. */
+static void set_error(engine_job *j, const char *what, const char *msg) {
+    size_t n = strlen(what) + strlen(msg) + 3;
+    j->error = malloc(n);
+    if (j->error) snprintf(j->error, n, "%s: %s", what, msg);
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void *prep_main(void *arg) {
+    engine *e = arg;
+    msgnp_limits lim = {.max_objects = e->p.max_objects, .noise_h = e->b.noise_h, .noise_a = e->b.noise_a};
+    char err[1024];
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && !e->prep_head) pthread_cond_wait(&e->prep_cv, &e->mu);
+        if (e->stop) { pthread_mutex_unlock(&e->mu); return NULL; }
+        engine_job *j = pop(&e->prep_head, &e->prep_tail);
+        uint64_t seed = splitmix(&e->seed);
+        pthread_mutex_unlock(&e->mu);
+
+        j->t_start = now_ms();
+        msgnp_request *req = NULL;
+        int ok = msgnp_decode(j->msg, j->len, &lim, &req, err, sizeof err) == PI0_OK;
+        if (!ok) set_error(j, "bad request", err);
+        if (ok) {
+            req->obs.seed = seed;
+            ok = e->b.prepare(e->b.ctx, &req->obs, &j->prepared, err, sizeof err) == 0;
+            if (!ok) set_error(j, "observation refused", err);
+        }
+        msgnp_request_free(req);
+        free(j->msg);
+        j->msg = NULL;
+        if (!ok) {
+            finish(e, j);
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        push(&e->run_head, &e->run_tail, j);
+        e->n_run_queued++;
+        pthread_cond_signal(&e->run_cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+static void *worker_main(void *arg) {
+    engine *e = arg;
+    int max = e->p.max_batch, hd = e->b.action_horizon * e->b.action_dim;
+    engine_job *batch[256];
+    void *prepared[256];
+    double *actions = malloc((size_t)max * hd * sizeof(double));
+    char err[1024];
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && !e->run_head) pthread_cond_wait(&e->run_cv, &e->mu);
+        if (!e->stop && e->n_run_queued < max && e->p.batch_window_ms > 0) {
+            struct timespec ts; /* run_cv waits on CLOCK_MONOTONIC */
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            long long ns = ts.tv_nsec + (long long)(e->p.batch_window_ms * 1e6);
+            ts.tv_sec += ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            while (!e->stop && e->n_run_queued < max)
+                if (pthread_cond_timedwait(&e->run_cv, &e->mu, &ts) != 0) break;
+        }
+        if (e->stop) { pthread_mutex_unlock(&e->mu); break; }
+        int n = 0;
+        while (n < max && e->run_head) {
+            batch[n] = pop(&e->run_head, &e->run_tail);
+            prepared[n] = batch[n]->prepared;
+            n++;
+        }
+        e->n_run_queued -= n;
+        e->stats.batches++;
+        e->stats.batched_requests += n;
+        if (n > e->stats.largest_batch) e->stats.largest_batch = n;
+        pthread_mutex_unlock(&e->mu);
+
+        double model_ms = 0;
+        int ok = actions && e->b.run(e->b.ctx, prepared, n, actions, &model_ms, err, sizeof err) == 0;
+        double t_end = now_ms();
+        for (int i = 0; i < n; i++) {
+            engine_job *j = batch[i];
+            e->b.release(j->prepared);
+            j->prepared = NULL;
+            j->batch = n;
+            j->model_ms = model_ms;
+            j->server_ms = t_end - j->t_start;
+            if (ok) {
+                j->actions = malloc((size_t)hd * sizeof(double));
+                if (j->actions) memcpy(j->actions, actions + (size_t)i * hd, (size_t)hd * sizeof(double));
+                else j->error = strdup("out of memory");
+            } else {
+                set_error(j, "inference failed", actions ? err : "out of memory");
+            }
+            j->next = i + 1 < n ? batch[i + 1] : NULL;
+        }
+        finish(e, batch[0]);
+    }
+    free(actions);
+    return NULL;
+}
+
+pi0_status engine_create(engine **out, const srv_backend *b, const engine_params *p) {
+    *out = NULL;
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return PI0_ERR_NOMEM;
+    e->b = *b;
+    e->p = *p;
+    if (e->p.max_batch <= 0) e->p.max_batch = 1;
+    if (e->p.max_batch > b->max_batch) e->p.max_batch = b->max_batch;
+    if (e->p.max_batch > 256) e->p.max_batch = 256;
+    if (e->p.prepare_threads <= 0) e->p.prepare_threads = 2;
+    if (e->p.prepare_threads > MAX_PREP_THREADS) e->p.prepare_threads = MAX_PREP_THREADS;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    e->seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->prep_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->run_cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int bad = 0;
+    for (; e->n_prep < e->p.prepare_threads && !bad; e->n_prep++)
+        bad = pthread_create(&e->prep[e->n_prep], NULL, prep_main, e) != 0;
+    if (bad) e->n_prep--;
+    if (!bad) {
+        bad = pthread_create(&e->worker, NULL, worker_main, e) != 0;
+        e->worker_started = !bad;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (bad) {
+        engine_free(e);
+        return PI0_ERR_NOMEM;
+    }
+    *out = e;
+    return PI0_OK;
+}
+
+void engine_job_free(engine_job *j) {
+    if (!j) return;
+    free(j->msg);
+    free(j->error);
+    free(j->actions);
+    free(j);
+}
+
+static void free_chain(engine *e, engine_job *j) {
+    while (j) {
+        engine_job *next = j->next;
+        if (j->prepared) e->b.release(j->prepared);
+        engine_job_free(j);
+        j = next;
+    }
+}
+
+void engine_free(engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->prep_cv);
+    pthread_cond_broadcast(&e->run_cv);
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < e->n_prep; i++) pthread_join(e->prep[i], NULL);
+    if (e->worker_started) pthread_join(e->worker, NULL);
+    free_chain(e, e->prep_head);
+    free_chain(e, e->run_head);
+    free_chain(e, e->done_head);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->prep_cv);
+    pthread_cond_destroy(&e->run_cv);
+    free(e);
+}
+
+int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len) {
+    engine_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        free(msg);
+        return -1;
+    }
+    j->conn_id = conn_id;
+    j->msg = msg;
+    j->len = len;
+    pthread_mutex_lock(&e->mu);
+    push(&e->prep_head, &e->prep_tail, j);
+    e->pending++;
+    pthread_cond_signal(&e->prep_cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+engine_job *engine_take_done(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    engine_job *j = e->done_head;
+    for (engine_job *k = j; k; k = k->next) e->pending--;
+    e->done_head = e->done_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    return j;
+}
+
+int engine_pending(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int n = e->pending;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+void engine_get_stats(engine *e, engine_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,73 @@
+/* engine.h — the inference pipeline behind the websocket layer. Request bytes are decoded (msgnp) and
+ * prepared on a few threads, gathered into batches (up to max_batch requests within batch_window_ms of
+ * the first) and run on one worker thread; finished jobs wait in a queue for the service thread, which
+ * is woken through notify(). No websocket code here, and no policy code either: the policy is reached
+ * through srv_backend (policy_backend.c binds it to pi0_policy_*; the tests bind a test double).
+ * Jobs carry the id of their connection, never a pointer to it: a connection may close mid-request. */
+#ifndef PI0_SERVER_ENGINE_H
+#define PI0_SERVER_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pi0.h"
+
+/* What the engine needs from a policy. prepare is called concurrently from several threads; run and
+ * release from one thread at a time. Both return 0, or -1 with a message in err. */
+typedef struct {
+    void *ctx;
+    int action_horizon, action_dim;  /* the reply's [H, D] */
+    int max_batch;                   /* largest n run accepts */
+    int noise_h, noise_a;            /* the shape a request's `noise` must have: [H, model action dim] */
+    const char *metadata_json;       /* sent to each client first */
+    int (*prepare)(void *ctx, const pi0_observation *obs, void **prepared, char *err, size_t errlen);
+    int (*run)(void *ctx, void *const *prepared, int n, double *actions, double *model_ms, char *err, size_t errlen);
+    void (*release)(void *prepared);
+} srv_backend;
+
+typedef struct {
+    int max_batch;                   /* requests per run, 1..backend max_batch; 0 = 1 */
+    double batch_window_ms;          /* after the first request, wait this long for more (0 = take what is queued) */
+    int prepare_threads;             /* 0 = 2 */
+    size_t max_objects;              /* msgpack objects per request (msgnp_limits); 0 = default */
+    void (*notify)(void *user);      /* called from worker threads when jobs are done; must be thread-safe */
+    void *notify_user;
+} engine_params;
+
+typedef struct engine_job engine_job;
+struct engine_job {
+    uint64_t conn_id;
+    char *error;                     /* NULL on success, else what went wrong (sent to the client) */
+    double *actions;                 /* [H, D] on success */
+    double model_ms;                 /* the batch's model time: openpi's policy_timing.infer_ms */
+    double server_ms;                /* from the start of decoding to the end of the run (queueing included) */
+    int batch;                       /* requests in the run that served this one */
+    /* internal */
+    uint8_t *msg;
+    size_t len;
+    void *prepared;
+    double t_start;
+    engine_job *next;
+};
+
+typedef struct {
+    uint64_t requests, errors, batches, batched_requests;
+    int largest_batch;
+} engine_stats;
+
+typedef struct engine engine;
+
+pi0_status engine_create(engine **out, const srv_backend *b, const engine_params *p);
+/* Stops and joins the threads; queued jobs are dropped. */
+void engine_free(engine *e);
+/* Queues one request; takes ownership of msg (malloc'd). Returns 0, or -1 when out of memory
+ * (msg is freed then). Any thread. */
+int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len);
+/* Every finished job, oldest first (NULL when none); free each with engine_job_free. */
+engine_job *engine_take_done(engine *e);
+void engine_job_free(engine_job *j);
+/* Jobs submitted and not yet taken. */
+int engine_pending(engine *e);
+void engine_get_stats(engine *e, engine_stats *s);
+
+#endif

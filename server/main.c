@@ -1,0 +1,139 @@
+/* main.c — pi0-server: a drop-in replacement for openpi's websocket policy server
+ * (scripts/serve_policy.py, src/openpi/serving/websocket_policy_server.py). Options, policy loading,
+ * signals; the protocol is in ws.c and msgnp.c, the inference pipeline in engine.c. server/README.md
+ * is the manual. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "pi0.h"
+#include "policy_backend.h"
+#include "ws.h"
+
+static const char usage[] =
+    "usage: pi0-server --checkpoint DIR --tokenizer FILE (--robot libero|droid|aloha | --config NAME) [options]\n"
+    "  --checkpoint DIR        openpi checkpoint (model.safetensors, config.json, assets/<id>/norm_stats.json)\n"
+    "  --tokenizer FILE        SentencePiece model (paligemma_tokenizer.model)\n"
+    "  --robot NAME            libero | droid | aloha (required unless --config names it)\n"
+    "  --config NAME           openpi config (pi0_libero, pi05_droid, pi0_aloha_sim, ...)\n"
+    "  --asset-id ID           norm stats folder under DIR/assets (default: the config's, else the only one)\n"
+    "  --default-prompt TEXT   prompt for observations without one\n"
+    "  --host H                address to bind (default 0.0.0.0: every IPv4 interface)\n"
+    "  --port N                default 8000; 0 = any free port (printed)\n"
+    "  --backend cpu|cuda      default cpu\n"
+    "  --device N              CUDA device (one server process per GPU)\n"
+    "  --threads N             CPU threads for the model (default: all cores)\n"
+    "  --steps N               flow-matching steps (default 10)\n"
+    "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
+    "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
+    "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
+    "  --max-message-bytes N   refuse larger requests (default 67108864)\n";
+
+static ws_server *volatile g_server;
+
+/* First signal: graceful stop. A second one, or one before the server runs: exit now. */
+static void on_signal(int sig) {
+    static volatile sig_atomic_t seen;
+    ws_server *s = g_server;
+    if (seen++ || !s) _exit(128 + sig);
+    ws_server_stop(s);
+}
+
+static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "pi0-server: %s: expected an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *checkpoint = NULL, *backend = "cpu";
+    pi0_policy_params pp = {0};
+    ws_params wp = {.port = 8000, .api_key = getenv("PI0_API_KEY")};
+    engine_params ep = {.max_batch = 1};
+    long v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
+        if (i + 1 >= argc) { fprintf(stderr, "pi0-server: unknown option or missing value: %s\n%s", a, usage); return 2; }
+        const char *val = argv[++i];
+        if (!strcmp(a, "--checkpoint")) checkpoint = val;
+        else if (!strcmp(a, "--tokenizer")) pp.tokenizer = val;
+        else if (!strcmp(a, "--robot")) pp.robot = val;
+        else if (!strcmp(a, "--config")) pp.config = val;
+        else if (!strcmp(a, "--asset-id")) pp.asset_id = val;
+        else if (!strcmp(a, "--default-prompt")) pp.default_prompt = val;
+        else if (!strcmp(a, "--host")) wp.host = val;
+        else if (!strcmp(a, "--api-key")) wp.api_key = val;
+        else if (!strcmp(a, "--backend")) backend = val;
+        else if (!strcmp(a, "--port")) { if (parse_int(a, val, 0, 65535, &v)) return 2; wp.port = (int)v; }
+        else if (!strcmp(a, "--device")) { if (parse_int(a, val, 0, 1024, &v)) return 2; pp.model.device = (int)v; }
+        else if (!strcmp(a, "--threads")) { if (parse_int(a, val, 0, 4096, &v)) return 2; pp.model.n_threads = (int)v; }
+        else if (!strcmp(a, "--steps")) { if (parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
+        else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
+        else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
+        else if (!strcmp(a, "--max-message-bytes")) {
+            if (parse_int(a, val, 1024, 1L << 31, &v)) return 2;
+            wp.max_message_bytes = (size_t)v;
+        } else { fprintf(stderr, "pi0-server: unknown option %s\n%s", a, usage); return 2; }
+    }
+    if (!checkpoint || !pp.tokenizer) { fprintf(stderr, "pi0-server: --checkpoint and --tokenizer are required\n%s", usage); return 2; }
+    if (!strcmp(backend, "cuda")) pp.model.backend = PI0_BACKEND_CUDA;
+    else if (!strcmp(backend, "cpu")) pp.model.backend = PI0_BACKEND_CPU;
+    else { fprintf(stderr, "pi0-server: --backend: expected cpu or cuda, got '%s'\n", backend); return 2; }
+    pp.max_batch = ep.max_batch;
+    ep.prepare_threads = ep.max_batch > 2 ? 4 : 2;
+
+    pi0_policy *policy = NULL;
+    pi0_status st = pi0_policy_load(&policy, checkpoint, &pp);
+    if (st != PI0_OK) {
+        srv_log("cannot load the policy from %s: %s (%s)", checkpoint, pi0_last_error(), pi0_status_str(st));
+        return 1;
+    }
+    pi0_policy_info info;
+    pi0_policy_get_info(policy, &info);
+    srv_backend b;
+    policy_backend_init(&b, policy);
+
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    char err[512];
+    ws_server *s = NULL;
+    st = ws_server_create(&s, &wp, &b, &ep, err, sizeof err);
+    if (st != PI0_OK) {
+        srv_log("%s", err);
+        pi0_policy_free(policy);
+        return 1;
+    }
+    g_server = s;
+    srv_log("policy %s%s%s (robot %s, actions [%d, %d], asset %s) on %s %s; max batch %d, window %.0f ms%s",
+            checkpoint, info.config && info.config[0] ? " config " : "", info.config ? info.config : "",
+            info.robot_name, info.action_horizon, info.action_dim, info.asset_id ? info.asset_id : "-",
+            pi0_session_backend(info.session), pi0_session_device(info.session), ep.max_batch, ep.batch_window_ms,
+            wp.api_key ? ", API key required" : "");
+    srv_log("listening on %s:%d", wp.host && wp.host[0] ? wp.host : "0.0.0.0", ws_server_port(s));
+    ws_server_run(s);
+    engine_stats es;
+    ws_server_get_stats(s, &es);
+    g_server = NULL;
+    ws_server_free(s);
+    pi0_policy_free(policy);
+    srv_log("stopped: %llu requests (%llu errors) in %llu batches, largest batch %d", (unsigned long long)es.requests,
+            (unsigned long long)es.errors, (unsigned long long)es.batches, es.largest_batch);
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* msgnp.h — openpi's msgpack-numpy wire format (OPENPI_WIRE_PROTOCOL.md section 4, openpi-client's
+ * msgpack_numpy.py) in C over msgpack-c: request bytes -> pi0_observation, and the metadata and reply
+ * messages back. Owns nothing of the policy: it only checks the structure, dtypes and sizes; whether a
+ * key or shape suits the robot is the policy's business (pi0_policy_prepare).
+ * Encoded messages start with `headroom` unused bytes so libwebsockets can write its frame header there
+ * (LWS_PRE) without a copy. */
+#ifndef PI0_SERVER_MSGNP_H
+#define PI0_SERVER_MSGNP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pi0.h"
+
+#define MSGNP_MAX_ARRAYS 64   /* named arrays per observation (openpi's examples send at most 6) */
+#define MSGNP_MAX_KEY 256     /* bytes of a flattened key, "images/cam_high" */
+#define MSGNP_MAX_DEPTH 32    /* msgpack nesting (msgpack-c's own parser stack is 32 deep) */
+
+typedef struct {
+    size_t max_objects;       /* msgpack objects per message; 0 = 65536. Bounds msgpack-c's allocation */
+    int noise_h, noise_a;     /* shape [H, A] a `noise` array must have (model horizon, model action dim) */
+} msgnp_limits;
+
+/* A decoded request. obs.arrays point into the request buffer when its bytes can be used in place
+ * (native byte order, aligned), else into copies owned here: keep the buffer alive as long as this. */
+typedef struct {
+    pi0_observation obs;
+    pi0_array arrays[MSGNP_MAX_ARRAYS];
+    char keys[MSGNP_MAX_ARRAYS][MSGNP_MAX_KEY];
+    void *copies[MSGNP_MAX_ARRAYS];  /* byte-swapped / realigned data, or NULL */
+    char *prompt;                    /* NUL-terminated UTF-8 copy, or NULL */
+    float *noise;                    /* [H, A] float32 copy, or NULL */
+} msgnp_request;
+
+/* Decodes one request message (a msgpack map, str/bin keys; nested maps flattened with '/'; numpy
+ * arrays and scalars; `prompt` as str, UTF-8 bin or numpy unicode; `noise` [H, A] float). Refuses
+ * trailing bytes, containers that claim more items than bytes remain, over max_objects objects, nesting
+ * deeper than MSGNP_MAX_DEPTH, unknown dtypes, shapes whose size overflows or disagrees with the data,
+ * invalid UTF-8. On failure *out is NULL and err holds "where: what was expected, what was found". */
+pi0_status msgnp_decode(const uint8_t *buf, size_t len, const msgnp_limits *lim, msgnp_request **out,
+                        char *err, size_t errlen);
+void msgnp_request_free(msgnp_request *r);
+
+/* An encoded message: data[headroom .. len) is the msgpack; free(data) releases it. */
+typedef struct {
+    uint8_t *data;
+    size_t len, headroom;
+} msgnp_buf;
+
+/* The reply map: actions [h, d] as a "<f8" ndarray (bin keys), policy_timing {infer_ms},
+ * server_timing {infer_ms[, prev_total_ms]} (prev_total_ms NULL = absent, as in a connection's first reply). */
+pi0_status msgnp_encode_reply(const double *actions, int h, int d, double policy_infer_ms, double server_infer_ms,
+                              const double *prev_total_ms, size_t headroom, msgnp_buf *out);
+/* The metadata frame from the policy's metadata JSON (objects -> maps with str keys, JSON integers ->
+ * msgpack ints, reals -> float64, as Python's msgpack packs openpi's config values). */
+pi0_status msgnp_encode_metadata(const char *json, size_t headroom, msgnp_buf *out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,46 @@
+# pi0-server (issue 6), included by the Makefile: the openpi websocket policy server, its tests and its
+# fuzz target. libwebsockets and msgpack-c (and libwebsockets' libcap and zlib) are linked statically
+# when their Debian archives exist, so the binary runs on the GPU machine (Ubuntu) too; OpenSSL, which
+# libwebsockets.a is built against, stays dynamic (libssl.so.3: present on Debian 12 and Ubuntu 24.04).
+LIBDIR_A  := /usr/lib/x86_64-linux-gnu
+LWS_A     := $(wildcard $(LIBDIR_A)/libwebsockets.a)
+MSGPACK_A := $(wildcard $(LIBDIR_A)/libmsgpackc.a)
+CAP_A     := $(wildcard $(LIBDIR_A)/libcap.a)
+Z_A       := $(wildcard $(LIBDIR_A)/libz.a)
+SRV_LIBS  := $(if $(LWS_A),$(LWS_A) $(if $(CAP_A),$(CAP_A),-lcap) $(if $(Z_A),$(Z_A),-lz),-lwebsockets) \
+             $(if $(MSGPACK_A),$(MSGPACK_A),-lmsgpackc) -lssl -lcrypto -lpthread -ldl
+SRV_HDRS  := $(wildcard server/*.h) include/pi0.h
+# the protocol layer: everything but main.c and the policy binding, unit-tested without a policy
+SRV_CORE  := $(addprefix $(BUILD)/server/,msgnp.o engine.o ws.o)
+
+.PHONY: test-server fuzz-server
+
+all: $(BUILD)/pi0-server $(BUILD)/tests/test_server
+
+$(BUILD)/server/%.o: server/%.c $(SRV_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iserver -c $< -o $@
+
+$(BUILD)/tests/server/%.o: tests/server/%.c $(SRV_HDRS) tests/server/wsclient.h tests/test.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iserver -Itests -c $< -o $@
+
+$(BUILD)/tests/test_server: $(BUILD)/tests/server/test_server.o $(SRV_CORE)
+	$(CC) $(CFLAGS) $^ -o $@ $(SRV_LIBS) $(LDLIBS)
+
+$(BUILD)/pi0-server: $(BUILD)/server/main.o $(BUILD)/server/policy_backend.o $(SRV_CORE) $(BUILD)/libpi0.a
+	$(CC) $(CFLAGS) $^ -o $@ $(SRV_LIBS) $(LDLIBS)
+
+test-server: $(BUILD)/tests/test_server
+	sh tests/server/run.sh $(BUILD)
+
+# libFuzzer on the request decoder (msgnp_decode: scan + msgpack-c + numpy checks); FUZZ_SECONDS.
+# `make fuzz` runs it too.
+$(BUILD)/fuzz/fuzz_msgpack: tests/fuzz/fuzz_msgpack.c server/msgnp.c $(SRV_HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -Iserver $< server/msgnp.c -o $@ -lmsgpackc -ljansson
+fuzz-server: $(BUILD)/fuzz/fuzz_msgpack
+	@mkdir -p $(BUILD)/fuzz/corpus_msgpack
+	$(PY) tests/server/fuzz_seeds.py $(BUILD)/fuzz/corpus_msgpack
+	$(BUILD)/fuzz/fuzz_msgpack -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_msgpack
+fuzz: fuzz-server

@@ -1,0 +1,499 @@
+/* ws.c — libwebsockets front of pi0-server (see ws.h). One service thread owns every connection;
+ * requests go to the engine, whose worker threads wake this thread with lws_cancel_service()
+ * (LWS_CALLBACK_EVENT_WAIT_CANCELLED), so /healthz and pings are answered during inference.
+ * A client sends no subprotocol, so everything lands on protocols[0] (ECOSYSTEM.md, lws pitfalls):
+ * its callback serves the websocket, /healthz on LWS_CALLBACK_HTTP, and hands the rest to
+ * lws_callback_http_dummy. Per connection: metadata first, then strictly one request at a time
+ * (a request sent early is held, with rx flow control off, until the reply is out). Errors follow
+ * openpi: a text frame with the reason, then close 1011 (1009 for an oversized message). */
+#include "ws.h"
+
+#include <libwebsockets.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "msgnp.h"
+
+typedef struct conn conn;
+struct conn {
+    struct lws *wsi;
+    uint64_t id;
+    conn *next;                 /* the server's list of open websocket connections */
+    char peer[96];
+    int websocket, healthz;     /* what this wsi is */
+    uint8_t *rx;                /* message being reassembled */
+    size_t rx_len, rx_cap;
+    int rx_dropping;            /* rest of a refused message: ignore until its end */
+    uint8_t *held;              /* a whole request that came while another was in flight */
+    size_t held_len;
+    int busy;                   /* a request of this connection is in the engine */
+    engine_job *done;           /* its finished job, to be written */
+    int metadata_sent;
+    char *error;                /* to send as a text frame, then close with close_code */
+    int close_code, closing;
+    double t_open, t_wait;      /* t_wait: when the server started waiting for the current request */
+    double prev_total_ms;       /* openpi's server_timing.prev_total_ms of the next reply */
+    int have_prev;
+    uint64_t n_requests;
+    char why[160];              /* how it ended, for the log line */
+};
+
+struct ws_server {
+    ws_params p;
+    srv_backend b;
+    struct lws_context *ctx;
+    struct lws_protocols protocols[2];
+    lws_retry_bo_t retry;
+    engine *eng;
+    msgnp_buf meta;             /* the metadata message (LWS_PRE headroom) */
+    char auth[600];             /* "Api-Key <key>" or "" */
+    conn *conns;
+    uint64_t next_id;
+    volatile sig_atomic_t stop;
+    int draining;
+    lws_sorted_usec_list_t tick;
+    int port;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+void srv_log(const char *fmt, ...) {
+    char line[2048];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    int k = (int)strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
+    k += snprintf(line + k, sizeof line - k, ".%03ldZ pi0-server: ", ts.tv_nsec / 1000000);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + k, sizeof line - k, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+}
+
+static void lws_log_line(int level, const char *line) {
+    (void)level;
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    srv_log("libwebsockets: %.*s", (int)n, line);
+}
+
+static conn *find_conn(ws_server *s, uint64_t id) {
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->id == id) return c;
+    return NULL;
+}
+
+/* Queues an error for the client (text frame, then close) and logs it. Later input is ignored. */
+static void conn_error(conn *c, int code, const char *fmt, ...) {
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    srv_log("conn %llu %s: error: %s", (unsigned long long)c->id, c->peer, msg);
+    if (!c->error && !c->closing) {
+        c->error = strdup(msg);
+        c->close_code = code;
+        snprintf(c->why, sizeof c->why, "closed by the server, %d", code);
+    }
+    c->rx_dropping = 1;
+    lws_callback_on_writable(c->wsi);
+}
+
+static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
+    c->busy = 1;
+    if (engine_submit(s->eng, c->id, msg, len) != 0) {
+        c->busy = 0;
+        conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
+    }
+}
+
+/* A whole message arrived. */
+static void on_message(ws_server *s, conn *c) {
+    uint8_t *msg = c->rx;
+    size_t len = c->rx_len;
+    c->rx = NULL;
+    c->rx_len = c->rx_cap = 0;
+    if (s->draining) {
+        free(msg);
+        conn_error(c, LWS_CLOSE_STATUS_GOINGAWAY, "the server is shutting down");
+    } else if (!c->busy && !c->done) {
+        submit(s, c, msg, len);
+    } else if (!c->held) {
+        c->held = msg; /* openpi clients never do this; hold it and stop reading until the reply is out */
+        c->held_len = len;
+        lws_rx_flow_control(c->wsi, 0);
+    } else {
+        free(msg);
+        conn_error(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "more than two requests outstanding on one connection");
+    }
+}
+
+static int on_receive(ws_server *s, conn *c, const void *in, size_t len) {
+    struct lws *wsi = c->wsi;
+    int last = lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
+    if (c->rx_dropping || c->error || c->closing) return 0;
+    if (c->rx_len == 0 && lws_is_first_fragment(wsi) && !lws_frame_is_binary(wsi)) {
+        conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION,
+                   "bad request: a text frame; requests are binary frames holding msgpack");
+        return 0;
+    }
+    if (len > s->p.max_message_bytes - c->rx_len) {
+        free(c->rx);
+        c->rx = NULL;
+        c->rx_len = c->rx_cap = 0;
+        conn_error(c, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, "bad request: message larger than %zu bytes (--max-message-bytes)",
+                   s->p.max_message_bytes);
+        return 0;
+    }
+    if (c->rx_len + len > c->rx_cap) {
+        size_t cap = c->rx_cap ? c->rx_cap : 65536;
+        while (cap < c->rx_len + len) cap *= 2;
+        if (cap > s->p.max_message_bytes) cap = s->p.max_message_bytes;
+        uint8_t *p = realloc(c->rx, cap ? cap : 1);
+        if (!p) {
+            conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
+            return 0;
+        }
+        c->rx = p;
+        c->rx_cap = cap;
+    }
+    if (len) memcpy(c->rx + c->rx_len, in, len);
+    c->rx_len += len;
+    if (last) {
+        if (c->rx_len == 0) {
+            conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "bad request: empty message");
+            return 0;
+        }
+        on_message(s, c);
+    }
+    return 0;
+}
+
+/* Sends a copy of data[headroom..len) as one frame. */
+static int send_frame(struct lws *wsi, const uint8_t *payload, size_t n, enum lws_write_protocol kind) {
+    uint8_t *buf = malloc(LWS_PRE + n + 1);
+    if (!buf) return -1;
+    memcpy(buf + LWS_PRE, payload, n);
+    int w = lws_write(wsi, buf + LWS_PRE, n, kind);
+    free(buf);
+    return w < (int)n ? -1 : 0;
+}
+
+static int on_writeable(ws_server *s, conn *c) {
+    struct lws *wsi = c->wsi;
+    if (c->closing) {
+        static const char going[] = "server shutting down";
+        static const char internal[] = "Internal server error. Reason in the previous frame.";
+        const char *r = c->close_code == LWS_CLOSE_STATUS_GOINGAWAY && !c->error ? going : internal;
+        lws_close_reason(wsi, (enum lws_close_status)c->close_code, (unsigned char *)r, strlen(r));
+        return -1;
+    }
+    if (!c->metadata_sent) {
+        if (send_frame(wsi, s->meta.data + s->meta.headroom, s->meta.len - s->meta.headroom, LWS_WRITE_BINARY))
+            return -1;
+        c->metadata_sent = 1;
+        c->t_wait = now_ms();
+        if (c->error || c->done) lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (c->error) {
+        if (send_frame(wsi, (const uint8_t *)c->error, strlen(c->error), LWS_WRITE_TEXT)) return -1;
+        free(c->error);
+        c->error = NULL;
+        c->closing = 1;
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (!c->done) return 0;
+    engine_job *j = c->done;
+    c->done = NULL;
+    c->busy = 0;
+    if (j->error || !j->actions) {
+        conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "%s", j->error ? j->error : "out of memory");
+        engine_job_free(j);
+        return 0;
+    }
+    msgnp_buf out;
+    pi0_status st = msgnp_encode_reply(j->actions, s->b.action_horizon, s->b.action_dim, j->model_ms, j->server_ms,
+                                       c->have_prev ? &c->prev_total_ms : NULL, LWS_PRE, &out);
+    engine_job_free(j);
+    if (st) {
+        conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory encoding the reply");
+        return 0;
+    }
+    size_t n = out.len - out.headroom;
+    int w = lws_write(wsi, out.data + out.headroom, n, LWS_WRITE_BINARY);
+    free(out.data);
+    if (w < (int)n) return -1;
+    double t = now_ms();
+    c->prev_total_ms = t - c->t_wait; /* openpi: from waiting for the request to its reply sent */
+    c->have_prev = 1;
+    c->t_wait = t;
+    c->n_requests++;
+    if (c->held) {
+        uint8_t *m = c->held;
+        c->held = NULL;
+        submit(s, c, m, c->held_len);
+        lws_rx_flow_control(wsi, 1);
+    }
+    return 0;
+}
+
+/* Finished jobs from the engine go to their connections (or are dropped if those have closed). */
+static void collect(ws_server *s) {
+    engine_job *j = engine_take_done(s->eng);
+    while (j) {
+        engine_job *next = j->next;
+        j->next = NULL;
+        conn *c = find_conn(s, j->conn_id);
+        if (c && !c->closing && !c->error) {
+            c->done = j;
+            lws_callback_on_writable(c->wsi);
+        } else {
+            engine_job_free(j);
+        }
+        j = next;
+    }
+}
+
+/* Constant-time comparison of the Authorization header with "Api-Key <key>". */
+static int authorized(ws_server *s, struct lws *wsi) {
+    if (!s->auth[0]) return 1;
+    char got[sizeof s->auth];
+    int n = lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION);
+    if (n <= 0 || n >= (int)sizeof got) return 0;
+    if (lws_hdr_copy(wsi, got, sizeof got, WSI_TOKEN_HTTP_AUTHORIZATION) != n) return 0;
+    size_t want = strlen(s->auth);
+    if ((size_t)n != want) return 0;
+    unsigned diff = 0;
+    for (size_t i = 0; i < want; i++) diff |= (unsigned char)got[i] ^ (unsigned char)s->auth[i];
+    return diff == 0;
+}
+
+static void peer_name(struct lws *wsi, char *out, size_t cap) {
+    char ip[64] = "?", fwd[64] = "";
+    lws_get_peer_simple(wsi, ip, sizeof ip);
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_X_FORWARDED_FOR) > 0)
+        lws_hdr_copy(wsi, fwd, sizeof fwd, WSI_TOKEN_X_FORWARDED_FOR);
+    snprintf(out, cap, "%s%s%s", fwd[0] ? fwd : ip, fwd[0] ? " via " : "", fwd[0] ? ip : "");
+}
+
+static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    struct lws_context *ctx = lws_get_context(wsi);
+    ws_server *s = ctx ? lws_context_user(ctx) : NULL;
+    conn *c = user;
+    switch (reason) {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (s && s->eng) collect(s);
+        return 0;
+
+    case LWS_CALLBACK_HTTP:
+        if (in && strcmp((const char *)in, "/healthz") == 0) {
+            uint8_t buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+            if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, "text/plain", 3, &p, end) ||
+                lws_finalize_write_http_header(wsi, start, &p, end))
+                return 1;
+            if (!c) return 1;
+            c->healthz = 1;
+            lws_callback_on_writable(wsi);
+            return 0;
+        }
+        break;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (c && c->healthz) {
+            uint8_t body[LWS_PRE + 3];
+            memcpy(body + LWS_PRE, "OK\n", 3);
+            c->healthz = 0;
+            if (lws_write(wsi, body + LWS_PRE, 3, LWS_WRITE_HTTP_FINAL) != 3) return 1;
+            return lws_http_transaction_completed(wsi) ? -1 : 0;
+        }
+        break;
+
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        if (!authorized(s, wsi)) {
+            char peer[96];
+            peer_name(wsi, peer, sizeof peer);
+            srv_log("refused %s: %s API key", peer,
+                    lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 ? "wrong" : "no");
+            lws_return_http_status(wsi, HTTP_STATUS_UNAUTHORIZED, NULL);
+            return 1;
+        }
+        return 0;
+
+    case LWS_CALLBACK_ESTABLISHED:
+        memset(c, 0, sizeof *c);
+        c->wsi = wsi;
+        c->websocket = 1;
+        c->id = ++s->next_id;
+        c->t_open = c->t_wait = now_ms();
+        peer_name(wsi, c->peer, sizeof c->peer);
+        snprintf(c->why, sizeof c->why, "connection lost");
+        c->next = s->conns;
+        s->conns = c;
+        if (s->draining) conn_error(c, LWS_CLOSE_STATUS_GOINGAWAY, "the server is shutting down");
+        lws_callback_on_writable(wsi);
+        return 0;
+
+    case LWS_CALLBACK_RECEIVE:
+        return on_receive(s, c, in, len);
+
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return on_writeable(s, c);
+
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        if (len >= 2) {
+            const uint8_t *b = in;
+            snprintf(c->why, sizeof c->why, "closed by the client, %d", b[0] << 8 | b[1]);
+        } else {
+            snprintf(c->why, sizeof c->why, "closed by the client");
+        }
+        return 0;
+
+    case LWS_CALLBACK_CLOSED:
+        if (!c || !c->websocket) return 0;
+        for (conn **pp = &s->conns; *pp; pp = &(*pp)->next)
+            if (*pp == c) { *pp = c->next; break; }
+        srv_log("conn %llu %s: %llu requests in %.1f s, %s%s", (unsigned long long)c->id, c->peer,
+                (unsigned long long)c->n_requests, (now_ms() - c->t_open) / 1e3, c->why,
+                c->busy ? " (a request was in flight; its reply is dropped)" : "");
+        free(c->rx);
+        free(c->held);
+        free(c->error);
+        engine_job_free(c->done);
+        memset(c, 0, sizeof *c);
+        return 0;
+
+    default:
+        break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}
+
+static void engine_notify(void *user) {
+    ws_server *s = user;
+    if (s->ctx) lws_cancel_service(s->ctx);
+}
+
+pi0_status ws_server_create(ws_server **out, const ws_params *p, const srv_backend *b, const engine_params *ep,
+                            char *err, size_t errlen) {
+    *out = NULL;
+    ws_server *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(err, errlen, "out of memory"); return PI0_ERR_NOMEM; }
+    s->p = *p;
+    s->b = *b;
+    if (!s->p.max_message_bytes) s->p.max_message_bytes = (size_t)64 << 20;
+    if (s->p.drain_s <= 0) s->p.drain_s = 30;
+    if (p->api_key) {
+        if (!p->api_key[0] || strlen(p->api_key) > 512 || strpbrk(p->api_key, "\r\n")) {
+            snprintf(err, errlen, "--api-key: expected 1 to 512 characters without line breaks");
+            free(s);
+            return PI0_ERR_ARG;
+        }
+        snprintf(s->auth, sizeof s->auth, "Api-Key %s", p->api_key);
+    }
+    pi0_status st = msgnp_encode_metadata(b->metadata_json, LWS_PRE, &s->meta, err, errlen);
+    if (st) { free(s); return st; }
+
+    lws_set_log_level(LLL_ERR, lws_log_line);
+    s->protocols[0] = (struct lws_protocols){
+        .name = "openpi", .callback = callback, .per_session_data_size = sizeof(conn),
+        .rx_buffer_size = 65536,
+    };
+    /* openpi's websockets server pings every 20 s; a peer silent for a minute is gone */
+    s->retry = (lws_retry_bo_t){.secs_since_valid_ping = 20, .secs_since_valid_hangup = 60};
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    const char *host = p->host;
+    info.port = p->port;
+    info.iface = host && host[0] && strcmp(host, "0.0.0.0") != 0 ? host : NULL;
+    info.options = host && strchr(host, ':') ? 0 : LWS_SERVER_OPTION_DISABLE_IPV6;
+    info.protocols = s->protocols;
+    info.user = s;
+    info.max_http_header_data = 4096;
+    info.retry_and_idle_policy = &s->retry;
+    info.server_string = "pi0-server";
+    s->ctx = lws_create_context(&info);
+    if (!s->ctx) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use or not available?)", host ? host : "0.0.0.0", p->port);
+        free(s->meta.data);
+        free(s);
+        return PI0_ERR_IO;
+    }
+    struct lws_vhost *vh = lws_get_vhost_by_name(s->ctx, "default");
+    s->port = vh ? lws_get_vhost_listen_port(vh) : p->port;
+    engine_params e = *ep;
+    e.notify = engine_notify;
+    e.notify_user = s;
+    st = engine_create(&s->eng, b, &e);
+    if (st) {
+        snprintf(err, errlen, "cannot start the worker threads");
+        ws_server_free(s);
+        return st;
+    }
+    *out = s;
+    return PI0_OK;
+}
+
+int ws_server_port(const ws_server *s) { return s->port; }
+
+void ws_server_stop(ws_server *s) {
+    s->stop = 1;
+    if (s->ctx) lws_cancel_service(s->ctx);
+}
+
+static void tick(lws_sorted_usec_list_t *sul) {
+    ws_server *s = lws_container_of(sul, ws_server, tick);
+    lws_sul_schedule(s->ctx, 0, &s->tick, tick, 100 * LWS_US_PER_MS);
+}
+
+static int unsent_replies(ws_server *s) {
+    int n = 0;
+    for (conn *c = s->conns; c; c = c->next) n += c->done != NULL || c->held != NULL;
+    return n;
+}
+
+void ws_server_run(ws_server *s) {
+    while (!s->stop)
+        if (lws_service(s->ctx, 0) < 0) break;
+    /* Graceful stop: refuse new requests, answer those in flight, then close every connection. */
+    s->draining = 1;
+    int n = engine_pending(s->eng);
+    srv_log("stopping: %d request%s in flight", n, n == 1 ? "" : "s");
+    tick(&s->tick);
+    double until = now_ms() + s->p.drain_s * 1e3;
+    while ((engine_pending(s->eng) > 0 || unsent_replies(s) > 0) && now_ms() < until)
+        if (lws_service(s->ctx, 0) < 0) break;
+    for (conn *c = s->conns; c; c = c->next) {
+        if (!c->error && !c->closing) snprintf(c->why, sizeof c->why, "closed by the server, 1001 (shutting down)");
+        c->closing = 1;
+        if (!c->close_code) c->close_code = LWS_CLOSE_STATUS_GOINGAWAY;
+        lws_callback_on_writable(c->wsi);
+    }
+    until = now_ms() + 2e3;
+    while (s->conns && now_ms() < until)
+        if (lws_service(s->ctx, 0) < 0) break;
+    lws_sul_cancel(&s->tick);
+}
+
+void ws_server_get_stats(ws_server *s, engine_stats *st) { engine_get_stats(s->eng, st); }
+
+void ws_server_free(ws_server *s) {
+    if (!s) return;
+    engine_free(s->eng); /* first: its threads may still call lws_cancel_service */
+    s->eng = NULL;
+    if (s->ctx) lws_context_destroy(s->ctx);
+    free(s->meta.data);
+    free(s);
+}

@@ -1,0 +1,739 @@
+/* test_server.c — pi0-server's protocol layer without a policy: the msgpack-numpy decoder against
+ * well-formed and malformed requests (garbage, every truncation, wrong keys, dtypes and shapes, absurd
+ * sizes, deep nesting, oversized counts), the reply and metadata encoders, and the live websocket
+ * server (ws.c + engine.c) on a loopback port with a test double standing in for the policy: metadata
+ * first, replies, fragments, /healthz and pings answered during inference, text frames, garbage,
+ * oversized messages, clients hanging up mid-request, batching, the API key, the graceful stop.
+ * The real policy and openpi-client are exercised by tests/server/e2e.py. */
+#include <msgpack.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "engine.h"
+#include "msgnp.h"
+#include "test.h"
+#include "ws.h"
+#include "wsclient.h"
+
+/* ---- building messages ---- */
+
+typedef struct {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+} mp;
+
+static void mp_init(mp *m) {
+    msgpack_sbuffer_init(&m->sb);
+    msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write);
+}
+static void mp_str(mp *m, const char *s) { msgpack_pack_str_with_body(&m->pk, s, strlen(s)); }
+static void mp_bin(mp *m, const void *p, size_t n) { msgpack_pack_bin_with_body(&m->pk, p, n); }
+static void mp_binkey(mp *m, const char *s) { mp_bin(m, s, strlen(s)); }
+/* openpi-client's numpy map: bin keys __ndarray__, data, dtype, shape. */
+static void mp_nd(mp *m, const char *dtype, int ndim, const uint64_t *shape, const void *data, size_t bytes) {
+    msgpack_pack_map(&m->pk, 4);
+    mp_binkey(m, "__ndarray__");
+    msgpack_pack_true(&m->pk);
+    mp_binkey(m, "data");
+    mp_bin(m, data, bytes);
+    mp_binkey(m, "dtype");
+    mp_str(m, dtype);
+    mp_binkey(m, "shape");
+    msgpack_pack_array(&m->pk, ndim);
+    for (int i = 0; i < ndim; i++) msgpack_pack_uint64(&m->pk, shape[i]);
+}
+
+static const msgnp_limits LIM = {.max_objects = 65536, .noise_h = 3, .noise_a = 4};
+
+/* Decodes and expects failure with `want` in the message. */
+static void expect_fail(const char *what, const void *buf, size_t len, const char *want) {
+    msgnp_request *r = (msgnp_request *)1;
+    char err[512];
+    pi0_status st = msgnp_decode(buf, len, &LIM, &r, err, sizeof err);
+    int ok = st != PI0_OK && r == NULL && strstr(err, want) != NULL;
+    printf("%-44s %s  (%s)\n", what, ok ? "OK" : "FAIL", err);
+    CHECK(ok, "%s: status %d, message '%s', wanted '%s'", what, (int)st, err, want);
+    if (st == PI0_OK) msgnp_request_free(r);
+}
+
+static msgnp_request *expect_ok(const char *what, const void *buf, size_t len) {
+    msgnp_request *r = NULL;
+    char err[512];
+    pi0_status st = msgnp_decode(buf, len, &LIM, &r, err, sizeof err);
+    printf("%-44s %s%s%s\n", what, st == PI0_OK ? "OK" : "FAIL", st ? "  " : "", st ? err : "");
+    CHECK(st == PI0_OK && r, "%s: %s", what, err);
+    return r;
+}
+
+static const pi0_array *find(const msgnp_request *r, const char *key) {
+    for (int i = 0; i < r->obs.n_arrays; i++)
+        if (!strcmp(r->obs.arrays[i].key, key)) return &r->obs.arrays[i];
+    return NULL;
+}
+
+/* One request map: "observation/state" <f8 [n] plus `extra` entries written by fn. */
+typedef void (*extra_fn)(mp *m);
+static void build(mp *m, int n_extra, extra_fn fn, const double *state, int n) {
+    mp_init(m);
+    msgpack_pack_map(&m->pk, 1 + n_extra);
+    mp_str(m, "observation/state");
+    uint64_t sh[1] = {(uint64_t)n};
+    mp_nd(m, "<f8", 1, sh, state, n * sizeof(double));
+    if (fn) fn(m);
+}
+
+static void test_decode_good(void) {
+    mp m;
+    uint8_t img[4 * 5 * 3];
+    for (size_t i = 0; i < sizeof img; i++) img[i] = (uint8_t)i;
+    double st[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    mp_str(&m, "observation/image");
+    mp_nd(&m, "|u1", 3, (uint64_t[]){4, 5, 3}, img, sizeof img);
+    mp_str(&m, "observation/state");
+    mp_nd(&m, "<f8", 1, (uint64_t[]){8}, st, sizeof st);
+    mp_str(&m, "prompt");
+    mp_str(&m, "pick up the fork");
+    msgnp_request *r = expect_ok("libero-like observation", m.sb.data, m.sb.size);
+    if (r) {
+        const pi0_array *a = find(r, "observation/image"), *s = find(r, "observation/state");
+        CHECK(r->obs.n_arrays == 2 && a && s, "arrays %d", r->obs.n_arrays);
+        CHECK(a && a->dtype == PI0_DT_U8 && a->ndim == 3 && a->shape[0] == 4 && a->shape[1] == 5 && a->shape[2] == 3 &&
+              !memcmp(a->data, img, sizeof img), "image");
+        CHECK(s && s->dtype == PI0_DT_F64 && s->ndim == 1 && s->shape[0] == 8 && ((const double *)s->data)[7] == 8, "state");
+        CHECK(r->obs.prompt && !strcmp(r->obs.prompt, "pick up the fork") && !r->obs.noise, "prompt");
+        msgnp_request_free(r);
+    }
+    /* every prefix of a valid message is refused (truncated msgpack), none crashes */
+    int bad = 0;
+    for (size_t n = 0; n < m.sb.size; n++) {
+        msgnp_request *t = NULL;
+        char err[256];
+        if (msgnp_decode((const uint8_t *)m.sb.data, n, &LIM, &t, err, sizeof err) == PI0_OK) { bad++; msgnp_request_free(t); }
+    }
+    printf("%-44s %s  (%zu prefixes)\n", "every truncation refused", bad ? "FAIL" : "OK", m.sb.size);
+    CHECK(bad == 0, "%d truncated messages accepted", bad);
+    msgpack_sbuffer_destroy(&m.sb);
+
+    /* ALOHA: nested images map with CHW cameras, no prompt, float64 state */
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_str(&m, "images");
+    msgpack_pack_map(&m.pk, 2);
+    mp_str(&m, "cam_high");
+    mp_nd(&m, "|u1", 3, (uint64_t[]){3, 4, 5}, img, sizeof img);
+    mp_str(&m, "cam_left_wrist");
+    mp_nd(&m, "|u1", 3, (uint64_t[]){3, 4, 5}, img, sizeof img);
+    mp_str(&m, "state");
+    mp_nd(&m, "<f8", 1, (uint64_t[]){8}, st, sizeof st);
+    r = expect_ok("aloha-like nested images", m.sb.data, m.sb.size);
+    if (r) {
+        CHECK(find(r, "images/cam_high") && find(r, "images/cam_left_wrist") && find(r, "state") && !r->obs.prompt,
+              "flattened keys");
+        msgnp_request_free(r);
+    }
+    msgpack_sbuffer_destroy(&m.sb);
+
+    /* byte order, alignment, scalars, lists, prompt forms, noise, str-keyed numpy maps */
+    double be_src[2] = {1.5, -2.25};
+    uint8_t be[16];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 8; j++) be[8 * i + j] = ((uint8_t *)&be_src[i])[7 - j];
+    float f4[3] = {0.5f, 1.5f, 2.5f};
+    float noise[12];
+    uint8_t noise_be[48];
+    for (int i = 0; i < 12; i++) {
+        noise[i] = (float)i / 4;
+        for (int j = 0; j < 4; j++) noise_be[4 * i + j] = ((uint8_t *)&noise[i])[3 - j];
+    }
+    uint8_t u32[16] = {'c', 0, 0, 0, 'u', 0, 0, 0, 'p', 0, 0, 0, 0, 0, 0, 0}; /* np.array("cup", "<U4") */
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 10);
+    mp_str(&m, "be");
+    mp_nd(&m, ">f8", 1, (uint64_t[]){2}, be, sizeof be);
+    mp_str(&m, "u1pad"); /* makes the next array's data land at an odd address */
+    mp_nd(&m, "|u1", 1, (uint64_t[]){1}, "x", 1);
+    mp_str(&m, "f4");
+    mp_nd(&m, "<f4", 1, (uint64_t[]){3}, f4, sizeof f4);
+    mp_str(&m, "gripper");
+    msgpack_pack_double(&m.pk, 0.25);
+    mp_str(&m, "np_scalar");
+    msgpack_pack_map(&m.pk, 3);
+    mp_binkey(&m, "__npgeneric__");
+    msgpack_pack_true(&m.pk);
+    mp_binkey(&m, "data");
+    msgpack_pack_double(&m.pk, 0.5);
+    mp_binkey(&m, "dtype");
+    mp_str(&m, "<f4");
+    mp_str(&m, "list");
+    msgpack_pack_array(&m.pk, 2);
+    msgpack_pack_int(&m.pk, -3);
+    msgpack_pack_double(&m.pk, 2.5);
+    mp_str(&m, "prompt");
+    mp_nd(&m, "<U4", 0, NULL, u32, sizeof u32);
+    mp_str(&m, "noise");
+    mp_nd(&m, ">f4", 2, (uint64_t[]){3, 4}, noise_be, sizeof noise_be);
+    mp_str(&m, "strkeys");
+    msgpack_pack_map(&m.pk, 4);
+    mp_str(&m, "__ndarray__");
+    msgpack_pack_true(&m.pk);
+    mp_str(&m, "data");
+    mp_bin(&m, "\x01\x00\x00\x00", 4);
+    mp_str(&m, "dtype");
+    mp_str(&m, "<i4");
+    mp_str(&m, "shape");
+    msgpack_pack_array(&m.pk, 0);
+    mp_str(&m, "ignored");
+    mp_str(&m, "a string under another key is not read");
+    r = expect_ok("dtypes, byte order, scalars, lists, noise", m.sb.data, m.sb.size);
+    if (r) {
+        const pi0_array *a = find(r, "be"), *b = find(r, "f4"), *g = find(r, "gripper"), *s = find(r, "np_scalar"),
+                        *l = find(r, "list"), *k = find(r, "strkeys");
+        CHECK(a && a->dtype == PI0_DT_F64 && ((const double *)a->data)[0] == 1.5 && ((const double *)a->data)[1] == -2.25,
+              ">f8 swapped");
+        CHECK(b && b->dtype == PI0_DT_F32 && (uintptr_t)b->data % 4 == 0 && ((const float *)b->data)[2] == 2.5f,
+              "<f4 realigned");
+        CHECK(g && g->dtype == PI0_DT_F64 && g->ndim == 0 && *(const double *)g->data == 0.25, "float scalar");
+        CHECK(s && s->dtype == PI0_DT_F32 && s->ndim == 0 && *(const float *)s->data == 0.5f, "numpy scalar");
+        CHECK(l && l->dtype == PI0_DT_F64 && l->ndim == 1 && l->shape[0] == 2 && ((const double *)l->data)[0] == -3,
+              "list");
+        CHECK(k && k->dtype == PI0_DT_I32 && k->ndim == 0 && *(const int32_t *)k->data == 1, "str-keyed numpy map");
+        CHECK(r->obs.prompt && !strcmp(r->obs.prompt, "cup"), "numpy unicode prompt: %s", r->obs.prompt ? r->obs.prompt : "NULL");
+        CHECK(r->obs.noise && r->obs.noise[5] == 1.25f && r->obs.noise[11] == 2.75f, ">f4 noise");
+        CHECK(r->obs.n_arrays == 7 && !find(r, "ignored") && !find(r, "noise") && !find(r, "prompt"), "n_arrays %d",
+              r->obs.n_arrays);
+        msgnp_request_free(r);
+    }
+    msgpack_sbuffer_destroy(&m.sb);
+
+    static const uint8_t empty[] = {0x80};
+    r = expect_ok("empty map", empty, 1);
+    if (r) { CHECK(r->obs.n_arrays == 0 && !r->obs.prompt, "empty"); msgnp_request_free(r); }
+    static const uint8_t binprompt[] = {0x81, 0xa6, 'p', 'r', 'o', 'm', 'p', 't', 0xc4, 4, 'o', 'p', 'e', 'n'};
+    r = expect_ok("bin prompt (UTF-8, as DROID)", binprompt, sizeof binprompt);
+    if (r) { CHECK(r->obs.prompt && !strcmp(r->obs.prompt, "open"), "bin prompt"); msgnp_request_free(r); }
+}
+
+/* Extra entries for the malformed cases. */
+static void x_nodata(mp *m) {
+    mp_str(m, "img");
+    msgpack_pack_map(&m->pk, 3);
+    mp_binkey(m, "__ndarray__"); msgpack_pack_true(&m->pk);
+    mp_binkey(m, "dtype"); mp_str(m, "|u1");
+    mp_binkey(m, "shape"); msgpack_pack_array(&m->pk, 1); msgpack_pack_int(&m->pk, 1);
+}
+static void x_strdata(mp *m) {
+    mp_str(m, "img");
+    msgpack_pack_map(&m->pk, 4);
+    mp_binkey(m, "__ndarray__"); msgpack_pack_true(&m->pk);
+    mp_binkey(m, "data"); mp_str(m, "x");
+    mp_binkey(m, "dtype"); mp_str(m, "|u1");
+    mp_binkey(m, "shape"); msgpack_pack_array(&m->pk, 1); msgpack_pack_int(&m->pk, 1);
+}
+static void x_c8(mp *m) { mp_str(m, "z"); mp_nd(m, "<c8", 1, (uint64_t[]){1}, "12345678", 8); }
+static void x_i2(mp *m) { mp_str(m, "z"); mp_nd(m, "<i2", 1, (uint64_t[]){1}, "12", 2); }
+static void x_obj(mp *m) { mp_str(m, "z"); mp_nd(m, "|O", 1, (uint64_t[]){1}, "12345678", 8); }
+static void x_negshape(mp *m) {
+    mp_str(m, "img");
+    msgpack_pack_map(&m->pk, 4);
+    mp_binkey(m, "__ndarray__"); msgpack_pack_true(&m->pk);
+    mp_binkey(m, "data"); mp_bin(m, "x", 1);
+    mp_binkey(m, "dtype"); mp_str(m, "|u1");
+    mp_binkey(m, "shape"); msgpack_pack_array(&m->pk, 1); msgpack_pack_int(&m->pk, -1);
+}
+static void x_5d(mp *m) { mp_str(m, "img"); mp_nd(m, "|u1", 5, (uint64_t[]){1, 1, 1, 1, 1}, "x", 1); }
+static void x_overflow(mp *m) {
+    mp_str(m, "img");
+    mp_nd(m, "<f8", 3, (uint64_t[]){1ull << 40, 1ull << 40, 1ull << 40}, "12345678", 8);
+}
+static void x_huge(mp *m) { mp_str(m, "img"); mp_nd(m, "|u1", 2, (uint64_t[]){1ull << 31, 1ull << 31}, "x", 1); }
+static void x_badutf8(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body(&m->pk, "caf\xc3", 4); }
+static void x_surrogate(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body(&m->pk, "\xed\xa0\x80", 3); }
+static void x_nulprompt(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body(&m->pk, "a\0b", 3); }
+static void x_intprompt(mp *m) { mp_str(m, "prompt"); msgpack_pack_int(&m->pk, 7); }
+static void x_noiseshape(mp *m) { mp_str(m, "noise"); mp_nd(m, "<f4", 2, (uint64_t[]){4, 3}, "123456789012345678901234567890123456789012345678", 48); }
+static void x_noisetype(mp *m) { mp_str(m, "noise"); mp_nd(m, "<i4", 2, (uint64_t[]){3, 4}, "123456789012345678901234567890123456789012345678", 48); }
+static void x_noiselist(mp *m) { mp_str(m, "noise"); msgpack_pack_array(&m->pk, 1); msgpack_pack_int(&m->pk, 1); }
+static void x_dup(mp *m) { mp_str(m, "observation/state"); mp_nd(m, "|u1", 1, (uint64_t[]){1}, "x", 1); }
+static void x_intkey(mp *m) { msgpack_pack_int(&m->pk, 5); msgpack_pack_int(&m->pk, 5); }
+static void x_longkey(mp *m) {
+    char k[301];
+    memset(k, 'k', 300);
+    k[300] = 0;
+    mp_str(m, k);
+    msgpack_pack_int(&m->pk, 1);
+}
+static void x_many(mp *m) {
+    mp_str(m, "many");
+    msgpack_pack_map(&m->pk, 70);
+    for (int i = 0; i < 70; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "a%d", i);
+        mp_str(m, k);
+        msgpack_pack_double(&m->pk, i);
+    }
+}
+static void x_deepmaps(mp *m) {
+    mp_str(m, "d");
+    for (int i = 0; i < 9; i++) { msgpack_pack_map(&m->pk, 1); mp_str(m, "d"); }
+    msgpack_pack_int(&m->pk, 1);
+}
+
+static void test_decode_bad(void) {
+    static const struct { const char *what; extra_fn fn; const char *want; } cases[] = {
+        {"numpy map without data", x_nodata, "without bin 'data'"},
+        {"numpy data as str", x_strdata, "without bin 'data'"},
+        {"dtype <c8 (complex)", x_c8, "unsupported dtype '<c8'"},
+        {"dtype <i2", x_i2, "unsupported dtype '<i2'"},
+        {"dtype |O (object)", x_obj, "unsupported dtype"},
+        {"negative dimension", x_negshape, "shape[0] is not a non-negative integer"},
+        {"5 dimensions", x_5d, "at most 4"},
+        {"shape size overflows 64 bits", x_overflow, "overflows"},
+        {"absurd shape 2^31 x 2^31, 1 byte", x_huge, "needs 4611686018427387904 bytes, data has 1"},
+        {"prompt: truncated UTF-8", x_badutf8, "invalid UTF-8"},
+        {"prompt: UTF-8 surrogate", x_surrogate, "invalid UTF-8"},
+        {"prompt: NUL inside", x_nulprompt, "NUL"},
+        {"prompt: an integer", x_intprompt, "prompt: expected a str"},
+        {"noise [4, 3] for [3, 4]", x_noiseshape, "noise: expected shape [3, 4], found [4, 3]"},
+        {"noise <i4", x_noisetype, "noise: expected dtype"},
+        {"noise as a list", x_noiselist, "noise: expected a numpy array"},
+        {"duplicate key", x_dup, "duplicate key"},
+        {"integer map key", x_intkey, "keys must be strings"},
+        {"300-byte key", x_longkey, "longer than 255"},
+        {"70 arrays", x_many, "more than 64 arrays"},
+        {"maps nested 10 deep", x_deepmaps, "nested deeper than 8"},
+    };
+    double st[8] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mp m;
+        build(&m, 1, cases[i].fn, st, 8);
+        expect_fail(cases[i].what, m.sb.data, m.sb.size, cases[i].want);
+        msgpack_sbuffer_destroy(&m.sb);
+    }
+    /* data shorter than its shape, under a fresh key */
+    mp m;
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 1);
+    mp_str(&m, "s");
+    mp_nd(&m, "<f8", 1, (uint64_t[]){8}, st, 56);
+    expect_fail("data shorter than the shape", m.sb.data, m.sb.size, "needs 64 bytes, data has 56");
+    msgpack_sbuffer_destroy(&m.sb);
+
+    static const uint8_t garbage[] = {0xc1, 0x00, 0xff, 0x13};
+    expect_fail("garbage (0xc1)", garbage, sizeof garbage, "invalid msgpack type byte 0xc1");
+    expect_fail("empty message", garbage, 0, "truncated");
+    static const uint8_t notmap[] = {0x92, 0x01, 0x02};
+    expect_fail("top level is an array", notmap, sizeof notmap, "expected a msgpack map");
+    static const uint8_t trailing[] = {0x80, 0x00};
+    expect_fail("trailing bytes", trailing, sizeof trailing, "1 bytes of extra data");
+    static const uint8_t arr32[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x00};
+    expect_fail("array32 claiming 2^32-1 items in 6 bytes", arr32, sizeof arr32, "array of 4294967295 items");
+    static const uint8_t map32[] = {0x81, 0xa1, 'k', 0xdf, 0x10, 0x00, 0x00, 0x00};
+    expect_fail("nested map32 claiming 2^28 pairs", map32, sizeof map32, "map of 268435456 items");
+    static const uint8_t bin32[] = {0x81, 0xa1, 'k', 0xc6, 0x7f, 0xff, 0xff, 0xff, 0x00};
+    expect_fail("bin32 claiming 2 GB", bin32, sizeof bin32, "2147483647 bytes claimed");
+    uint8_t deep[64];
+    for (int i = 0; i < 63; i++) deep[i] = 0x91; /* [[[[...]]]] */
+    deep[63] = 0x01;
+    expect_fail("arrays nested 63 deep", deep, sizeof deep, "nested deeper than 32");
+    size_t big = 70000;
+    uint8_t *many = malloc(big + 5);
+    many[0] = 0xdd;
+    many[1] = 0; many[2] = (uint8_t)(big >> 16); many[3] = (uint8_t)(big >> 8); many[4] = (uint8_t)big;
+    memset(many + 5, 0xc0, big);
+    expect_fail("70000 objects (limit 65536)", many, big + 5, "more than 65536 objects");
+    free(many);
+}
+
+static void test_encode(void) {
+    double actions[3 * 2] = {1, 2, 3, 4, 5, 6.5};
+    double prev = 12.5;
+    for (int with_prev = 0; with_prev < 2; with_prev++) {
+        msgnp_buf b;
+        pi0_status st = msgnp_encode_reply(actions, 3, 2, 1.25, 2.5, with_prev ? &prev : NULL, 16, &b);
+        CHECK(st == PI0_OK && b.headroom == 16, "encode");
+        if (st) continue;
+        msgpack_unpacked up;
+        msgpack_unpacked_init(&up);
+        size_t off = 0;
+        int ok = msgpack_unpack_next(&up, (const char *)b.data + 16, b.len - 16, &off) == MSGPACK_UNPACK_SUCCESS &&
+                 off == b.len - 16;
+        const msgpack_object *o = &up.data;
+        ok = ok && o->type == MSGPACK_OBJECT_MAP && o->via.map.size == 3;
+        if (ok) {
+            const msgpack_object_kv *kv = o->via.map.ptr;
+            ok = kv[0].key.type == MSGPACK_OBJECT_STR && !memcmp(kv[0].key.via.str.ptr, "actions", 7);
+            const msgpack_object *a = &kv[0].val;
+            ok = ok && a->type == MSGPACK_OBJECT_MAP && a->via.map.size == 4;
+            for (uint32_t i = 0; ok && i < 4; i++) ok = a->via.map.ptr[i].key.type == MSGPACK_OBJECT_BIN;
+            ok = ok && a->via.map.ptr[1].val.type == MSGPACK_OBJECT_BIN && a->via.map.ptr[1].val.via.bin.size == 48 &&
+                 !memcmp(a->via.map.ptr[1].val.via.bin.ptr, actions, 48);
+            ok = ok && a->via.map.ptr[2].val.type == MSGPACK_OBJECT_STR && !memcmp(a->via.map.ptr[2].val.via.str.ptr, "<f8", 3);
+            ok = ok && a->via.map.ptr[3].val.via.array.size == 2 && a->via.map.ptr[3].val.via.array.ptr[0].via.u64 == 3;
+            ok = ok && kv[1].val.type == MSGPACK_OBJECT_MAP && kv[1].val.via.map.ptr[0].val.type == MSGPACK_OBJECT_FLOAT64 &&
+                 kv[1].val.via.map.ptr[0].val.via.f64 == 1.25;
+            const msgpack_object *t = &kv[2].val;
+            ok = ok && t->type == MSGPACK_OBJECT_MAP && t->via.map.size == (uint32_t)(1 + with_prev) &&
+                 t->via.map.ptr[0].val.via.f64 == 2.5;
+            if (with_prev)
+                ok = ok && t->via.map.ptr[1].key.via.str.size == 13 && t->via.map.ptr[1].val.via.f64 == 12.5;
+        }
+        printf("%-44s %s\n", with_prev ? "reply with prev_total_ms" : "first reply (no prev_total_ms)", ok ? "OK" : "FAIL");
+        CHECK(ok, "reply structure");
+        msgpack_unpacked_destroy(&up);
+        free(b.data);
+    }
+    msgnp_buf b;
+    char err[256];
+    pi0_status st = msgnp_encode_metadata("{\"reset_pose\": [0, -1.5, 1.5, 0, 0, 0]}", 0, &b, err, sizeof err);
+    /* msgpack.packb({"reset_pose": [0, -1.5, 1.5, 0, 0, 0]}) in Python */
+    static const uint8_t want[] = "\x81\xaareset_pose\x96\x00\xcb\xbf\xf8\0\0\0\0\0\0\xcb\x3f\xf8\0\0\0\0\0\0\0\0\0";
+    int ok = st == PI0_OK && b.len == sizeof want - 1 && !memcmp(b.data, want, sizeof want - 1);
+    printf("%-44s %s\n", "metadata reset_pose: bytes of Python msgpack", ok ? "OK" : "FAIL");
+    CHECK(ok, "metadata bytes");
+    if (st == PI0_OK) free(b.data);
+    st = msgnp_encode_metadata("{}", 0, &b, err, sizeof err);
+    CHECK(st == PI0_OK && b.len == 1 && b.data[0] == 0x80, "metadata {}");
+    if (st == PI0_OK) free(b.data);
+    st = msgnp_encode_metadata("{\"a\": ", 0, &b, err, sizeof err);
+    CHECK(st != PI0_OK && strstr(err, "metadata JSON"), "bad metadata JSON: %s", err);
+}
+
+/* ---- the live server over a test double of the policy ----
+ * Observation: "state" float64 [n]; the action chunk [3, 2] is sum(state) + 10 h + d (+ noise[0]).
+ * Prompt "slow": the run takes 400 ms. A missing state is refused at prepare. */
+
+typedef struct { double v; int slow; } fake_prep;
+static volatile int g_runs, g_largest;
+
+static int fake_prepare(void *ctx, const pi0_observation *obs, void **out, char *err, size_t errlen) {
+    (void)ctx;
+    const pi0_array *s = NULL;
+    for (int i = 0; i < obs->n_arrays; i++)
+        if (!strcmp(obs->arrays[i].key, "state")) s = &obs->arrays[i];
+    if (!s || s->dtype != PI0_DT_F64 || s->ndim != 1) {
+        snprintf(err, errlen, "state: expected float64 [n]");
+        return -1;
+    }
+    fake_prep *p = malloc(sizeof *p);
+    if (!p) return -1;
+    p->v = obs->noise ? obs->noise[0] : 0;
+    for (int64_t i = 0; i < s->shape[0]; i++) p->v += ((const double *)s->data)[i];
+    p->slow = obs->prompt && !strcmp(obs->prompt, "slow");
+    *out = p;
+    return 0;
+}
+
+static int fake_run(void *ctx, void *const *prep, int n, double *actions, double *model_ms, char *err, size_t errlen) {
+    (void)ctx; (void)err; (void)errlen;
+    int slow = 0;
+    for (int i = 0; i < n; i++) {
+        const fake_prep *p = prep[i];
+        slow |= p->slow;
+        for (int h = 0; h < 3; h++)
+            for (int d = 0; d < 2; d++) actions[(i * 3 + h) * 2 + d] = p->v + 10 * h + d;
+    }
+    if (slow) usleep(400 * 1000);
+    g_runs++;
+    if (n > g_largest) g_largest = n;
+    *model_ms = slow ? 400 : 0.01;
+    return 0;
+}
+
+static const srv_backend FAKE = {
+    .action_horizon = 3, .action_dim = 2, .max_batch = 8, .noise_h = 3, .noise_a = 4,
+    .metadata_json = "{\"reset_pose\": [0, -1.5, 1.5, 0, 0, 0]}",
+    .prepare = fake_prepare, .run = fake_run, .release = free,
+};
+
+typedef struct {
+    ws_server *s;
+    pthread_t th;
+    int port;
+} live;
+
+static void *serve(void *arg) { ws_server_run(arg); return NULL; }
+
+static int start(live *l, const char *api_key, int max_batch, double window_ms, size_t max_bytes) {
+    ws_params p = {.host = "127.0.0.1", .port = 0, .api_key = api_key, .max_message_bytes = max_bytes, .drain_s = 5};
+    engine_params e = {.max_batch = max_batch, .batch_window_ms = window_ms};
+    char err[256];
+    if (ws_server_create(&l->s, &p, &FAKE, &e, err, sizeof err) != PI0_OK) { printf("server: %s\n", err); return -1; }
+    l->port = ws_server_port(l->s);
+    pthread_create(&l->th, NULL, serve, l->s);
+    return 0;
+}
+
+static void stop(live *l) {
+    ws_server_stop(l->s);
+    pthread_join(l->th, NULL);
+    ws_server_free(l->s);
+}
+
+static double ms_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* A request {state: [v], prompt: p}. */
+static void request(mp *m, double v, const char *prompt) {
+    mp_init(m);
+    msgpack_pack_map(&m->pk, prompt ? 2 : 1);
+    mp_str(m, "state");
+    mp_nd(m, "<f8", 1, (uint64_t[]){1}, &v, 8);
+    if (prompt) { mp_str(m, "prompt"); mp_str(m, prompt); }
+}
+
+/* Reads a reply frame; checks actions == v + 10 h + d. Returns 1 if ok; *has_prev = prev_total_ms present. */
+static int read_reply(int fd, double v, int *has_prev) {
+    uint8_t *d;
+    size_t n;
+    int op = ws_recv(fd, &d, &n), ok = 0;
+    if (op == 2) {
+        msgpack_unpacked up;
+        msgpack_unpacked_init(&up);
+        size_t off = 0;
+        if (msgpack_unpack_next(&up, (const char *)d, n, &off) == MSGPACK_UNPACK_SUCCESS && up.data.type == MSGPACK_OBJECT_MAP &&
+            up.data.via.map.size == 3) {
+            const msgpack_object *a = &up.data.via.map.ptr[0].val;
+            const msgpack_object *bin = a->type == MSGPACK_OBJECT_MAP && a->via.map.size == 4 ? &a->via.map.ptr[1].val : NULL;
+            if (bin && bin->type == MSGPACK_OBJECT_BIN && bin->via.bin.size == 48) {
+                double x[6];
+                memcpy(x, bin->via.bin.ptr, 48);
+                ok = 1;
+                for (int i = 0; i < 6; i++) ok &= x[i] == v + 10 * (i / 2) + (i % 2);
+            }
+            if (has_prev) *has_prev = up.data.via.map.ptr[2].val.via.map.size == 2;
+        }
+        msgpack_unpacked_destroy(&up);
+    } else if (op == 1) {
+        printf("    server error: %s\n", (char *)d);
+    }
+    free(d);
+    return ok;
+}
+
+/* Opens a connection and reads the metadata frame; -1 on failure. */
+static int client(int port) {
+    int status, fd = ws_open(port, NULL, &status);
+    if (fd < 0) return -1;
+    uint8_t *d;
+    size_t n;
+    int op = ws_recv(fd, &d, &n);
+    free(d);
+    if (op != 2) { close(fd); return -1; }
+    return fd;
+}
+
+/* Expects a text frame containing `want`, then a close frame with `code`. */
+static int expect_error(int fd, const char *want, int code) {
+    uint8_t *d;
+    size_t n;
+    int op = ws_recv(fd, &d, &n), ok = op == 1 && strstr((char *)d, want) != NULL;
+    if (!ok) printf("    got opcode %d: %s\n", op, d ? (char *)d : "");
+    free(d);
+    op = ws_recv(fd, &d, &n);
+    int got = op == 8 ? close_code(d, n) : -1;
+    if (got != code) printf("    close: opcode %d code %d, wanted %d\n", op, got, code);
+    ok &= got == code;
+    free(d);
+    return ok;
+}
+
+static void report(const char *what, int ok) {
+    printf("%-44s %s\n", what, ok ? "OK" : "FAIL");
+    CHECK(ok, "%s", what);
+}
+
+/* One request/reply on a fresh connection: the server still serves. */
+static int still_serving(int port) {
+    int fd = client(port);
+    if (fd < 0) return 0;
+    mp m;
+    request(&m, 7, NULL);
+    int ok = ws_send(fd, 2, m.sb.data, m.sb.size) == 0 && read_reply(fd, 7, NULL);
+    msgpack_sbuffer_destroy(&m.sb);
+    close(fd);
+    return ok;
+}
+
+static void test_live(void) {
+    live l;
+    if (start(&l, NULL, 1, 0, 65536)) { CHECK(0, "server start"); return; }
+    char body[64];
+    report("GET /healthz -> 200 OK", http_get(l.port, "/healthz", body, sizeof body) == 200 && !strcmp(body, "OK\n"));
+    int code = http_get(l.port, "/other", NULL, 0);
+    report("GET /other (no upgrade) -> not 200", code > 0 && code != 200);
+
+    /* metadata first, exactly the bytes Python's msgpack writes for openpi's ALOHA configs */
+    int status, fd = ws_open(l.port, NULL, &status);
+    uint8_t *d = NULL;
+    size_t n;
+    int op = ws_recv(fd, &d, &n);
+    report("metadata frame first (binary, reset_pose)", fd >= 0 && op == 2 && n == 35 && d[0] == 0x81 && d[12] == 0x96);
+    free(d);
+    d = NULL;
+    mp m;
+    int p1 = -1, p2 = -1;
+    request(&m, 1.5, NULL);
+    int ok = ws_send(fd, 2, m.sb.data, m.sb.size) == 0 && read_reply(fd, 1.5, &p1);
+    ok = ok && ws_send(fd, 2, m.sb.data, m.sb.size) == 0 && read_reply(fd, 1.5, &p2);
+    report("two requests: replies, prev_total_ms from the 2nd", ok && p1 == 0 && p2 == 1);
+    /* fragmented request */
+    size_t a = m.sb.size / 3, b = 2 * m.sb.size / 3;
+    ok = ws_send_frame(fd, 2, 0, m.sb.data, a) == 0 && ws_send_frame(fd, 0, 0, m.sb.data + a, b - a) == 0 &&
+         ws_send_frame(fd, 0, 1, m.sb.data + b, m.sb.size - b) == 0 && read_reply(fd, 1.5, NULL);
+    report("request in three fragments", ok);
+    /* two requests without waiting: the second is held, both answered in order */
+    mp m2;
+    request(&m2, 2.5, NULL);
+    ok = ws_send(fd, 2, m.sb.data, m.sb.size) == 0 && ws_send(fd, 2, m2.sb.data, m2.sb.size) == 0 &&
+         read_reply(fd, 1.5, NULL) && read_reply(fd, 2.5, NULL);
+    report("pipelined request held until the reply", ok);
+    msgpack_sbuffer_destroy(&m2.sb);
+    /* noise is added by the fake: checks it arrives */
+    {
+        mp mn;
+        float noise[12] = {0.25f};
+        double v = 1;
+        mp_init(&mn);
+        msgpack_pack_map(&mn.pk, 2);
+        mp_str(&mn, "state");
+        mp_nd(&mn, "<f8", 1, (uint64_t[]){1}, &v, 8);
+        mp_str(&mn, "noise");
+        mp_nd(&mn, "<f4", 2, (uint64_t[]){3, 4}, noise, sizeof noise);
+        ok = ws_send(fd, 2, mn.sb.data, mn.sb.size) == 0 && read_reply(fd, 1.25, NULL);
+        report("noise passed to the policy", ok);
+        msgpack_sbuffer_destroy(&mn.sb);
+    }
+    close(fd);
+
+    /* healthz and ping answered while an inference runs */
+    fd = client(l.port);
+    mp slow;
+    request(&slow, 3, "slow");
+    double t0 = ms_now();
+    ok = fd >= 0 && ws_send(fd, 2, slow.sb.data, slow.sb.size) == 0;
+    usleep(50 * 1000);
+    double th = ms_now();
+    ok = ok && http_get(l.port, "/healthz", body, sizeof body) == 200;
+    th = ms_now() - th;
+    double tp = ms_now();
+    ok = ok && ws_send(fd, 9, "hi", 2) == 0 && ws_recv(fd, &d, &n) == 10;
+    free(d);
+    d = NULL;
+    tp = ms_now() - tp;
+    ok = ok && read_reply(fd, 3, NULL);
+    double tr = ms_now() - t0;
+    printf("    healthz %.1f ms, pong %.1f ms, slow reply %.0f ms\n", th, tp, tr);
+    report("healthz and pong during a 400 ms inference", ok && th < 100 && tp < 100 && tr >= 390);
+    close(fd);
+
+    /* bad input: each gets a text frame and a close, and the server goes on */
+    fd = client(l.port);
+    ok = fd >= 0 && ws_send(fd, 1, "{\"state\": [1]}", 14) == 0 && expect_error(fd, "text frame", 1011);
+    report("text frame -> error, close 1011", ok);
+    close(fd);
+    fd = client(l.port);
+    ok = fd >= 0 && ws_send(fd, 2, "\xc1garbage", 8) == 0 && expect_error(fd, "invalid msgpack", 1011);
+    report("garbage -> error, close 1011", ok);
+    close(fd);
+    fd = client(l.port);
+    ok = fd >= 0 && ws_send(fd, 2, m.sb.data, m.sb.size - 3) == 0 && expect_error(fd, "truncated msgpack", 1011);
+    report("truncated msgpack -> error, close 1011", ok);
+    close(fd);
+    fd = client(l.port);
+    static const uint8_t nostate[] = {0x81, 0xa1, 'x', 0x01};
+    ok = fd >= 0 && ws_send(fd, 2, nostate, sizeof nostate) == 0 && expect_error(fd, "state: expected", 1011);
+    report("policy refuses the observation -> error", ok);
+    close(fd);
+    fd = client(l.port);
+    uint8_t *huge = calloc(1, 100000);
+    ok = fd >= 0 && ws_send(fd, 2, huge, 100000) == 0 && expect_error(fd, "larger than 65536", 1009);
+    free(huge);
+    report("100 kB message (limit 64 kB) -> error, close 1009", ok);
+    close(fd);
+    /* hang-ups: mid-frame, and with a request in flight */
+    fd = client(l.port);
+    if (fd >= 0) {
+        static const uint8_t half[] = {0x82, 0xfe, 0x10, 0x00, 1, 2, 3, 4, 0x81, 0xa1};
+        send_all(fd, half, sizeof half);
+        close(fd);
+    }
+    fd = client(l.port);
+    if (fd >= 0) { ws_send(fd, 2, slow.sb.data, slow.sb.size); close(fd); }
+    fd = tcp_connect(l.port);
+    if (fd >= 0) { send_all(fd, "GET / HTTP/1.1\r\nUpgr", 20); close(fd); }
+    usleep(450 * 1000);
+    report("server serves after clients hung up", still_serving(l.port));
+    stop(&l);
+
+    /* dynamic batching: 4 clients at once with max_batch 4 and a 300 ms window run as one batch */
+    if (start(&l, NULL, 4, 300, 0)) { CHECK(0, "server start"); return; }
+    int fds[4];
+    g_largest = 0;
+    for (int i = 0; i < 4; i++) fds[i] = client(l.port);
+    mp reqs[4];
+    ok = 1;
+    for (int i = 0; i < 4; i++) {
+        request(&reqs[i], 100 + i, NULL);
+        ok &= fds[i] >= 0 && ws_send(fds[i], 2, reqs[i].sb.data, reqs[i].sb.size) == 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        ok &= read_reply(fds[i], 100 + i, NULL);
+        msgpack_sbuffer_destroy(&reqs[i].sb);
+        close(fds[i]);
+    }
+    engine_stats es;
+    ws_server_get_stats(l.s, &es);
+    printf("    batches %llu, largest %d\n", (unsigned long long)es.batches, es.largest_batch);
+    report("4 concurrent requests run as one batch", ok && es.largest_batch == 4 && g_largest == 4);
+    stop(&l);
+
+    /* API key */
+    if (start(&l, "s3cret", 1, 0, 0)) { CHECK(0, "server start"); return; }
+    fd = ws_open(l.port, NULL, &status);
+    report("no API key -> 401, no upgrade", fd < 0 && status == 401);
+    fd = ws_open(l.port, "Authorization: Api-Key wrong\r\n", &status);
+    report("wrong API key -> 401", fd < 0 && status == 401);
+    fd = ws_open(l.port, "Authorization: Api-Key s3cret\r\n", &status);
+    ok = fd >= 0 && ws_recv(fd, &d, &n) == 2;
+    free(d);
+    d = NULL;
+    request(&m2, 4, NULL);
+    ok = ok && ws_send(fd, 2, m2.sb.data, m2.sb.size) == 0 && read_reply(fd, 4, NULL);
+    msgpack_sbuffer_destroy(&m2.sb);
+    report("right API key -> served", ok);
+    if (fd >= 0) close(fd);
+    report("healthz needs no key", http_get(l.port, "/healthz", NULL, 0) == 200);
+    stop(&l);
+
+    /* graceful stop: the request in flight is answered, then close 1001 */
+    if (start(&l, NULL, 1, 0, 0)) { CHECK(0, "server start"); return; }
+    fd = client(l.port);
+    ok = fd >= 0 && ws_send(fd, 2, slow.sb.data, slow.sb.size) == 0;
+    usleep(50 * 1000);
+    ws_server_stop(l.s);
+    ok = ok && read_reply(fd, 3, NULL);
+    op = ok ? ws_recv(fd, &d, &n) : -1;
+    ok = ok && op == 8 && close_code(d, n) == 1001;
+    free(d);
+    d = NULL;
+    report("stop: in-flight reply sent, then close 1001", ok);
+    if (fd >= 0) close(fd);
+    pthread_join(l.th, NULL);
+    ws_server_free(l.s);
+    msgpack_sbuffer_destroy(&slow.sb);
+    msgpack_sbuffer_destroy(&m.sb);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with the server's log lines on stderr */
+    test_decode_good();
+    test_decode_bad();
+    test_encode();
+    test_live();
+    return test_summary("test_server");
+}
