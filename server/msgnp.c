@@ -6,7 +6,9 @@
  * message (zero copy) unless the data is big-endian or misaligned for its element type. */
 #include "msgnp.h"
 
+#include <float.h>
 #include <jansson.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -116,8 +118,10 @@ static int is_text(const msgpack_object *o) {
 static size_t text_len(const msgpack_object *o) {
     return o->type == MSGPACK_OBJECT_STR ? o->via.str.size : o->via.bin.size;
 }
+/* Never NULL (msgpack-c gives empty strings a NULL pointer). */
 static const char *text_ptr(const msgpack_object *o) {
-    return o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
+    const char *p = o->type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
+    return p ? p : "";
 }
 static int text_eq(const msgpack_object *o, const char *s) {
     return is_text(o) && text_len(o) == strlen(s) && memcmp(text_ptr(o), s, text_len(o)) == 0;
@@ -260,7 +264,7 @@ static pi0_status parse_ndarray(const msgpack_object *m, const char *key, np_arr
                     show(text_ptr(dtype), text_len(dtype), tmp, sizeof tmp), (unsigned long long)need,
                     data->via.bin.size);
     }
-    a->data = (const uint8_t *)data->via.bin.ptr;
+    a->data = data->via.bin.size ? (const uint8_t *)data->via.bin.ptr : (const uint8_t *)""; /* never NULL */
     a->bytes = data->via.bin.size;
     return PI0_OK;
 }
@@ -324,6 +328,8 @@ static pi0_status add_scalar(msgnp_request *r, const char *key, pi0_dtype dt, co
     if (dt == PI0_DT_COUNT) dt = is_float ? PI0_DT_F64 : v->type == MSGPACK_OBJECT_BOOLEAN ? PI0_DT_BOOL : PI0_DT_I64;
     if (is_float && dt != PI0_DT_F32 && dt != PI0_DT_F64)
         return fail(err, errlen, PI0_ERR_SHAPE, "%s: float value for an integer dtype", key);
+    if (dt == PI0_DT_F32 && is_float && fabs(f) > FLT_MAX && isfinite(f))
+        return fail(err, errlen, PI0_ERR_SHAPE, "%s: %g is out of the float32 range", key, f);
     void *c = malloc(8);
     if (!c) return fail(err, errlen, PI0_ERR_NOMEM, "out of memory");
     switch (dt) {
@@ -429,8 +435,15 @@ static pi0_status parse_noise(msgnp_request *r, const msgpack_object *v, const m
         uint8_t b[8];
         const uint8_t *p = a.data + i * a.dt.size;
         for (int j = 0; j < a.dt.size; j++) b[j] = a.dt.swap ? p[a.dt.size - 1 - j] : p[j];
-        if (a.dt.size == 4) memcpy(&out[i], b, 4);
-        else { double d; memcpy(&d, b, 8); out[i] = (float)d; }
+        double d;
+        if (a.dt.size == 4) { float f; memcpy(&f, b, 4); d = f; }
+        else memcpy(&d, b, 8);
+        if (!(fabs(d) <= FLT_MAX)) { /* NaN, infinite, or beyond float32 */
+            free(out);
+            return fail(err, errlen, PI0_ERR_SHAPE, "noise: element %llu is not a finite float32 value",
+                        (unsigned long long)i);
+        }
+        out[i] = (float)d;
     }
     r->noise = out;
     r->obs.noise = out;

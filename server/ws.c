@@ -27,7 +27,7 @@ struct conn {
     int websocket, healthz;     /* what this wsi is */
     uint8_t *rx;                /* message being reassembled */
     size_t rx_len, rx_cap;
-    int rx_dropping;            /* rest of a refused message: ignore until its end */
+    int rx_open;                /* a message has begun and not ended (the close waits for its end) */
     uint8_t *held;              /* a whole request that came while another was in flight */
     size_t held_len;
     int busy;                   /* a request of this connection is in the engine */
@@ -94,7 +94,9 @@ static conn *find_conn(ws_server *s, uint64_t id) {
     return NULL;
 }
 
-/* Queues an error for the client (text frame, then close) and logs it. Later input is ignored. */
+/* Queues an error for the client (text frame, then close) and logs it. Later input is ignored. When the
+ * client is still sending the refused message (oversized, a text frame), the close waits for its end,
+ * at most 10 s: closing mid-message would make its send fail before it reads the reason. */
 static void conn_error(conn *c, int code, const char *fmt, ...) {
     char msg[1200];
     va_list ap;
@@ -107,7 +109,7 @@ static void conn_error(conn *c, int code, const char *fmt, ...) {
         c->close_code = code;
         snprintf(c->why, sizeof c->why, "closed by the server, %d", code);
     }
-    c->rx_dropping = 1;
+    if (c->rx_open) lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, 10);
     lws_callback_on_writable(c->wsi);
 }
 
@@ -143,8 +145,16 @@ static void on_message(ws_server *s, conn *c) {
 static int on_receive(ws_server *s, conn *c, const void *in, size_t len) {
     struct lws *wsi = c->wsi;
     int last = lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
-    if (c->rx_dropping || c->error || c->closing) return 0;
-    if (c->rx_len == 0 && lws_is_first_fragment(wsi) && !lws_frame_is_binary(wsi)) {
+    int starts = !c->rx_open;
+    c->rx_open = !last;
+    if (c->error || c->closing) { /* refused: drop the rest, then let the close go out */
+        if (last) {
+            lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
+            lws_callback_on_writable(wsi);
+        }
+        return 0;
+    }
+    if (starts && !lws_frame_is_binary(wsi)) {
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION,
                    "bad request: a text frame; requests are binary frames holding msgpack");
         return 0;
@@ -194,6 +204,7 @@ static int send_frame(struct lws *wsi, const uint8_t *payload, size_t n, enum lw
 static int on_writeable(ws_server *s, conn *c) {
     struct lws *wsi = c->wsi;
     if (c->closing) {
+        if (c->rx_open) return 0; /* see conn_error */
         static const char going[] = "server shutting down";
         static const char internal[] = "Internal server error. Reason in the previous frame.";
         const char *r = c->close_code == LWS_CLOSE_STATUS_GOINGAWAY && !c->error ? going : internal;
@@ -327,7 +338,14 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
             peer_name(wsi, peer, sizeof peer);
             srv_log("refused %s: %s API key", peer,
                     lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) > 0 ? "wrong" : "no");
-            lws_return_http_status(wsi, HTTP_STATUS_UNAUTHORIZED, NULL);
+            /* written raw: lws_return_http_status answers an upgrade request as HTTP/1.0, which the
+             * websockets client (openpi-client) rejects as an invalid response instead of a 401 */
+            static const char resp[] = "HTTP/1.1 401 Unauthorized\r\nContent-Type: text/plain\r\n"
+                                       "Content-Length: 36\r\nConnection: close\r\n\r\n"
+                                       "expected Authorization: Api-Key KEY\n";
+            uint8_t buf[LWS_PRE + sizeof resp];
+            memcpy(buf + LWS_PRE, resp, sizeof resp - 1);
+            lws_write(wsi, buf + LWS_PRE, sizeof resp - 1, LWS_WRITE_RAW);
             return 1;
         }
         return 0;

@@ -26,7 +26,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (r->obs.prompt) sink ^= (uint8_t)strlen(r->obs.prompt);
     if (r->obs.noise)
-        for (int k = 0; k < 5 * 32; k++) sink ^= (uint8_t)r->obs.noise[k];
+        for (int k = 0; k < 5 * 32; k++) {
+            uint8_t b[4];
+            memcpy(b, &r->obs.noise[k], 4);
+            sink ^= b[0];
+        }
     (void)sink;
     msgnp_request_free(r);
     return 0;

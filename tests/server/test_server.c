@@ -210,6 +210,9 @@ static void test_decode_good(void) {
     static const uint8_t empty[] = {0x80};
     r = expect_ok("empty map", empty, 1);
     if (r) { CHECK(r->obs.n_arrays == 0 && !r->obs.prompt, "empty"); msgnp_request_free(r); }
+    static const uint8_t emptys[] = {0x82, 0xa0, 0xc4, 0x00, 0xa6, 'p', 'r', 'o', 'm', 'p', 't', 0xa0}; /* {"": b"", prompt: ""} */
+    r = expect_ok("empty key, empty bin, empty prompt", emptys, sizeof emptys);
+    if (r) { CHECK(r->obs.prompt && !r->obs.prompt[0] && r->obs.n_arrays == 0, "empty strings"); msgnp_request_free(r); }
     static const uint8_t binprompt[] = {0x81, 0xa6, 'p', 'r', 'o', 'm', 'p', 't', 0xc4, 4, 'o', 'p', 'e', 'n'};
     r = expect_ok("bin prompt (UTF-8, as DROID)", binprompt, sizeof binprompt);
     if (r) { CHECK(r->obs.prompt && !strcmp(r->obs.prompt, "open"), "bin prompt"); msgnp_request_free(r); }
@@ -254,6 +257,16 @@ static void x_nulprompt(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body
 static void x_intprompt(mp *m) { mp_str(m, "prompt"); msgpack_pack_int(&m->pk, 7); }
 static void x_noiseshape(mp *m) { mp_str(m, "noise"); mp_nd(m, "<f4", 2, (uint64_t[]){4, 3}, "123456789012345678901234567890123456789012345678", 48); }
 static void x_noisetype(mp *m) { mp_str(m, "noise"); mp_nd(m, "<i4", 2, (uint64_t[]){3, 4}, "123456789012345678901234567890123456789012345678", 48); }
+static void x_noisenan(mp *m) {
+    float n[12] = {0, 0, 0, NAN};
+    mp_str(m, "noise");
+    mp_nd(m, "<f4", 2, (uint64_t[]){3, 4}, n, sizeof n);
+}
+static void x_noisebig(mp *m) {
+    double n[12] = {1e300};
+    mp_str(m, "noise");
+    mp_nd(m, "<f8", 2, (uint64_t[]){3, 4}, n, sizeof n);
+}
 static void x_noiselist(mp *m) { mp_str(m, "noise"); msgpack_pack_array(&m->pk, 1); msgpack_pack_int(&m->pk, 1); }
 static void x_dup(mp *m) { mp_str(m, "observation/state"); mp_nd(m, "|u1", 1, (uint64_t[]){1}, "x", 1); }
 static void x_intkey(mp *m) { msgpack_pack_int(&m->pk, 5); msgpack_pack_int(&m->pk, 5); }
@@ -298,6 +311,8 @@ static void test_decode_bad(void) {
         {"noise [4, 3] for [3, 4]", x_noiseshape, "noise: expected shape [3, 4], found [4, 3]"},
         {"noise <i4", x_noisetype, "noise: expected dtype"},
         {"noise as a list", x_noiselist, "noise: expected a numpy array"},
+        {"noise with a NaN", x_noisenan, "noise: element 3 is not a finite float32"},
+        {"noise 1e300 (beyond float32)", x_noisebig, "noise: element 0 is not a finite float32"},
         {"duplicate key", x_dup, "duplicate key"},
         {"integer map key", x_intkey, "keys must be strings"},
         {"300-byte key", x_longkey, "longer than 255"},

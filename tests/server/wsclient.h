@@ -62,7 +62,7 @@ static int http_head(int fd, char *buf, size_t cap) {
     }
     buf[n] = 0;
     int code;
-    return sscanf(buf, "HTTP/1.%*d %d", &code) == 1 ? code : -1;
+    return sscanf(buf, "HTTP/1.1 %d", &code) == 1 ? code : -1; /* websockets refuses HTTP/1.0 */
 }
 
 /* GET path; returns the status and copies up to cap-1 body bytes (Content-Length bodies). */
