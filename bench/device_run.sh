@@ -1,22 +1,23 @@
 #!/bin/sh
-# One build-free device cycle (binaries carried in build/): GPU tests, full-size checks, all workloads
-# with graphs on and off. Usage on the GPU machine: sh bench/device_run.sh OUTDIR [quick]
+# One build-free device cycle (binaries carried in $BUILD, default build/): GPU tests, full-size checks,
+# all workloads with graphs on and off. Usage on the GPU machine: [BUILD=dir] sh bench/device_run.sh OUTDIR [quick]
 # Writes OUTDIR/test_cuda.log, OUTDIR/bench.csv, OUTDIR/bench.txt, OUTDIR/trace.json.
 out=${1:-/tmp/pi0-out}
+b=${BUILD:-build}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 ck=/tmp/pi0-ckpt
-[ -f $ck/pi0/model.safetensors ] || build/pi0 gen-checkpoint --variant pi0 --seed 1 $ck/pi0
-[ -f $ck/pi05/model.safetensors ] || build/pi0 gen-checkpoint --variant pi05 --seed 2 $ck/pi05
-timeout 300 build/tests/test_cuda --full $ck/pi0 $ck/pi05 > "$out/test_cuda.log" 2>&1
+[ -f $ck/pi0/model.safetensors ] || $b/pi0 gen-checkpoint --variant pi0 --seed 1 $ck/pi0
+[ -f $ck/pi05/model.safetensors ] || $b/pi0 gen-checkpoint --variant pi05 --seed 2 $ck/pi05
+timeout 300 $b/tests/test_cuda --full $ck/pi0 $ck/pi05 > "$out/test_cuda.log" 2>&1
 echo "test_cuda exit $?"
 grep -E "FAIL|full-size|max_batch|session create|test_cuda:" "$out/test_cuda.log"
 [ "$2" = quick ] && exit 0
 for g in "" --no-graph; do
     for w in pi0-3cam pi0-libero pi0-h50 pi0-3cam-b8 pi0-3cam-b64; do
-        timeout 120 build/pi0 bench --backend cuda --checkpoint $ck/pi0 --workload $w $g --csv "$out/bench.csv" \
+        timeout 120 $b/pi0 bench --backend cuda --checkpoint $ck/pi0 --workload $w $g --csv "$out/bench.csv" \
             ${g:+} $( [ -z "$g" ] && [ $w = pi0-3cam ] && echo --trace "$out/trace.json" ) 2>>"$out/bench.err"
     done
-    timeout 120 build/pi0 bench --backend cuda --checkpoint $ck/pi05 --workload pi05-3cam $g --csv "$out/bench.csv" 2>>"$out/bench.err"
+    timeout 120 $b/pi0 bench --backend cuda --checkpoint $ck/pi05 --workload pi05-3cam $g --csv "$out/bench.csv" 2>>"$out/bench.err"
 done | tee "$out/bench.txt"
 tail -3 "$out/bench.err"

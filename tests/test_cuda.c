@@ -365,6 +365,13 @@ static void op_tests(void) {
     t_linear(768, 1152, 4304, 0, 4304, 1, EPI_ADD, 0, 8e-3);
     t_linear(11, 4096, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
     t_linear(11, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);
+    /* M <= 16: gemv.cu (expert shapes, a partial block with bias + GELU, one row, a column offset) */
+    t_linear(11, 2560, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
+    t_linear(11, 1024, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3);
+    t_linear(11, 8192, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
+    t_linear(16, 1000, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);
+    t_linear(1, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);
+    t_linear(11, 1024, 1024, 1024, 2048, 1, EPI_STORE, 0, 8e-3);
     t_linear(16, 2561, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);   /* few rows, odd N */
     t_linear(7, 1024, 4104, 0, 4104, 0, EPI_ADD, 0, 8e-3);     /* K not a multiple of 16 */
     t_linear(17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
@@ -375,7 +382,8 @@ static void op_tests(void) {
     t_linear(50, 32, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);
     t_linear(3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5);
     t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
-    t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert */
+    t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert (gemv.cu: RoPE split and gelu * up epilogues) */
+    t_fused(3, 1024, 2048, 256, 4096, 256);      /* few rows, most of the 16 padded */
     t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_norms(768, 1152);
@@ -404,6 +412,9 @@ static void op_tests(void) {
     int tl_q[1] = {11}, tl_k[1] = {799}, tl5_q[1] = {10}, tl5_k[1] = {978};
     t_attention("suffix-tail-pi0", 1, tl_q, tl_k, 8, 1, 256, 0, 1, 11);    /* B = 1: suffix K/V after the cache */
     t_attention("suffix-tail-pi05", 1, tl5_q, tl5_k, 8, 1, 256, 0, 0, 10);
+    int h50_q[1] = {51}, h50_k[1] = {839}, sh_q[1] = {3}, sh_k[1] = {40};
+    t_attention("suffix-tail-h50", 1, h50_q, h50_k, 8, 1, 256, 0, 1, 51);   /* 408 query rows: 26 row tiles */
+    t_attention("decode-short", 1, sh_q, sh_k, 8, 1, 256, 0, 1, 3);       /* key chunks past the keys */
     t_misc();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);

@@ -7,16 +7,207 @@
 //    equal images, a loop over the heads with the images as the batch.
 //  - A second key source (the suffix's own K/V, spec 3.10) fills logits columns [n1, n1+n2); P.V then
 //    accumulates both parts in fp32 and rounds once.
-// The softmax is one warp per logits row. Flash-style fused attention is issue 5's.
+// The softmax is one warp per logits row.
+// Few query rows against one key range (the denoise suffix at B = 1: 11 queries x 8 heads = 88 rows,
+// ~800 keys, MQA, head_dim 256) go to decode_attn_kernel instead: one launch, see below.
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "common.cuh"
+
+namespace cg = cooperative_groups;
+
+// ---- decode attention: flash-decoding over a cluster of DA_SPLIT blocks ----
+// Query rows r = j * H + h (row-major (rows, HD) = the q buffer as is; query j = r / H). Block (x, y) of
+// the grid takes row tile y (16 rows) and key chunk x (DA_SPLIT chunks of `chunk` keys, a multiple of
+// 16); the DA_SPLIT chunk blocks of a row tile form one thread-block cluster. Per block: Q tile and the
+// K/V chunk to shared memory (cp.async; prefix keys before the PDL wait: the cache's prefix rows were
+// written before the predecessor started, common.cuh), S = scale Q K^T on the tensor cores (mma
+// m16n8k16 from ldmatrix), the masked softmax of the chunk with its own max m and sum l (fp32), bf16
+// probabilities exp(s - m), O = P V (fp32). The cluster then merges the partial (m, l, O) through
+// distributed shared memory: block x writes columns [x HD / DA_SPLIT, ...) of the final rows as
+// sum_x e^(m_x - M) O_x / sum_x e^(m_x - M) l_x, rounded to bf16 (remote reads issued together: a merge
+// with one dependent remote read at a time took ~17 us per launch) (the CPU twin rounds nothing; the PT
+// reference rounds normalised probabilities: both within the op test's bound).
+// Mask (backend.h `tail`): key t is seen by query j iff t < n1 - tail, or t - (n1 - tail) <
+// (j < block0 ? block0 : tail).
+// 16 warps: with 4 (one per scheduler) the kernel issued an instruction every 6.4 cycles and took ~12 us
+enum { DA_SPLIT = 8, DA_HD = 256, DA_LD = DA_HD + 8, DA_WARPS = 16, DA_THREADS = 32 * DA_WARPS, DA_MAX_CHUNK = 128 };
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static size_t da_smem(int chunk) {   // Q tile, K chunk, V chunk (bf16, padded rows), S (fp32), P (bf16), m, l
+    return (size_t)(16 + 2 * chunk) * DA_LD * 2 + (size_t)16 * (chunk + 4) * 4 + (size_t)16 * (chunk + 8) * 2 + 32 * 4;
+}
+
+__global__ void __cluster_dims__(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
+decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int rows, int H, int n1, int tail,
+                   int block0, int chunk, float scale) {
+    extern __shared__ __align__(16) unsigned char da_sm[];
+    bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + 16 * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
+    float *Ss = (float *)(Vs + (size_t)chunk * DA_LD);
+    bf16 *Ps = (bf16 *)(Ss + 16 * (chunk + 4));
+    float *ml = (float *)(Ps + 16 * (chunk + 8));   // m[16], l[16]
+    float *Op = (float *)Ks;                          // (16, HD) fp32 partial output, after S is done
+    cg::cluster_group cl = cg::this_cluster();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    const int x = blockIdx.x, r0 = blockIdx.y * 16, t0 = x * chunk, nvis = n1 - tail, early = tail > 0 ? nvis : 0;
+    const int ldS = chunk + 4, ldP = chunk + 8;
+    // K/V chunk rows: with a tail, the cached prefix rows before the wait, the rest after; rows past n1 are zeros
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = tid; i < chunk * (DA_HD / 8); i += DA_THREADS) {
+            int row = i / (DA_HD / 8), col = (i % (DA_HD / 8)) * 8, t = t0 + row;
+            bf16 *kd = Ks + row * DA_LD + col, *vd = Vs + row * DA_LD + col;
+            if (t >= n1) {
+                if (pass == 0) { *(uint4 *)kd = make_uint4(0, 0, 0, 0); *(uint4 *)vd = make_uint4(0, 0, 0, 0); }
+            } else if ((t < early) == (pass == 0)) {
+                cp_async16(kd, kc + (size_t)t * DA_HD + col);
+                cp_async16(vd, vc + (size_t)t * DA_HD + col);
+            }
+        }
+        if (pass == 0) {
+            pdl_wait();
+            pdl_trigger();
+        }
+    }
+    for (int i = tid; i < 16 * (DA_HD / 8); i += DA_THREADS) {
+        int row = i / (DA_HD / 8), col = (i % (DA_HD / 8)) * 8;
+        bf16 *qd = Qs + row * DA_LD + col;
+        if (r0 + row < rows) cp_async16(qd, q + (size_t)(r0 + row) * DA_HD + col);
+        else *(uint4 *)qd = make_uint4(0, 0, 0, 0);
+    }
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+
+    // S = scale Q K^T: warp w takes key tile w (8 keys; chunk <= 128 = 16 tiles)
+    for (int nt = warp; nt < chunk / 8; nt += DA_WARPS) {
+        float s[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int kk = 0; kk < DA_HD / 16; kk += 2) {
+            uint32_t qa0[4], qa1[4], kb[4];   // Q k-steps kk, kk + 1; K rows nt*8 .. +7 for both
+            ldsm_x4(qa0, Qs + (lane & 15) * DA_LD + kk * 16 + (lane >> 4) * 8);
+            ldsm_x4(qa1, Qs + (lane & 15) * DA_LD + (kk + 1) * 16 + (lane >> 4) * 8);
+            ldsm_x4(kb, Ks + (nt * 8 + (lane & 7)) * DA_LD + kk * 16 + (lane >> 3) * 8);
+            mma16816(s, qa0, kb[0], kb[1]);
+            mma16816(s, qa1, kb[2], kb[3]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int row = g + (i >= 2 ? 8 : 0), col = nt * 8 + 2 * c + (i & 1), t = t0 + col, j = (r0 + row) / H;
+            bool seen = t < n1 && (t < nvis || t - nvis < (j < block0 ? block0 : tail));
+            Ss[row * ldS + col] = seen ? s[i] * scale : -INFINITY;
+        }
+    }
+    __syncthreads();
+    {   // softmax of the chunk: warp w takes row w
+        const int row = warp;
+        float mx = -INFINITY, sum = 0;
+        for (int t = lane; t < chunk; t += 32) mx = fmaxf(mx, Ss[row * ldS + t]);
+        mx = warp_max(mx);
+        for (int t = lane; t < chunk; t += 32) {
+            float e = mx == -INFINITY ? 0.0f : expf(Ss[row * ldS + t] - mx);
+            sum += e;
+            Ps[row * ldP + t] = __float2bfloat16(e);
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) { ml[row] = mx; ml[16 + row] = sum; }
+    }
+    __syncthreads();
+    // O = P V: warp w takes head-dim columns [16 w, 16 w + 16) = 2 n-tiles
+    float o[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    for (int kk = 0; kk < chunk / 16; kk++) {
+        uint32_t pa[4], vb[4];   // vb: (keys kk*16 .. +15) x (the 2 n-tiles), transposed
+        ldsm_x4(pa, Ps + (lane & 15) * ldP + kk * 16 + (lane >> 4) * 8);
+        int mi = lane >> 3;
+        ldsm_x4_t(vb, Vs + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * DA_LD + warp * 16 + (mi >> 1) * 8);
+        mma16816(o[0], pa, vb[0], vb[1]);
+        mma16816(o[1], pa, vb[2], vb[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+        int col = warp * 16 + n * 8 + 2 * c;
+        Op[g * DA_HD + col] = o[n][0];
+        Op[g * DA_HD + col + 1] = o[n][1];
+        Op[(g + 8) * DA_HD + col] = o[n][2];
+        Op[(g + 8) * DA_HD + col + 1] = o[n][3];
+    }
+    cl.sync();
+    // merge: first the 8 chunks' (m, l) of the 16 rows into local shared memory (Ss is free now)
+    float *mls = Ss;   // [rank][m 16 | l 16]
+    if (tid < DA_SPLIT * 16) {
+        int r = tid / 16, row = tid % 16;
+        const float *rm = cl.map_shared_rank(ml, r);
+        mls[r * 32 + row] = rm[row];
+        mls[r * 32 + 16 + row] = rm[16 + row];
+    }
+    __syncthreads();
+    {   // thread: one row, one of this block's HD / 8 columns; 8 independent remote reads
+        const int row = tid / 32, col = x * (DA_HD / DA_SPLIT) + tid % 32;
+        float ov[DA_SPLIT], M = -INFINITY, L = 0, acc = 0;
+#pragma unroll
+        for (int r = 0; r < DA_SPLIT; r++) ov[r] = cl.map_shared_rank(Op, r)[row * DA_HD + col];
+#pragma unroll
+        for (int r = 0; r < DA_SPLIT; r++) M = fmaxf(M, mls[r * 32 + row]);
+#pragma unroll
+        for (int r = 0; r < DA_SPLIT; r++) {   // a chunk with no visible key has m = -inf and O = 0
+            float mr = mls[r * 32 + row], e = mr == -INFINITY ? 0.0f : expf(mr - M);
+            L += e * mls[r * 32 + 16 + row];
+            acc += e * ov[r];
+        }
+        if (r0 + row < rows) out[(size_t)(r0 + row) * DA_HD + col] = __float2bfloat16(L > 0 ? acc / L : 0.0f);
+    }
+    cl.sync();   // no block may leave while the others read its shared memory
+}
+
+// The opt-in for more than 48 KB of shared memory (per device: called at backend create).
+void cuda_attention_setup(cuda_ctx *c) {
+    CUDA_NOTE(c, cudaFuncSetAttribute(decode_attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)da_smem(DA_MAX_CHUNK)));
+}
+
+// Launches decode attention for one segment when it applies (returns 1), else returns 0. With tail > 0
+// the first n1 - tail keys are the cached prefix and are read before the PDL wait (backend.h).
+static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int nq,
+                            const pi0_attn *a, int n1) {
+    int rows = nq * a->heads, chunk = (cdiv(n1, DA_SPLIT) + 15) / 16 * 16;
+    if (!c->fused_small || a->kv_heads != 1 || a->head_dim != DA_HD || a->k2.p || rows > 16 * 64 || n1 < 1 ||
+        chunk > DA_MAX_CHUNK || ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) & 15)
+        return 0;
+    if (chunk < 32) chunk = 32;   // the partial output (16 x HD fp32) reuses the K chunk's space
+    cuda_launch(c, decode_attn_kernel, dim3(DA_SPLIT, cdiv(rows, 16)), dim3(DA_THREADS), da_smem(chunk), out, q, k, v,
+                rows, a->heads, n1, a->tail, a->block0, chunk, a->scale);
+    return 1;
+}
 
 // Row r (of seg_rows per segment; several equal segments may be batched): query j = (r % seg_rows) /
 // row_div sees source-1 keys [0, n1) and source-2 keys
 // [0, j < block0 ? block0 : n2). Probabilities of unseen keys are written as 0.
 __global__ void softmax_kernel(bf16 *p, const float *s, int ld, int rows, int seg_rows, int n1, int n2, int block0,
                                int row_div) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (r >= rows) return;
     int nk = n1 + n2, j = (r % seg_rows) / row_div, lim = n1 + (n2 ? (j < block0 ? block0 : n2) : 0);
@@ -45,6 +236,11 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = a->k_off[s + 1] - k0;
         int n2 = K2 ? nq : 0, nk = n1 + n2, ld = (nk + 7) & ~7;   // rows padded to 16-byte multiples
         int rows = nq * H;
+        if (nq && decode_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw,
+                                   V1 + (size_t)k0 * kvw, nq, a, n1)) {
+            s++;
+            continue;
+        }
         if ((size_t)rows * ld > c->scores_cap || (size_t)rows * hd > c->att_cap) {
             if (!c->err) {
                 c->err = PI0_ERR_ARG;
@@ -73,9 +269,8 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
                           0.0f, c->scores + n1, ld, CUDA_R_32F, NULL, g, sq, sk2, ss);
             // tail: the last `tail` keys of the range are suffix keys (mask of the second source)
             int m1 = n2 ? n1 : n1 - a->tail, m2 = n2 ? n2 : a->tail;
-            softmax_kernel<<<cdiv((long long)g * rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, g * rows,
-                                                                                     rows, m1, m2, a->block0, H);
-            LAUNCH_NOTE(c, "softmax_kernel");
+            cuda_launch(c, softmax_kernel, dim3(cdiv((long long)g * rows * 32, 256)), dim3(256), 0, c->probs, c->scores,
+                        ld, g * rows, rows, m1, m2, a->block0, H);
             if (!n2) {
                 cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
                           0.0f, os, hd, CUDA_R_16BF, NULL, g, ss, sk1, sq);
@@ -96,9 +291,8 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             for (int h = 0; h < H; h++) {
                 cuda_gemm(c, 1, nq, n1, hd, a->scale, qs + h * hd, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw + h * hd, kvw,
                           CUDA_R_16BF, 0.0f, c->scores, ld, CUDA_R_32F, NULL, gi, sx, sw, sl);
-                softmax_kernel<<<cdiv((long long)gi * nq * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, gi * nq,
-                                                                                        nq, n1, 0, 0, 1);
-                LAUNCH_NOTE(c, "softmax_kernel");
+                cuda_launch(c, softmax_kernel, dim3(cdiv((long long)gi * nq * 32, 256)), dim3(256), 0, c->probs,
+                            c->scores, ld, gi * nq, nq, n1, 0, 0, 1);
                 cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw + h * hd, kvw,
                           CUDA_R_16BF, 0.0f, os + h * hd, qw, CUDA_R_16BF, NULL, gi, sl, sw, sx);
             }
@@ -107,9 +301,8 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             // head h: logits_h [nq, n1] = Q_h . K_h^T, Q_h = columns [h*hd, (h+1)*hd) of the [nq, qw] rows
             cuda_gemm(c, 1, nq, n1, hd, a->scale, qs, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       c->scores, ld, CUDA_R_32F, NULL, H, hd, hd, (long long)nq * ld);
-            softmax_kernel<<<cdiv((long long)rows * 32, 256), 256, 0, c->stream>>>(c->probs, c->scores, ld, rows, rows,
-                                                                                 n1, 0, 0, 1);
-            LAUNCH_NOTE(c, "softmax_kernel");
+            cuda_launch(c, softmax_kernel, dim3(cdiv((long long)rows * 32, 256)), dim3(256), 0, c->probs, c->scores, ld,
+                        rows, rows, n1, 0, 0, 1);
             cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       os, qw, CUDA_R_16BF, NULL, H, (long long)nq * ld, hd, hd);
         }

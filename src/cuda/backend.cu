@@ -368,10 +368,20 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->ws_size = 32u << 20;
     const char *g = getenv("PI0_CUDA_GRAPHS");
     c->graphs_enabled = !(g && !strcmp(g, "0"));
+    const char *pdl = getenv("PI0_CUDA_PDL"), *small = getenv("PI0_CUDA_SMALL");
+    c->pdl = !(pdl && !strcmp(pdl, "0"));
+    c->fused_small = !(small && !strcmp(small, "0"));
     c->gemms = gemm_cache_new();
     if (!c->gemms) { cuda_destroy(be); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     if (CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
         CUBLAS_NOTE(c, cublasLtCreate(&c->lt)) || CUDA_NOTE(c, cudaMalloc(&c->workspace, c->ws_size))) {
+        st = report(c);
+        cuda_destroy(be);
+        return st;
+    }
+    cuda_attention_setup(c);
+    cuda_gemv_setup(c);
+    if (c->err) {
         st = report(c);
         cuda_destroy(be);
         return st;

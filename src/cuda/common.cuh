@@ -45,6 +45,8 @@ struct cuda_ctx {
     cuda_graph_entry graphs[CUDA_MAX_GRAPHS];
     uint64_t graph_clock;
     int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off
+    int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
+    int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
@@ -57,9 +59,35 @@ int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, in
 int cublas_note(cuda_ctx *c, cublasStatus_t s, const char *what, const char *file, int line);
 #define CUDA_NOTE(c, call) cuda_note((c), (call), #call, __FILE__, __LINE__)
 #define CUBLAS_NOTE(c, call) cublas_note((c), (call), #call, __FILE__, __LINE__)
-#define LAUNCH_NOTE(c, name) cuda_note((c), cudaGetLastError(), name, __FILE__, __LINE__)
 
 static inline int cdiv(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+// ---- programmatic dependent launch (PDL, CUDA programming guide "Programmatic Dependent Launch") ----
+// A kernel started by cuda_launch may begin while its predecessor in the stream still runs. Contract
+// for every such kernel: it calls pdl_wait() before it reads or writes anything that an earlier kernel
+// writes or reads, and pdl_trigger() only after that wait. Then, when a kernel starts, every kernel
+// before its immediate predecessor has completed, and the only work it overlaps is its predecessor's
+// tail: it may prefetch weights (constant) and older data (e.g. the prefix KV cache) before the wait.
+// A kernel launched without the attribute (cuBLASLt) simply starts after its predecessor completes.
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+template <typename T> struct launch_arg { typedef T type; };   // no deduction from the arguments: they convert
+template <typename... P>
+static void cuda_launch(cuda_ctx *c, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                        typename launch_arg<P>::type... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 1 : 0;
+    cuda_note(c, cudaLaunchKernelEx(&cfg, kernel, args...), "cudaLaunchKernelEx", __FILE__, __LINE__);
+}
 
 // Value of an element of an ACT (bf16) or F32 buffer as fp32, and the store back.
 template <typename T> __device__ __forceinline__ float ldf(const T *p, size_t i);
@@ -109,8 +137,31 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
                  enum pi0_epi epi);
 void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd);
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K);
+// gemv.cu: Y = X . W^T for M <= 16 rows with fused epilogues (see gemv.cu)
+enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE };
+struct gemv_args {
+    const bf16 *x;            // (M, K) rows, stride ldx
+    const bf16 *w;            // (N, ldw) row-major, columns [0, K) used
+    int M, N, K, ldx, ldw;
+    int pair;                 // 0, or P: a block's rows are [a0, a0 + R/2) and [a0 + P, a0 + P + R/2), so
+                              // that the epilogue sees rows n and n + P together (GELU_MUL, QKV_ROPE)
+    int epi;                  // GEMV_*
+    const float *bias;        // (N) fp32 or NULL (not with pair)
+    bf16 *y;                  // STORE/ADD/GELU: (M, ldy); GELU_MUL: (M, ldy) holding the N / 2 products
+    int ldy;
+    bf16 *q, *k, *v;          // QKV_ROPE: (M, nq), (M, nk), (M, N - nq - nk); RoPE on q and k at pos
+    int nq, nk, hd;
+    const int32_t *pos;
+};
+int cuda_gemv_ok(const gemv_args *a, int nt);
+
+// Launches when the shape is supported (returns 1), else returns 0 and does nothing. nt (output rows
+// per block / 8: 1, 2, 4, 8) is 0 for the default choice (the lab sets it).
+int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt);
+void cuda_gemv_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
+void cuda_attention_setup(cuda_ctx *c);
 // norm.cu
 void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps);
 void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);

@@ -6,24 +6,27 @@
 
 #include "common.cuh"
 
-#define GRID(n) cdiv((long long)(n), 256), 256, 0, c->stream
+#define GRID(n) dim3(cdiv((long long)(n), 256)), dim3(256), 0
 
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
 __global__ void gelu_kernel(bf16 *x, size_t n) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = __float2bfloat16(gelu_tanh(__bfloat162float(x[i])));
 }
 
 void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n) {
     if (c->err || !n) return;
-    gelu_kernel<<<GRID(n)>>>(x, n);
-    LAUNCH_NOTE(c, "gelu_kernel");
+    cuda_launch(c, gelu_kernel, GRID(n), x, n);
 }
 
 __global__ void gelu_mul_kernel(bf16 *o, const bf16 *g, const bf16 *u, size_t n) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) o[i] = __float2bfloat16(gelu_tanh(__bfloat162float(g[i])) * __bfloat162float(u[i]));
 }
@@ -32,8 +35,7 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
     cuda_ctx *c = CTX(be);
     size_t n = (size_t)M * F;
     if (c->err || !n) return;
-    gelu_mul_kernel<<<GRID(n)>>>((bf16 *)out.p, (const bf16 *)g.p, (const bf16 *)u.p, n);
-    LAUNCH_NOTE(c, "gelu_mul_kernel");
+    cuda_launch(c, gelu_mul_kernel, GRID(n), (bf16 *)out.p, (const bf16 *)g.p, (const bf16 *)u.p, n);
 }
 
 // Patch embedding as an fp32 GEMM (spec 3.4: convolution in fp32): im2col_kernel gathers each patch in
@@ -41,6 +43,8 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
 // patch_finish_kernel adds bias and position embedding and rounds to bf16. Images in chunks that fit
 // the attention scratch (reused here: no attention runs during the patch embedding).
 __global__ void im2col_kernel(float *cols, const float *img, const int32_t *sel, int i0, int n, int R, int P) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     int G = R / P, T = G * G, CK = 3 * P * P;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n * T * CK) return;
@@ -51,6 +55,8 @@ __global__ void im2col_kernel(float *cols, const float *img, const int32_t *sel,
 }
 
 __global__ void patch_finish_kernel(bf16 *out, const float *y, const float *b, const bf16 *pos, int n, int T, int Dv) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n * T * Dv) return;
     int d = (int)(idx % Dv), t = (int)((idx / Dv) % T);
@@ -73,19 +79,20 @@ void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_
     }
     for (int i0 = 0; i0 < n; i0 += chunk) {
         int m = n - i0 < chunk ? n - i0 : chunk;
-        im2col_kernel<<<GRID((size_t)m * T * CK)>>>(c->scores, (const float *)img.p, (const int32_t *)sel.p, i0, m, R, P);
-        LAUNCH_NOTE(c, "im2col_kernel");
+        cuda_launch(c, im2col_kernel, GRID((size_t)m * T * CK), c->scores, (const float *)img.p, (const int32_t *)sel.p,
+                    i0, m, R, P);
         cuda_gemm(c, 1, m * T, Dv, CK, 1.0f, c->scores, CK, CUDA_R_32F, w->dev32, CK, CUDA_R_32F, 0.0f, c->att32, Dv,
                   CUDA_R_32F, NULL, 1, 0, 0, 0);
-        patch_finish_kernel<<<GRID((size_t)m * T * Dv)>>>((bf16 *)out.p + (size_t)i0 * T * Dv, c->att32,
+        cuda_launch(c, patch_finish_kernel, GRID((size_t)m * T * Dv), (bf16 *)out.p + (size_t)i0 * T * Dv, c->att32,
                                                           (const float *)b->dev32, (const bf16 *)pos->dev, m, T, Dv);
-        LAUNCH_NOTE(c, "patch_finish_kernel");
     }
 }
 
 // Rows of q (qh heads) and k (kh heads) rotated by pos[r] * 10000^(-2i/hd): (x1, x2) ->
 // (x1 cos - x2 sin, x2 cos + x1 sin); one thread per (row, head of q or k, i < hd/2), one launch for both.
 __global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos, int M, int hd) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     int half = hd / 2, heads = qh + kh;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)M * heads * half;
     if (idx >= n) return;
@@ -103,12 +110,13 @@ void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int h
     if (!k.p) kh = 0;
     size_t n = (size_t)M * (qh + kh) * (hd / 2);
     if (c->err || !n) return;
-    rope_kernel<<<GRID(n)>>>((bf16 *)q.p, qh, (bf16 *)k.p, kh, (const int32_t *)pos.p, M, hd);
-    LAUNCH_NOTE(c, "rope_kernel");
+    cuda_launch(c, rope_kernel, GRID(n), (bf16 *)q.p, qh, (bf16 *)k.p, kh, (const int32_t *)pos.p, M, hd);
 }
 
 __global__ void embed_kernel(bf16 *out, const int32_t *rows, const int32_t *ids, int n, const bf16 *table, int D,
                              float scale) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n * D) return;
     int i = (int)(idx / D), d = (int)(idx % D);
@@ -119,13 +127,14 @@ void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *t
     cuda_ctx *c = CTX(be);
     int D = (int)table->cols;
     if (c->err || n <= 0) return;
-    embed_kernel<<<GRID((size_t)n * D)>>>((bf16 *)out.p, (const int32_t *)rows.p, (const int32_t *)ids.p, n,
+    cuda_launch(c, embed_kernel, GRID((size_t)n * D), (bf16 *)out.p, (const int32_t *)rows.p, (const int32_t *)ids.p, n,
                                           (const bf16 *)table->dev, D, scale);
-    LAUNCH_NOTE(c, "embed_kernel");
 }
 
 template <typename TD, typename TS>
 __global__ void copy_rows_kernel(TD *dst, const int32_t *di, const TS *src, const int32_t *si, int n, int D) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)n * D) return;
     int i = (int)(idx / D), d = (int)(idx % D);
@@ -139,18 +148,19 @@ void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D)
     const int32_t *dix = (const int32_t *)di.p, *six = (const int32_t *)si.p;
     size_t total = (size_t)n * D;
     if (dst.kind == PT_ACT && src.kind == PT_ACT)
-        copy_rows_kernel<bf16, bf16><<<GRID(total)>>>((bf16 *)dst.p, dix, (const bf16 *)src.p, six, n, D);
+        cuda_launch(c, copy_rows_kernel<bf16, bf16>, GRID(total), (bf16 *)dst.p, dix, (const bf16 *)src.p, six, n, D);
     else if (dst.kind == PT_ACT)
-        copy_rows_kernel<bf16, float><<<GRID(total)>>>((bf16 *)dst.p, dix, (const float *)src.p, six, n, D);
+        cuda_launch(c, copy_rows_kernel<bf16, float>, GRID(total), (bf16 *)dst.p, dix, (const float *)src.p, six, n, D);
     else if (src.kind == PT_ACT)
-        copy_rows_kernel<float, bf16><<<GRID(total)>>>((float *)dst.p, dix, (const bf16 *)src.p, six, n, D);
+        cuda_launch(c, copy_rows_kernel<float, bf16>, GRID(total), (float *)dst.p, dix, (const bf16 *)src.p, six, n, D);
     else
-        copy_rows_kernel<float, float><<<GRID(total)>>>((float *)dst.p, dix, (const float *)src.p, six, n, D);
-    LAUNCH_NOTE(c, "copy_rows_kernel");
+        cuda_launch(c, copy_rows_kernel<float, float>, GRID(total), (float *)dst.p, dix, (const float *)src.p, six, n, D);
 }
 
 __global__ void gated_add_kernel(bf16 *x, const bf16 *y, const float *gate, int gate_stride, int rows_per_gate, int M,
                                  int D) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)M * D) return;
     int r = (int)(idx / D), d = (int)(idx % D);
@@ -161,13 +171,14 @@ __global__ void gated_add_kernel(bf16 *x, const bf16 *y, const float *gate, int 
 void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    gated_add_kernel<<<GRID((size_t)M * D)>>>((bf16 *)x.p, (const bf16 *)y.p, (const float *)gate.p, gate_stride,
+    cuda_launch(c, gated_add_kernel, GRID((size_t)M * D), (bf16 *)x.p, (const bf16 *)y.p, (const float *)gate.p, gate_stride,
                                               rows_per_gate, M, D);
-    LAUNCH_NOTE(c, "gated_add_kernel");
 }
 
 template <typename T>
 __global__ void add_rows_kernel(T *x, const float *v, int rows_per_vec, int M, int D, int swish) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)M * D) return;
     int r = (int)(idx / D), d = (int)(idx % D);
@@ -179,15 +190,16 @@ void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, 
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     if (x.kind == PT_F32)
-        add_rows_kernel<float><<<GRID((size_t)M * D)>>>((float *)x.p, (const float *)v.p, rows_per_vec, M, D,
+        cuda_launch(c, add_rows_kernel<float>, GRID((size_t)M * D), (float *)x.p, (const float *)v.p, rows_per_vec, M, D,
                                                         act == ACT_SWISH);
     else
-        add_rows_kernel<bf16><<<GRID((size_t)M * D)>>>((bf16 *)x.p, (const float *)v.p, rows_per_vec, M, D,
+        cuda_launch(c, add_rows_kernel<bf16>, GRID((size_t)M * D), (bf16 *)x.p, (const float *)v.p, rows_per_vec, M, D,
                                                        act == ACT_SWISH);
-    LAUNCH_NOTE(c, "add_rows_kernel");
 }
 
 __global__ void axpy_kernel(float *x, const float *y, float alpha, size_t n) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += alpha * y[i];
 }
@@ -195,17 +207,17 @@ __global__ void axpy_kernel(float *x, const float *y, float alpha, size_t n) {
 void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
     cuda_ctx *c = CTX(be);
     if (c->err || !n) return;
-    axpy_kernel<<<GRID(n)>>>((float *)x.p, (const float *)y.p, alpha, n);
-    LAUNCH_NOTE(c, "axpy_kernel");
+    cuda_launch(c, axpy_kernel, GRID(n), (float *)x.p, (const float *)y.p, alpha, n);
 }
 
 __global__ void f32_to_bf16_kernel(bf16 *d, const float *s, size_t n) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) d[i] = __float2bfloat16(s[i]);
 }
 
 void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n) {
     if (c->err || !n) return;
-    f32_to_bf16_kernel<<<GRID(n)>>>(dst, src, n);
-    LAUNCH_NOTE(c, "f32_to_bf16_kernel");
+    cuda_launch(c, f32_to_bf16_kernel, GRID(n), dst, src, n);
 }

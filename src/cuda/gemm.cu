@@ -3,8 +3,8 @@
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
 // once per shape and cached. Linear with fp32 input (the small head projections and time
-// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead: one warp per output feature and
-// 8 rows, bf16 weights widened to fp32. CPU twin: cpu_linear.
+// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead: one warp per 4 output features and
+// 8 rows, bf16 weights widened to fp32. Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,30 +182,64 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
                                   c->workspace, c->ws_size, c->stream));
 }
 
-// y[m, n] (=, +=, gelu) sum_k x[m, k] * w[n, k0 + k] + b[n]; one warp per n and 8 rows.
+// y[m, n] (=, +=, gelu) sum_k x[m, k] * w[n, k0 + k] + b[n]; one warp per 4 n and 8 rows, so that each
+// x value read serves 4 outputs (one n per warp re-read all of x from L2 per feature: ~13 us at
+// M = 10, N = K = 1024, 32 MB of L2 traffic).
+enum { LF_N = 4 };
 __global__ void linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M, int N, int K,
-                                  int ldw, int epi) {
-    int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31, m0 = blockIdx.y * 8;
-    if (n >= N) return;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    const bf16 *wr = w + (size_t)n * ldw;
-    for (int k = lane; k < K; k += 32) {
-        float wv = __bfloat162float(wr[k]);
+                                  int ldw, int epi, int vec) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    int n0 = ((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * LF_N, lane = threadIdx.x & 31, m0 = blockIdx.y * 8;
+    if (n0 >= N) return;
+    float acc[8][LF_N] = {};
+    const bf16 *wr[LF_N];
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            if (m0 + i < M) acc[i] += x[(size_t)(m0 + i) * K + k] * wv;
-    }
+    for (int j = 0; j < LF_N; j++) wr[j] = w + (size_t)(n0 + j < N ? n0 + j : n0) * ldw;
+    int kv = vec ? K : 0;   // 16-byte path: the lane takes 8 consecutive k of every 256
+#pragma unroll 2
+    for (int k = lane * 8; k < kv; k += 256) {
+        float wf[LF_N][8];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float v = warp_sum(acc[i]);
-        if (lane == 0 && m0 + i < M) {
-            v += b ? b[n] : 0.0f;
-            float *o = y + (size_t)(m0 + i) * N + n;
-            if (epi == EPI_ADD) v += *o;
-            else if (epi == EPI_GELU) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-            *o = v;
+        for (int j = 0; j < LF_N; j++) {
+            uint4 wq = __ldg((const uint4 *)(wr[j] + k));
+#pragma unroll
+            for (int e = 0; e < 8; e++) wf[j][e] = __bfloat162float(((const bf16 *)&wq)[e]);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (m0 + i >= M) break;
+            const float4 *xr = (const float4 *)(x + (size_t)(m0 + i) * K + k);
+            float4 p = __ldcg(xr), q = __ldcg(xr + 1);
+            float xe[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+            for (int j = 0; j < LF_N; j++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[i][j] += xe[e] * wf[j][e];
         }
     }
+    for (int k = kv + lane; k < K; k += 32)
+#pragma unroll
+        for (int j = 0; j < LF_N; j++) {
+            float wv = __bfloat162float(wr[j][k]);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                if (m0 + i < M) acc[i][j] += x[(size_t)(m0 + i) * K + k] * wv;
+        }
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < LF_N; j++) {
+            float v = warp_sum(acc[i][j]);
+            int n = n0 + j;
+            if (lane == 0 && m0 + i < M && n < N) {
+                v += b ? b[n] : 0.0f;
+                float *o = y + (size_t)(m0 + i) * N + n;
+                if (epi == EPI_ADD) v += *o;
+                else if (epi == EPI_GELU) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+                *o = v;
+            }
+        }
 }
 
 void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
@@ -215,13 +249,21 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
     const bf16 *w = (const bf16 *)W->dev + k0;
     if (x.kind == PT_F32) {
         PI0_ASSERT(out.kind == PT_F32);
-        dim3 grid(cdiv((long long)N * 32, 256), cdiv(M, 8));
-        linear_f32_kernel<<<grid, 256, 0, c->stream>>>((float *)out.p, (const float *)x.p, w,
-                                                        b ? (const float *)b->dev32 : NULL, M, N, K, (int)W->cols, epi);
-        LAUNCH_NOTE(c, "linear_f32_kernel");
+        dim3 grid(cdiv((long long)cdiv(N, LF_N) * 32, 256), cdiv(M, 8));
+        int vec = K % 8 == 0 && W->cols % 8 == 0 && k0 % 8 == 0 && !((uintptr_t)x.p & 15);
+        cuda_launch(c, linear_f32_kernel, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w,
+                    b ? (const float *)b->dev32 : NULL, M, N, K, (int)W->cols, (int)epi, vec);
         return;
     }
     PI0_ASSERT(x.kind == PT_ACT && out.kind == PT_ACT);
+    if (c->fused_small && M <= 16) {   // few rows: gemv.cu streams the weights in one launch
+        gemv_args g = {};
+        g.x = (const bf16 *)x.p; g.w = w; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
+        g.epi = epi == EPI_ADD ? GEMV_ADD : epi == EPI_GELU ? GEMV_GELU : GEMV_STORE;
+        g.bias = b ? (const float *)b->dev32 : NULL;
+        g.y = (bf16 *)out.p; g.ldy = N;
+        if (cuda_gemv(c, &g, 0)) return;
+    }
     // bias epilogue in the output type (bf16): the sum is formed in fp32 and rounded once
     cuda_gemm(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_16BF, w, (int)W->cols, CUDA_R_16BF, epi == EPI_ADD ? 1.0f : 0.0f,
               out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0);
@@ -235,6 +277,8 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
 // rope_kernel): one thread per (row, head, i < hd/2) of q|k|v, rotating the pair (i, i + hd/2).
 __global__ void split3_rope_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, const int32_t *pos, int M, int nq, int nk,
                                    int nv, int hd) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     int half = hd / 2, w = nq + nk + nv, hw = w / 2;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)M * hw) return;
@@ -252,6 +296,8 @@ __global__ void split3_rope_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, con
 }
 
 __global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)M * F) return;
     size_t r = idx / F, col = idx % F;
@@ -272,6 +318,8 @@ static int adjacent(const pi0_wt *const *w, int n) {
 // Without RoPE (SigLIP): split the fused product into q, k, v adding each projection's fp32 bias.
 __global__ void split3_bias_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, const float *bq, const float *bk,
                                    const float *bv, int M, int nq, int nk, int nv) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     int w = nq + nk + nv;
     if (idx >= (size_t)M * w) return;
@@ -289,6 +337,14 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     if (c->err || M <= 0) return;
     int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
     int rope = pos.p != NULL, biased = p->b[0] || p->b[1] || p->b[2];
+    if (c->fused_small && M <= 16 && rope && !biased && adjacent(p->w, 3)) {   // one launch: product, RoPE, split
+        gemv_args g = {};
+        g.x = (const bf16 *)y.p; g.w = (const bf16 *)p->w[0]->dev; g.M = M; g.N = n; g.K = K; g.ldx = K; g.ldw = K;
+        g.pair = hd / 2; g.epi = GEMV_QKV_ROPE;
+        g.q = (bf16 *)q.p; g.k = (bf16 *)k.p; g.v = (bf16 *)v.p; g.nq = nq; g.nk = nk; g.hd = hd;
+        g.pos = (const int32_t *)pos.p;
+        if (cuda_gemv(c, &g, 0)) return;
+    }
     if (!adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
         pt out[3] = {q, k, v};
         for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
@@ -300,13 +356,11 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, p->w[0]->dev, K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF,
               NULL, 1, 0, 0, 0);
     if (rope) {
-        split3_rope_kernel<<<cdiv((long long)M * n / 2, 256), 256, 0, c->stream>>>(
-            (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, (const int32_t *)pos.p, M, nq, nk, nv, hd);
-        LAUNCH_NOTE(c, "split3_rope_kernel");
+        cuda_launch(c, split3_rope_kernel, dim3(cdiv((long long)M * n / 2, 256)), dim3(256), 0, (bf16 *)q.p,
+                    (bf16 *)k.p, (bf16 *)v.p, c->fused, (const int32_t *)pos.p, M, nq, nk, nv, hd);
     } else {
-        split3_bias_kernel<<<cdiv((long long)M * n, 256), 256, 0, c->stream>>>(
-            (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, b32(p->b[0]), b32(p->b[1]), b32(p->b[2]), M, nq, nk, nv);
-        LAUNCH_NOTE(c, "split3_bias_kernel");
+        cuda_launch(c, split3_bias_kernel, dim3(cdiv((long long)M * n, 256)), dim3(256), 0, (bf16 *)q.p, (bf16 *)k.p,
+                    (bf16 *)v.p, c->fused, b32(p->b[0]), b32(p->b[1]), b32(p->b[2]), M, nq, nk, nv);
     }
 }
 
@@ -314,6 +368,12 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[2] = {&L->gate, &L->up};
+    if (c->fused_small && M <= 16 && adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
+        gemv_args g = {};
+        g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
+        g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F;
+        if (cuda_gemv(c, &g, 0)) return;
+    }
     if (!adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
         cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
         cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);
@@ -322,6 +382,5 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     }
     cuda_gemm(c, 1, M, 2 * F, K, 1.0f, y.p, K, CUDA_R_16BF, L->gate.dev, K, CUDA_R_16BF, 0.0f, c->fused, 2 * F,
               CUDA_R_16BF, NULL, 1, 0, 0, 0);
-    gelu_mul_split_kernel<<<cdiv((long long)M * F, 256), 256, 0, c->stream>>>((bf16 *)out.p, c->fused, M, F);
-    LAUNCH_NOTE(c, "gelu_mul_split_kernel");
+    cuda_launch(c, gelu_mul_split_kernel, dim3(cdiv((long long)M * F, 256)), dim3(256), 0, (bf16 *)out.p, c->fused, M, F);
 }

@@ -4,6 +4,8 @@
 #include "common.cuh"
 
 __global__ void layernorm_kernel(bf16 *y, const bf16 *x, const float *w, const float *b, int D, float eps) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     const bf16 *xr = x + (size_t)blockIdx.x * D;
     bf16 *yr = y + (size_t)blockIdx.x * D;
     float s = 0;
@@ -22,6 +24,8 @@ __global__ void layernorm_kernel(bf16 *y, const bf16 *x, const float *w, const f
 // modulation [scale | shift | gate] (fp32, 3D) at mod + (row / rows_per_mod) * 3D.
 __global__ void rmsnorm_kernel(bf16 *y, const bf16 *x, const float *w, const float *mod, int rows_per_mod, int D,
                                float eps) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
     const bf16 *xr = x + (size_t)blockIdx.x * D;
     bf16 *yr = y + (size_t)blockIdx.x * D;
     float s = 0;
@@ -43,22 +47,20 @@ __global__ void rmsnorm_kernel(bf16 *y, const bf16 *x, const float *w, const flo
 void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    layernorm_kernel<<<M, 256, 0, c->stream>>>((bf16 *)out.p, (const bf16 *)x.p, (const float *)w->dev32,
+    cuda_launch(c, layernorm_kernel, dim3(M), dim3(256), 0, (bf16 *)out.p, (const bf16 *)x.p, (const float *)w->dev32,
                                                 (const float *)b->dev32, D, eps);
-    LAUNCH_NOTE(c, "layernorm_kernel");
 }
 
 void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    rmsnorm_kernel<<<M, 256, 0, c->stream>>>((bf16 *)out.p, (const bf16 *)x.p, (const float *)w->dev32, NULL, 1, D, eps);
-    LAUNCH_NOTE(c, "rmsnorm_kernel");
+    cuda_launch(c, rmsnorm_kernel, dim3(M), dim3(256), 0, (bf16 *)out.p, (const bf16 *)x.p, (const float *)w->dev32,
+                NULL, 1, D, eps);
 }
 
 void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    rmsnorm_kernel<<<M, 256, 0, c->stream>>>((bf16 *)out.p, (const bf16 *)x.p, NULL, (const float *)mod.p,
+    cuda_launch(c, rmsnorm_kernel, dim3(M), dim3(256), 0, (bf16 *)out.p, (const bf16 *)x.p, NULL, (const float *)mod.p,
                                               rows_per_mod, D, eps);
-    LAUNCH_NOTE(c, "adarms_kernel");
 }

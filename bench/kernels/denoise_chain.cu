@@ -1,0 +1,128 @@
+// denoise_chain.cu — the action expert's 18 layers of one denoise step at B = 1 (spec 3.8/3.13), made of
+// the production ops exactly as model.c's denoise calls them (RMSNorm, q|k|v with RoPE into the KV cache,
+// tail attention, o + residual, RMSNorm, gate|up with gelu * up, down + residual), captured as one graph and
+// timed with CUDA events: the cost of a layer in the real chain of kernels, and of each op kind by
+// leaving it out. Random weights (18 x 34.6 MB, more than the L2), prefix of 788 cached keys.
+// Build and run: sh bench/kernels/run_lab.sh build / run OUTDIR.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/cuda/common.cuh"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
+    }
+}
+
+static pi0_wt mat(char **at, int64_t rows, int64_t cols) {
+    pi0_wt w = {};
+    w.rows = rows; w.cols = cols; w.dtype = PI0_DT_BF16; w.dev = *at;
+    *at += (size_t)rows * cols * 2;
+    return w;
+}
+
+int main(void) {
+    const int L = 18, M = 11, D = 1024, F = 4096, Hq = 8, hd = 256, P = 788, n1 = P + M;
+    pi0_backend *be = NULL;
+    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    cuda_ctx *c = CTX(be);
+    be->reserve(be, 4096, 4096, (size_t)M * Hq * (n1 + 8), (size_t)M * 2 * F);
+    size_t per = (size_t)(Hq * hd + 2 * hd) * D + (size_t)D * Hq * hd + 2 * (size_t)F * D + (size_t)D * F;
+    char *arena, *at;
+    CK(cudaMalloc(&arena, per * 2 * L));
+    fill_kernel<<<2048, 256>>>((bf16 *)arena, per * L, 3, 0.03f);
+    float *norms;
+    CK(cudaMalloc(&norms, (size_t)2 * L * D * 4));
+    CK(cudaMemset(norms, 0, (size_t)2 * L * D * 4));
+    pi0_gemma_layer *ly = (pi0_gemma_layer *)calloc(L, sizeof *ly);
+    at = arena;
+    for (int l = 0; l < L; l++) {   // q|k|v and gate|up adjacent, as backend.cu fuse_order places them
+        ly[l].q = mat(&at, Hq * hd, D); ly[l].k = mat(&at, hd, D); ly[l].v = mat(&at, hd, D);
+        ly[l].o = mat(&at, D, Hq * hd); ly[l].gate = mat(&at, F, D); ly[l].up = mat(&at, F, D);
+        ly[l].down = mat(&at, D, F);
+        ly[l].attn_norm.rows = D; ly[l].attn_norm.cols = 1; ly[l].attn_norm.dev32 = norms + (size_t)2 * l * D;
+        ly[l].mlp_norm.rows = D; ly[l].mlp_norm.cols = 1; ly[l].mlp_norm.dev32 = norms + (size_t)(2 * l + 1) * D;
+    }
+    pt s = be->alloc(be, (size_t)M * D, PT_ACT), sy = be->alloc(be, (size_t)M * D, PT_ACT);
+    pt sq = be->alloc(be, (size_t)M * Hq * hd, PT_ACT), satt = be->alloc(be, (size_t)M * Hq * hd, PT_ACT);
+    pt sg = be->alloc(be, (size_t)M * F, PT_ACT), su = be->alloc(be, (size_t)M * F, PT_ACT);
+    pt spos = be->alloc(be, M, PT_I32);
+    pt *kc = (pt *)calloc(L, sizeof(pt)), *vc = (pt *)calloc(L, sizeof(pt));
+    for (int l = 0; l < L; l++) {
+        kc[l] = be->alloc(be, (size_t)n1 * hd, PT_ACT);
+        vc[l] = be->alloc(be, (size_t)n1 * hd, PT_ACT);
+        fill_kernel<<<256, 256>>>((bf16 *)kc[l].p, (size_t)n1 * hd, 10 + l, 1.0f);
+        fill_kernel<<<256, 256>>>((bf16 *)vc[l].p, (size_t)n1 * hd, 50 + l, 1.0f);
+    }
+    fill_kernel<<<64, 256>>>((bf16 *)s.p, (size_t)M * D, 5, 1.0f);
+    int32_t pos[M];
+    for (int i = 0; i < M; i++) pos[i] = P + i;
+    be->upload(be, spos, pos, M);
+    CK(cudaDeviceSynchronize());
+    int32_t qo[2] = {0, M}, ko[2] = {0, n1};
+    pi0_attn a = {.nseg = 1, .heads = Hq, .kv_heads = 1, .head_dim = hd, .scale = 1.0f / 16.0f, .q_off = qo,
+                  .k_off = ko, .block0 = 1, .tail = M};
+    // what: 1 q|k|v, 2 attention, 4 o, 8 gate|up, 16 down (each q|k|v and gate|up after its RMSNorm)
+    auto step = [&](int what) {
+        for (int l = 0; l < L; l++) {
+            pi0_gemma_layer *Ly = &ly[l];
+            pi0_proj3 pj = {{&Ly->q, &Ly->k, &Ly->v}, {NULL, NULL, NULL}};
+            pt sk = pt_at(be, kc[l], (size_t)P * hd), sv = pt_at(be, vc[l], (size_t)P * hd);
+            if (what & 1) be->rmsnorm(be, sy, s, &Ly->attn_norm, M, D, 1e-6f);
+            if (what & 1) be->qkv(be, sq, sk, sv, sy, &pj, M, D, spos, hd);
+            a.k1 = kc[l]; a.v1 = vc[l];
+            if (what & 2) be->attention(be, satt, sq, &a);
+            if (what & 4) be->linear(be, s, satt, &Ly->o, NULL, M, D, Hq * hd, 0, EPI_ADD);
+            if (what & 8) be->rmsnorm(be, sy, s, &Ly->mlp_norm, M, D, 1e-6f);
+            if (what & 8) be->mlp_up(be, sg, su, sy, Ly, M, F, D);
+            if (what & 16) be->linear(be, s, sg, &Ly->down, NULL, M, D, F, 0, EPI_ADD);
+        }
+    };
+    struct { const char *name; int what, pdl, small; } vers[] = {
+        {"layer (all ops)", 31, 1, 1}, {"  no PDL", 31, 0, 1},          {"  cuBLASLt/GEMM path", 31, 1, 0},
+        {"  without attention", 29, 1, 1}, {"  only norm+q|k|v", 1, 1, 1}, {"  only attention", 2, 1, 1},
+        {"  only o", 4, 1, 1},            {"  only norm+gate|up", 8, 1, 1}, {"  only down", 16, 1, 1}};
+    printf("%-24s %12s\n", "18 layers, one step", "us per layer");
+    for (auto &v : vers) {
+        c->pdl = v.pdl;
+        c->fused_small = v.small;
+        step(v.what);   // un-captured first run: cuBLASLt plans and timing
+        CK(cudaStreamSynchronize(c->stream));
+        if (c->err) { printf("%s: %s\n", v.name, c->errmsg); return 1; }
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+        c->capturing = 1;
+        step(v.what);
+        c->capturing = 0;
+        CK(cudaStreamEndCapture(c->stream, &graph));
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        float t[9];
+        for (int it = 0; it < 2; it++) CK(cudaGraphLaunch(exec, c->stream));
+        for (int it = 0; it < 9; it++) {
+            CK(cudaEventRecord(e0, c->stream));
+            CK(cudaGraphLaunch(exec, c->stream));
+            CK(cudaEventRecord(e1, c->stream));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&t[it], e0, e1));
+        }
+        for (int i = 0; i < 9; i++)
+            for (int j = i + 1; j < 9; j++)
+                if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
+        printf("%-24s %12.2f\n", v.name, t[4] * 1e3 / L);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    }
+    be->destroy(be);
+    return 0;
+}

@@ -1,0 +1,36 @@
+#!/bin/sh
+# Builds (where nvcc and build-gpu/libpi0.a exist) and runs the kernel labs of bench/kernels.
+# Usage: sh bench/kernels/run_lab.sh build        (here: make BUILD=build-gpu first)
+#        sh bench/kernels/run_lab.sh run OUTDIR   (device machine: timings; NCU=1 adds ncu DRAM throughput)
+B=${BUILD:-build-gpu}
+if [ "$1" = build ]; then
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
+        bench/kernels/gemv_smallm.cu $B/libpi0.a -o $B/gemv_smallm \
+        /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
+    for k in decode_attn denoise_chain; do
+        nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
+            bench/kernels/$k.cu $B/libpi0.a -o $B/$k /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp \
+            -lcublasLt -lgomp || exit 1
+    done
+    exit 0
+fi
+out=${2:-/tmp/lab}
+mkdir -p "$out"
+$B/gemv_smallm | tee "$out/gemv_smallm.txt"
+{ $B/decode_attn 11 788; $B/decode_attn 10 968; $B/decode_attn 51 788; } | tee "$out/decode_attn.txt"
+$B/denoise_chain | tee "$out/denoise_chain.txt"
+if [ -n "$NCU" ] && command -v ncu >/dev/null; then   # NCU=1: DRAM throughput of each version (slow)
+    ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+        $B/gemv_smallm once > "$out/gemv_ncu.csv" 2>/dev/null
+    python3 - "$out/gemv_ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [l for l in open(sys.argv[1]) if l.startswith('"')]
+agg = collections.OrderedDict()
+for r in csv.DictReader(rows):
+    k = (r["ID"], r["Kernel Name"][:60])
+    agg.setdefault(k, {})[r["Metric Name"]] = r["Metric Value"] + " " + r.get("Metric Unit", "")
+print("ncu: %d kernels" % len(agg))
+for (i, name), m in list(agg.items())[:400]:
+    print(i, name, "|", " | ".join("%s=%s" % (a.split("__")[1][:24], b) for a, b in m.items()))
+PY
+fi

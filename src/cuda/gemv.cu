@@ -1,0 +1,240 @@
+// gemv.cu — few-row products on the tensor cores: Y[M, N] = X[M, K] . W[N, K]^T for M <= 16 (the
+// denoise steps at B = 1: M = 11 suffix rows), with the neighbouring elementwise work fused in the
+// epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
+// block: gelu(gate) * up (P = F, spec 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
+// pair), which writes k and v straight into the KV cache rows.
+// Why: at M = 11 cuBLASLt streams the expert weights at ~1 TB/s and adds a split-K reduce kernel;
+// this is one launch per product (numbers in bench/RESULTS.md, lab: bench/kernels/gemv_smallm.cu).
+// Layout: a block owns R = 8 NT output rows and 1024 columns of K; the K / 1024 blocks of a row block form
+// a thread-block cluster and add their partial sums through distributed shared memory (deterministic:
+// fixed order). The block's weight rows are fetched with one bulk copy (TMA) per row into padded shared
+// memory, issued before the programmatic-launch wait (common.cuh): weights are constants, so the copy
+// overlaps the previous kernel. 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16 zero-padded
+// X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8 consecutive k)
+// of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted order for A
+// and B, which leaves every dot product unchanged.
+// CPU twins: cpu_linear, cpu_qkv, cpu_mlp_up (src/cpu/cpu_backend.c).
+#include <cooperative_groups.h>
+#include <math.h>
+
+#include "common.cuh"
+
+namespace cg = cooperative_groups;
+
+enum { GW = 8 };   // warps per block = K slices
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float gelu_f(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// First weight row of n-tile t of block b (see gemv_args.pair).
+template <int NT>
+__device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
+    if (!a.pair) return b * 8 * NT + 8 * t;
+    int half = 4 * NT, per = a.pair / half, a0 = (b / per) * 2 * a.pair + (b % per) * half;
+    return t < NT / 2 ? a0 + 8 * t : a0 + a.pair + 8 * (t - NT / 2);
+}
+
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024); the K/1024 blocks of
+// a row block form a cluster and add their partial sums through distributed shared memory.
+// Shared memory: W rows (R x 1024 bf16, row stride GEMV_LDS bytes: 64 bytes of padding put rows g and
+// g + 1 in different bank halves, so the 16-byte reads of a warp are conflict-free), later reused for
+// the 8 warps' partial sums; the block's sums ctile (16 x R fp32).
+enum { GEMV_KC = 1024, GEMV_LDS = GEMV_KC * 2 + 64 };
+
+template <int NT>
+__global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
+    constexpr int R = 8 * NT;
+    extern __shared__ __align__(16) unsigned char gsm[];
+    unsigned char *Ws = gsm;
+    float *red = (float *)gsm;                                  // [GW][NT][4][32] after the products
+    float *ctile = (float *)(gsm + R * GEMV_LDS);               // [16][R + 1]
+    __shared__ __align__(8) uint64_t bar;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
+    const int kb = blockIdx.y * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;   // k of this lane within the slice
+    // ---- before the PDL wait: only constants (weights) ----
+    int nrow = tile_row<NT>(a, b, threadIdx.x >> 3) + (threadIdx.x & 7);   // the row thread t < R copies
+    if (threadIdx.x == 0) {   // rows past N only in the last row block (pair layouts need N % 2P == 0)
+        int valid = a.pair ? R : min(R, a.N - b * R);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)),
+                     "r"(valid * GEMV_KC * 2) : "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x < R && nrow < a.N)   // one bulk copy (TMA) per weight row
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"(smem_u32(Ws + threadIdx.x * GEMV_LDS)), "l"(a.w + (size_t)nrow * a.ldw + kb),
+                     "r"(GEMV_KC * 2), "r"(smem_u32(&bar)) : "memory");
+    // RoPE angle of this thread's epilogue column (same formula as rope_kernel / cpu rope1, spec 3.7)
+    const int rope_i = a.epi == GEMV_QKV_ROPE ? (tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2)) % a.hd : 0;
+    const float inv_freq = a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * rope_i / a.hd) : 0.0f;
+    pdl_wait();
+    pdl_trigger();
+    // ---- activations: X rows g and g + 8, this lane's 4 x 8 k ----
+    const bool x0ok = g < a.M, x1ok = g + 8 < a.M;
+    const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
+    const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint4 xv[4][2];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        xv[u][0] = x0ok ? __ldcg((const uint4 *)(xp0 + 32 * u)) : zero;
+        xv[u][1] = x1ok ? __ldcg((const uint4 *)(xp1 + 32 * u)) : zero;
+    }
+    float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
+    if (a.epi == GEMV_ADD && gridDim.y == 1)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int o = threadIdx.x + i * GW * 32, m = o / R, n = b * R + o % R;
+            if (m < a.M && n < a.N) yold[i] = __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n));
+        }
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    for (unsigned done = 0; !done;)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_u32(&bar)) : "memory");
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            uint4 w = *(const uint4 *)(Ws + (8 * t + g) * GEMV_LDS + (kw + 32 * u) * 2);
+            mma_bf16(acc[t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, w.x, w.y);
+            mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
+        }
+    __syncthreads();   // every warp is done with Ws: its space now holds the partial sums
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
+    __syncthreads();
+    // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1)
+    for (int o = threadIdx.x; o < NT * 128; o += GW * 32) {
+        int t = o >> 7, i = (o >> 5) & 3, l = o & 31;
+        float s = 0;
+#pragma unroll
+        for (int w = 0; w < GW; w++) s += red[((w * NT + t) * 4 + i) * 32 + l];
+        ctile[((l >> 2) + (i >= 2 ? 8 : 0)) * (R + 1) + 8 * t + 2 * (l & 3) + (i & 1)] = s;
+    }
+    cg::cluster_group cl = cg::this_cluster();
+    const int ks = gridDim.y, rank = blockIdx.y;
+    if (ks > 1) cl.sync();
+    else __syncthreads();
+    // output (m, j) of this row block, j < R: the cluster's K slices added in rank order; block `rank`
+    // of the cluster finishes the outputs o with o % ks == rank
+    auto total = [&](int m, int j) {
+        if (ks == 1) return ctile[m * (R + 1) + j];
+        float s = 0;
+        for (int r = 0; r < ks; r++) s += cl.map_shared_rank(ctile, r)[m * (R + 1) + j];
+        return s;
+    };
+    if (!a.pair) {
+        for (int o = threadIdx.x; o < a.M * R; o += GW * 32) {
+            int m = o / R, j = o % R, n = b * R + j;
+            if (o % ks != rank || n >= a.N) continue;
+            float v = total(m, j) + (a.bias ? a.bias[n] : 0.0f);
+            bf16 *y = a.y + (size_t)m * a.ldy + n;
+            if (a.epi == GEMV_ADD) v += ks == 1 ? yold[o / (GW * 32)] : __bfloat162float(*y);
+            else if (a.epi == GEMV_GELU) v = gelu_f(v);
+            *y = __float2bfloat16(v);
+        }
+    } else {
+        const int half = R / 2, n0 = tile_row<NT>(a, b, 0);
+        for (int o = threadIdx.x; o < a.M * half; o += GW * 32) {   // (GW * 32) % half == 0: one column per thread
+            if (o % ks != rank) continue;
+            int m = o / half, j = o % half, col = n0 + j;
+            float x1 = total(m, j), x2 = total(m, half + j);
+            if (a.epi == GEMV_GELU_MUL) {
+                a.y[(size_t)m * a.ldy + col] = __float2bfloat16(gelu_f(x1) * x2);
+                continue;
+            }
+            // GEMV_QKV_ROPE: col is in the first half of a head; its partner is col + hd / 2
+            int nv = a.N - a.nq - a.nk, hh = a.pair;
+            bf16 *dst;
+            if (col < a.nq) dst = a.q + (size_t)m * a.nq + col;
+            else if (col < a.nq + a.nk) dst = a.k + (size_t)m * a.nk + col - a.nq;
+            else {
+                dst = a.v + (size_t)m * nv + col - a.nq - a.nk;
+                dst[0] = __float2bfloat16(x1);
+                dst[hh] = __float2bfloat16(x2);
+                continue;
+            }
+            float th = (float)a.pos[m] * inv_freq, cs, sn;
+            sincosf(th, &sn, &cs);
+            dst[0] = __float2bfloat16(x1 * cs - x2 * sn);
+            dst[hh] = __float2bfloat16(x2 * cs + x1 * sn);
+        }
+    }
+    if (ks > 1) cl.sync();   // no block may leave while the others read its ctile
+}
+
+static size_t gemv_smem(int nt) { return (size_t)8 * nt * GEMV_LDS + (size_t)16 * (8 * nt + 1) * 4; }
+
+template <int NT>
+static void launch(cuda_ctx *c, const gemv_args &a) {
+    int ks = a.K / GEMV_KC;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    cfg.gridDim = dim3(cdiv(a.N, 8 * NT), ks);
+    cfg.blockDim = dim3(GW * 32);
+    cfg.dynamicSmemBytes = gemv_smem(NT);
+    cfg.stream = c->stream;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = ks;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = c->pdl ? 2 : 1;
+    cuda_note(c, cudaLaunchKernelEx(&cfg, gemv_kernel<NT>, a), "gemv_kernel", __FILE__, __LINE__);
+}
+
+void cuda_gemv_setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shared memory (per device)
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(1)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(2)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(4)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(8)));
+}
+
+int cuda_gemv_ok(const gemv_args *a, int nt) {
+    uintptr_t al = (uintptr_t)a->x | (uintptr_t)a->w;
+    if (a->M < 1 || a->M > 16 || a->K % GEMV_KC || a->K > 8 * GEMV_KC || a->N % 8 || a->ldx % 8 || a->ldw % 8 ||
+        (al & 15))
+        return 0;
+    if (a->pair && (nt < 2 || a->bias || a->N % (2 * a->pair) || a->pair % (4 * nt))) return 0;
+    if (a->epi == GEMV_QKV_ROPE && (a->hd != 2 * a->pair || a->nq % a->hd || a->nk % a->hd)) return 0;
+    return 1;
+}
+
+// Output rows per block: the most, up to 32, that still leaves >= 64 blocks (lab, RESULTS.md 2026-11-22
+// session 2: within 5% of the best block shape at the expert's four products).
+static int pick_nt(const gemv_args *a) {
+    int ks = a->K / GEMV_KC;
+    for (int nt = 4; nt >= 1; nt /= 2)
+        if ((long)a->N / (8 * nt) * ks >= 64 && cuda_gemv_ok(a, nt)) return nt;
+    return cuda_gemv_ok(a, 1) ? 1 : cuda_gemv_ok(a, 2) ? 2 : 0;
+}
+
+int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt) {
+    if (c->err) return 1;
+    if (!nt) nt = pick_nt(a);
+    if (!nt || !cuda_gemv_ok(a, nt)) return 0;
+    if (nt == 1) launch<1>(c, *a);
+    else if (nt == 2) launch<2>(c, *a);
+    else if (nt == 4) launch<4>(c, *a);
+    else if (nt == 8) launch<8>(c, *a);
+    else return 0;
+    return 1;
+}
