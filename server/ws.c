@@ -47,7 +47,6 @@ struct ws_server {
     srv_backend b;
     struct lws_context *ctx;
     struct lws_protocols protocols[2];
-    lws_retry_bo_t retry;
     engine *eng;
     msgnp_buf meta;             /* the metadata message (LWS_PRE headroom) */
     char auth[600];             /* "Api-Key <key>" or "" */
@@ -429,8 +428,6 @@ pi0_status ws_server_create(ws_server **out, const ws_params *p, const srv_backe
         .name = "openpi", .callback = callback, .per_session_data_size = sizeof(conn),
         .rx_buffer_size = 65536,
     };
-    /* openpi's websockets server pings every 20 s; a peer silent for a minute is gone */
-    s->retry = (lws_retry_bo_t){.secs_since_valid_ping = 20, .secs_since_valid_hangup = 60};
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     const char *host = p->host;
@@ -440,7 +437,13 @@ pi0_status ws_server_create(ws_server **out, const ws_params *p, const srv_backe
     info.protocols = s->protocols;
     info.user = s;
     info.max_http_header_data = 4096;
-    info.retry_and_idle_policy = &s->retry;
+    /* Dead peers are found by TCP keepalive (60 s idle, then 3 probes 10 s apart). Not by lws's
+     * retry_and_idle_policy: with it (ping 20 s, hangup 60 s) lws 4.1 dropped idle openpi-clients
+     * after 60 s although they answered, a regression from openpi's server. Pings from clients
+     * (the websockets library sends one every 20 s) are answered at any time. */
+    info.ka_time = 60;
+    info.ka_probes = 3;
+    info.ka_interval = 10;
     info.server_string = "pi0-server";
     s->ctx = lws_create_context(&info);
     if (!s->ctx) {
