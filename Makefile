@@ -135,6 +135,8 @@ help:
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
 	@echo "make fuzz         libFuzzer on the safetensors, config.json and tokenizer .model parsers (FUZZ_SECONDS=30 each)"
+	@echo "make test-server  pi0-server tests (protocol, openpi-client from PyPI, load, faults, HAProxy)"
+	@echo "make fuzz-server  libFuzzer on the server's msgpack-numpy decoder (also part of make fuzz)"
 	@echo "make fixtures     regenerate tests/fixtures with tools/reference (PyTorch)"
 	@echo "make check-ref    self-checks of the PyTorch reference"
 	@echo "make bench-quick  pi0 bench on every workload (reduced sizes on the CPU)"

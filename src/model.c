@@ -218,6 +218,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
         goto fail;
 
     size_t max_rows = prow > vrows ? prow : vrows;
+    if (max_rows < (size_t)steps) max_rows = (size_t)steps;   /* precompute_time runs `steps` rows at once */
     /* attention logits of one segment; rows padded to 8 keys (aligned GEMM operands) */
     size_t sc_prefix = (size_t)s->P * s->Hq * (s->P + s->S + 8), sc_vis = (size_t)s->T * s->Hv * (s->T + 8);
     size_t wide = qw + 2 * kvw > 2 * (size_t)s->F ? qw + 2 * kvw : 2 * (size_t)s->F;

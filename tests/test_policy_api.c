@@ -188,6 +188,11 @@ int main(int argc, char **argv) {
           "prepared of another policy refused");
     for (int b = 0; b < 3; b++) pi0_prepared_free(x[b]);
     pi0_policy_free(p1); p1 = NULL;
+    /* more steps than the session's rows (the time terms of all steps are computed in one product) */
+    CHECK(pi0_policy_load(&p1, lib, &(pi0_policy_params){.config = "pi0_libero", .tokenizer = tok, .num_steps = 300,
+                                                           .model = {.quiet = 1}}) == PI0_OK &&
+          pi0_policy_infer(p1, &obs[0], single, NULL) == PI0_OK && isfinite(single[0]), "300 steps: %s", pi0_last_error());
+    pi0_policy_free(p1); p1 = NULL;
     pi0_policy_free(p); p = NULL;
 
     /* ALOHA: HWC images accepted and equal to CHW (openpi itself only takes CHW); metadata and defaults */
