@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "../../src/cuda/common.cuh"
+#include "lab.cuh"
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 __global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -64,32 +64,8 @@ int main(int argc, char **argv) {
             num += d * d;
             den += (double)__bfloat162float(ref[i]) * __bfloat162float(ref[i]);
         }
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-        c->capturing = 1;
-        for (int r = 0; r < REP; r++) call(r);
-        c->capturing = 0;
-        CK(cudaStreamEndCapture(c->stream, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        float t[9];
-        for (int it = 0; it < 2; it++) CK(cudaGraphLaunch(exec, c->stream));
-        for (int it = 0; it < 9; it++) {
-            CK(cudaEventRecord(e0, c->stream));
-            CK(cudaGraphLaunch(exec, c->stream));
-            CK(cudaEventRecord(e1, c->stream));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&t[it], e0, e1));
-        }
-        for (int i = 0; i < 9; i++)
-            for (int j = i + 1; j < 9; j++)
-                if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
-        printf("q=%d keys=%d: %-18s %10.2f %10.2e\n", nq, n1, v.name, t[4] * 1e3 / REP, v.small ? sqrt(num / den) : 0.0);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+        float med = lab_graph_median_ms(c->stream, &c->capturing, [&] { for (int r = 0; r < REP; r++) call(r); });
+        printf("q=%d keys=%d: %-18s %10.2f %10.2e\n", nq, n1, v.name, med * 1e3 / REP, v.small ? sqrt(num / den) : 0.0);
     }
     be->destroy(be);
     return 0;

@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "../../src/cuda/common.cuh"
+#include "lab.cuh"
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 __global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -96,32 +96,8 @@ int main(void) {
         step(v.what);   // un-captured first run: cuBLASLt plans and timing
         CK(cudaStreamSynchronize(c->stream));
         if (c->err) { printf("%s: %s\n", v.name, c->errmsg); return 1; }
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-        c->capturing = 1;
-        step(v.what);
-        c->capturing = 0;
-        CK(cudaStreamEndCapture(c->stream, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        float t[9];
-        for (int it = 0; it < 2; it++) CK(cudaGraphLaunch(exec, c->stream));
-        for (int it = 0; it < 9; it++) {
-            CK(cudaEventRecord(e0, c->stream));
-            CK(cudaGraphLaunch(exec, c->stream));
-            CK(cudaEventRecord(e1, c->stream));
-            CK(cudaEventSynchronize(e1));
-            CK(cudaEventElapsedTime(&t[it], e0, e1));
-        }
-        for (int i = 0; i < 9; i++)
-            for (int j = i + 1; j < 9; j++)
-                if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
-        printf("%-24s %12.2f\n", v.name, t[4] * 1e3 / L);
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
+        float med = lab_graph_median_ms(c->stream, &c->capturing, [&] { step(v.what); });
+        printf("%-24s %12.2f\n", v.name, med * 1e3 / L);
     }
     be->destroy(be);
     return 0;

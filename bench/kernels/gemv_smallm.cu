@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "../../src/cuda/common.cuh"
+#include "lab.cuh"
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 __global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -121,35 +121,9 @@ int main(int argc, char **argv) {
                 printf("%-8s %-16s %10s %9s %10.2e\n", sh.name, v.name, "-", "-", rl2);
                 continue;
             }
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-            c->capturing = 1;
-            for (int r = 0; r < REP; r++) call(r);
-            c->capturing = 0;
-            CK(cudaStreamEndCapture(c->stream, &graph));
-            CK(cudaGraphInstantiate(&exec, graph, 0));
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            float t[9];
-            for (int it = 0; it < 2; it++) CK(cudaGraphLaunch(exec, c->stream));
-            for (int it = 0; it < 9; it++) {
-                CK(cudaEventRecord(e0, c->stream));
-                CK(cudaGraphLaunch(exec, c->stream));
-                CK(cudaEventRecord(e1, c->stream));
-                CK(cudaEventSynchronize(e1));
-                CK(cudaEventElapsedTime(&t[it], e0, e1));
-            }
-            for (int i = 0; i < 9; i++)
-                for (int j = i + 1; j < 9; j++)
-                    if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
-            double us = t[4] * 1e3 / REP;
+            float med = lab_graph_median_ms(c->stream, &c->capturing, [&] { for (int r = 0; r < REP; r++) call(r); });
+            double us = med * 1e3 / REP;
             printf("%-8s %-16s %10.2f %9.2f %10.2e\n", sh.name, v.name, us, wbytes / (us * 1e-6) / 1e12, rl2);
-            cudaGraphExecDestroy(exec);
-            cudaGraphDestroy(graph);
-            cudaEventDestroy(e0);
-            cudaEventDestroy(e1);
         }
         free(hw); free(hx); free(hy); free(ref);
         cudaFree(W); cudaFree(X); cudaFree(Y); cudaFree(Q); cudaFree(Kc); cudaFree(V); cudaFree(pos);

@@ -1,0 +1,41 @@
+// lab.cuh — timing shared by the kernel labs of bench/kernels: CK() for CUDA calls, and the median of 9
+// replays of a captured CUDA graph (2 warm-up replays first), so every lab times the same way.
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+// Captures body() on stream s (with *capturing = 1 during the capture) and returns the median replay time in ms.
+template <class F> static float lab_graph_median_ms(cudaStream_t s, int *capturing, F body) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    *capturing = 1;
+    body();
+    *capturing = 0;
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float t[9];
+    for (int it = 0; it < 2; it++) CK(cudaGraphLaunch(exec, s));
+    for (int it = 0; it < 9; it++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(exec, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[it], e0, e1));
+    }
+    for (int i = 0; i < 9; i++)
+        for (int j = i + 1; j < 9; j++)
+            if (t[j] < t[i]) { float x = t[i]; t[i] = t[j]; t[j] = x; }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return t[4];
+}
