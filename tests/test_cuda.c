@@ -391,6 +391,8 @@ static void op_tests(void) {
     t_norms(22, 1024);
     t_norms(3, 40);
     t_norms(1, 24);
+    t_norms(3, 1030);   /* D % 8 != 0 and D > 2048: the block-per-row kernel */
+    t_norms(2, 4096);
     t_rope(788, 8, 1, 256);
     t_rope(11, 8, 1, 256);
     t_rope(3, 2, 2, 16);
@@ -415,6 +417,15 @@ static void op_tests(void) {
     int h50_q[1] = {51}, h50_k[1] = {839}, sh_q[1] = {3}, sh_k[1] = {40};
     t_attention("suffix-tail-h50", 1, h50_q, h50_k, 8, 1, 256, 0, 1, 51);   /* 408 query rows: 26 row tiles */
     t_attention("decode-short", 1, sh_q, sh_k, 8, 1, 256, 0, 1, 3);       /* key chunks past the keys */
+    /* flash attention (no second source, no tail; hd 256 MQA and hd 72 MHA): partial row and key tiles,
+     * one query row, fewer or more queries than keys, equal segments in one launch */
+    int fo_q[3] = {1, 17, 130}, fx_q[2] = {5, 70}, fx_k[2] = {200, 64}, fe[4] = {50, 50, 50, 50};
+    int so_q[3] = {100, 37, 256}, sx_q[2] = {3, 64}, sx_k[2] = {65, 1};
+    t_attention("flash-mqa-odd", 3, fo_q, fo_q, 8, 1, 256, 0, 0, 0);
+    t_attention("flash-mqa-cross", 2, fx_q, fx_k, 8, 1, 256, 0, 0, 0);
+    t_attention("flash-mqa-equal", 4, fe, fe, 8, 1, 256, 0, 0, 0);
+    t_attention("flash-mha-odd", 3, so_q, so_q, 16, 16, 72, 0, 0, 0);
+    t_attention("flash-mha-cross", 2, sx_q, sx_k, 16, 16, 72, 0, 0, 0);
     t_misc();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);

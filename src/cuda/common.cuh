@@ -47,6 +47,7 @@ struct cuda_ctx {
     int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off
     int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
     int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
+    int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
@@ -96,6 +97,36 @@ template <> __device__ __forceinline__ float ldf<bf16>(const bf16 *p, size_t i) 
 template <typename T> __device__ __forceinline__ void stf(T *p, size_t i, float v);
 template <> __device__ __forceinline__ void stf<float>(float *p, size_t i, float v) { p[i] = v; }
 template <> __device__ __forceinline__ void stf<bf16>(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16(v); }
+
+__device__ __forceinline__ float gelu_tanh(float x) {   // spec 3.4/3.7: GELU, tanh approximation
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// V consecutive bf16 <-> fp32: one 16-byte access for V = 8 (the caller checks alignment), else scalar.
+template <int V> __device__ __forceinline__ void ldv(float (&d)[V], const bf16 *p) {
+    if constexpr (V == 8) {
+        uint4 q = *(const uint4 *)p;
+        const bf16 *b = (const bf16 *)&q;
+#pragma unroll
+        for (int e = 0; e < 8; e++) d[e] = __bfloat162float(b[e]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < V; e++) d[e] = __bfloat162float(p[e]);
+    }
+}
+template <int V> __device__ __forceinline__ void stv(bf16 *p, const float (&s)[V]) {
+    if constexpr (V == 8) {
+        uint4 q;
+        bf16 *b = (bf16 *)&q;
+#pragma unroll
+        for (int e = 0; e < 8; e++) b[e] = __float2bfloat16(s[e]);
+        *(uint4 *)p = q;
+    } else {
+#pragma unroll
+        for (int e = 0; e < V; e++) p[e] = __float2bfloat16(s[e]);
+    }
+}
+static inline int aligned16(const void *p) { return !((uintptr_t)p & 15); }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -8,34 +8,49 @@
 
 #define GRID(n) dim3(cdiv((long long)(n), 256)), dim3(256), 0
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
+// V = 8 elements per thread (16-byte accesses) when n % 8 == 0 and the pointers allow (the scalar
+// in-place GELU of SigLIP's fc1 output, 13 MB, took 17.7 us under ncu on the H100: 0.75 TB/s).
+template <int V>
 __global__ void gelu_kernel(bf16 *x, size_t n) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] = __float2bfloat16(gelu_tanh(__bfloat162float(x[i])));
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float v[V];
+    ldv<V>(v, x + i);
+#pragma unroll
+    for (int e = 0; e < V; e++) v[e] = gelu_tanh(v[e]);
+    stv<V>(x + i, v);
 }
 
 void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n) {
     if (c->err || !n) return;
-    cuda_launch(c, gelu_kernel, GRID(n), x, n);
+    if (n % 8 == 0 && aligned16(x)) cuda_launch(c, gelu_kernel<8>, GRID(n / 8), x, n);
+    else cuda_launch(c, gelu_kernel<1>, GRID(n), x, n);
 }
 
+template <int V>
 __global__ void gelu_mul_kernel(bf16 *o, const bf16 *g, const bf16 *u, size_t n) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) o[i] = __float2bfloat16(gelu_tanh(__bfloat162float(g[i])) * __bfloat162float(u[i]));
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float a[V], b[V];
+    ldv<V>(a, g + i);
+    ldv<V>(b, u + i);
+#pragma unroll
+    for (int e = 0; e < V; e++) a[e] = gelu_tanh(a[e]) * b[e];
+    stv<V>(o + i, a);
 }
 
 void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
     cuda_ctx *c = CTX(be);
     size_t n = (size_t)M * F;
     if (c->err || !n) return;
-    cuda_launch(c, gelu_mul_kernel, GRID(n), (bf16 *)out.p, (const bf16 *)g.p, (const bf16 *)u.p, n);
+    bf16 *o = (bf16 *)out.p;
+    const bf16 *gp = (const bf16 *)g.p, *up = (const bf16 *)u.p;
+    if (n % 8 == 0 && aligned16(o) && aligned16(gp) && aligned16(up)) cuda_launch(c, gelu_mul_kernel<8>, GRID(n / 8), o, gp, up, n);
+    else cuda_launch(c, gelu_mul_kernel<1>, GRID(n), o, gp, up, n);
 }
 
 // Patch embedding as an fp32 GEMM (spec 3.4: convolution in fp32): im2col_kernel gathers each patch in

@@ -31,10 +31,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float gelu_f(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-
 // First weight row of n-tile t of block b (see gemv_args.pair).
 template <int NT>
 __device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
@@ -146,7 +142,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             float v = total(m, j) + (a.bias ? a.bias[n] : 0.0f);
             bf16 *y = a.y + (size_t)m * a.ldy + n;
             if (a.epi == GEMV_ADD) v += ks == 1 ? yold[o / (GW * 32)] : __bfloat162float(*y);
-            else if (a.epi == GEMV_GELU) v = gelu_f(v);
+            else if (a.epi == GEMV_GELU) v = gelu_tanh(v);
             *y = __float2bfloat16(v);
         }
     } else {
@@ -156,7 +152,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             int m = o / half, j = o % half, col = n0 + j;
             float x1 = total(m, j), x2 = total(m, half + j);
             if (a.epi == GEMV_GELU_MUL) {
-                a.y[(size_t)m * a.ldy + col] = __float2bfloat16(gelu_f(x1) * x2);
+                a.y[(size_t)m * a.ldy + col] = __float2bfloat16(gelu_tanh(x1) * x2);
                 continue;
             }
             // GEMV_QKV_ROPE: col is in the first half of a head; its partner is col + hd / 2
