@@ -381,6 +381,9 @@ static void op_tests(void) {
     t_linear(10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 1, 1e-5);
     t_linear(50, 32, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);
     t_linear(3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5);
+    t_linear(17, 40, 2056, 0, 2056, 1, EPI_ADD, 1, 1e-5);    /* fp32 x in 3 shared-memory chunks, 3 row blocks */
+    t_linear(3, 17, 1500, 0, 1500, 0, EPI_STORE, 1, 1e-5);   /* K % 8 != 0: scalar path, 2 chunks */
+    t_linear(9, 20, 64, 0, 64, 1, EPI_GELU, 1, 1e-5);
     t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
     t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert (gemv.cu: RoPE split and gelu * up epilogues) */
     t_fused(3, 1024, 2048, 256, 4096, 256);      /* few rows, most of the 16 padded */

@@ -3,8 +3,7 @@
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
 // once per shape and cached. Linear with fp32 input (the small head projections and time
-// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead: one warp per 4 output features and
-// 8 rows, bf16 weights widened to fp32. Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
+// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead (bf16 weights widened to fp32). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,57 +181,72 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
                                   c->workspace, c->ws_size, c->stream));
 }
 
-// y[m, n] (=, +=, gelu) sum_k x[m, k] * w[n, k0 + k] + b[n]; one warp per 4 n and 8 rows, so that each
-// x value read serves 4 outputs (one n per warp re-read all of x from L2 per feature: ~13 us at
-// M = 10, N = K = 1024, 32 MB of L2 traffic).
-enum { LF_N = 4 };
-__global__ void linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M, int N, int K,
-                                  int ldw, int epi, int vec) {
+// y[m, n] (=, +=, gelu) sum_k x[m, k] * w[n, k0 + k] + b[n] with fp32 x. Block: 8 warps, LF_N = 16 features
+// (2 per warp) x LF_M = 8 rows; x staged through shared memory in chunks of LF_K columns, shared by the 8
+// warps; a lane takes 8 consecutive k of every 256 (16-byte weight loads) and the warp sums its lanes.
+// The previous version (one warp per 4 features reading x from L2, 2 warps per scheduler) took 19-23 us
+// per call at M = 10, K = 1024 under ncu on the H100, for N = 1024 and for N = 32 alike: the 4 such
+// products of every denoise step (action_in, action_time_mlp in/out, action_out) cost ~0.7 ms a run.
+enum { LF_N = 16, LF_M = 8, LF_K = 1024 };
+__global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M,
+                                                         int N, int K, int ldw, int epi, int vec) {
+    __shared__ __align__(16) float xs[LF_M][LF_K];
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
-    int n0 = ((blockIdx.x * blockDim.x + threadIdx.x) >> 5) * LF_N, lane = threadIdx.x & 31, m0 = blockIdx.y * 8;
-    if (n0 >= N) return;
-    float acc[8][LF_N] = {};
-    const bf16 *wr[LF_N];
-#pragma unroll
-    for (int j = 0; j < LF_N; j++) wr[j] = w + (size_t)(n0 + j < N ? n0 + j : n0) * ldw;
-    int kv = vec ? K : 0;   // 16-byte path: the lane takes 8 consecutive k of every 256
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = blockIdx.y * LF_M, n0 = blockIdx.x * LF_N + 2 * warp;
+    const int rows = M - m0 < LF_M ? M - m0 : LF_M;
+    const bf16 *wr[2] = {w + (size_t)(n0 < N ? n0 : N - 1) * ldw, w + (size_t)(n0 + 1 < N ? n0 + 1 : N - 1) * ldw};
+    float acc[LF_M][2] = {};
+    for (int kc = 0; kc < K; kc += LF_K) {
+        const int kn = K - kc < LF_K ? K - kc : LF_K;
+        __syncthreads();   // the previous chunk has been read
+        if (vec)
+            for (int i = threadIdx.x; i < rows * (kn / 4); i += blockDim.x)
+                *(float4 *)&xs[i / (kn / 4)][(i % (kn / 4)) * 4] =
+                    __ldcg((const float4 *)(x + (size_t)(m0 + i / (kn / 4)) * K + kc) + i % (kn / 4));
+        else
+            for (int i = threadIdx.x; i < rows * kn; i += blockDim.x)
+                xs[i / kn][i % kn] = x[(size_t)(m0 + i / kn) * K + kc + i % kn];
+        __syncthreads();
+        if (vec) {
 #pragma unroll 2
-    for (int k = lane * 8; k < kv; k += 256) {
-        float wf[LF_N][8];
+            for (int k = lane * 8; k < kn; k += 256) {
+                float wf[2][8];
 #pragma unroll
-        for (int j = 0; j < LF_N; j++) {
-            uint4 wq = __ldg((const uint4 *)(wr[j] + k));
+                for (int j = 0; j < 2; j++) {
+                    uint4 wq = __ldg((const uint4 *)(wr[j] + kc + k));
 #pragma unroll
-            for (int e = 0; e < 8; e++) wf[j][e] = __bfloat162float(((const bf16 *)&wq)[e]);
-        }
+                    for (int e = 0; e < 8; e++) wf[j][e] = __bfloat162float(((const bf16 *)&wq)[e]);
+                }
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            if (m0 + i >= M) break;
-            const float4 *xr = (const float4 *)(x + (size_t)(m0 + i) * K + k);
-            float4 p = __ldcg(xr), q = __ldcg(xr + 1);
-            float xe[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+                for (int i = 0; i < LF_M; i++) {
+                    if (i >= rows) break;
+                    float4 p = *(const float4 *)&xs[i][k], q = *(const float4 *)&xs[i][k + 4];
+                    float xe[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
 #pragma unroll
-            for (int j = 0; j < LF_N; j++)
+                    for (int j = 0; j < 2; j++)
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[i][j] += xe[e] * wf[j][e];
+                        for (int e = 0; e < 8; e++) acc[i][j] += xe[e] * wf[j][e];
+                }
+            }
+        } else {
+            for (int k = lane; k < kn; k += 32)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    float wv = __bfloat162float(wr[j][kc + k]);
+#pragma unroll
+                    for (int i = 0; i < LF_M; i++)
+                        if (i < rows) acc[i][j] += xs[i][k] * wv;
+                }
         }
     }
-    for (int k = kv + lane; k < K; k += 32)
 #pragma unroll
-        for (int j = 0; j < LF_N; j++) {
-            float wv = __bfloat162float(wr[j][k]);
+    for (int i = 0; i < LF_M; i++)
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                if (m0 + i < M) acc[i][j] += x[(size_t)(m0 + i) * K + k] * wv;
-        }
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-#pragma unroll
-        for (int j = 0; j < LF_N; j++) {
+        for (int j = 0; j < 2; j++) {
             float v = warp_sum(acc[i][j]);
             int n = n0 + j;
-            if (lane == 0 && m0 + i < M && n < N) {
+            if (lane == 0 && i < rows && n < N) {
                 v += b ? b[n] : 0.0f;
                 float *o = y + (size_t)(m0 + i) * N + n;
                 if (epi == EPI_ADD) v += *o;
@@ -249,7 +263,7 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
     const bf16 *w = (const bf16 *)W->dev + k0;
     if (x.kind == PT_F32) {
         PI0_ASSERT(out.kind == PT_F32);
-        dim3 grid(cdiv((long long)cdiv(N, LF_N) * 32, 256), cdiv(M, 8));
+        dim3 grid(cdiv(N, LF_N), cdiv(M, LF_M));
         int vec = K % 8 == 0 && W->cols % 8 == 0 && k0 % 8 == 0 && !((uintptr_t)x.p & 15);
         cuda_launch(c, linear_f32_kernel, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w,
                     b ? (const float *)b->dev32 : NULL, M, N, K, (int)W->cols, (int)epi, vec);
@@ -279,12 +293,18 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
 
 // Splits the fused [M, nq + nk + nv] product into q, k, v and applies RoPE to q and k (same formula as
 // rope_kernel): one thread per (row, head of q|k|v, V consecutive i < hd/2), rotating the pairs (i, i + hd/2).
+enum { ROPE_MAX_HALF = 256 };
 template <int V>
 __global__ void split3_rope_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, const int32_t *pos, int M, int nq, int nk,
                                    int nv, int hd) {
+    // inv_freq[i] in shared memory, made before the wait (it reads no input): one double pow per entry and
+    // block instead of one per element (the per-element pow made this kernel 16 us at M = 788 under ncu)
+    __shared__ float freq[ROPE_MAX_HALF];
+    int half = hd / 2, w = nq + nk + nv, per = w / 2 / V;
+    for (int i = threadIdx.x; i < half && i < ROPE_MAX_HALF; i += blockDim.x) freq[i] = (float)pow(10000.0, -2.0 * i / hd);
+    __syncthreads();
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
-    int half = hd / 2, w = nq + nk + nv, per = w / 2 / V;
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)M * per) return;
     int r = (int)(idx / per), p = (int)(idx % per) * V, head = p / half, i = p % half, col = head * hd + i;
@@ -303,7 +323,8 @@ __global__ void split3_rope_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, con
     }
 #pragma unroll
     for (int e = 0; e < V; e++) {
-        float inv_freq = (float)pow(10000.0, -2.0 * (i + e) / hd), th = (float)pos[r] * inv_freq;
+        float inv_freq = i + e < ROPE_MAX_HALF ? freq[i + e] : (float)pow(10000.0, -2.0 * (i + e) / hd);
+        float th = (float)pos[r] * inv_freq;
         float cs = cosf(th), sn = sinf(th);
         y1[e] = x1[e] * cs - x2[e] * sn;
         y2[e] = x2[e] * cs + x1[e] * sn;

@@ -2,13 +2,14 @@
 // Statistics in fp32 (two passes for LayerNorm: mean, then the mean squared deviation); bf16 in and out;
 // weights fp32 (dev32). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms.
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
-// row held in registers (16-byte loads, shuffles only); others take one block of 256 threads per row.
+// row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
+// the RMSNorm weights are read before the programmatic-launch wait. Others: one block of 256 threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
 #include "common.cuh"
 
 enum { NORM_LN, NORM_RMS, NORM_ADA };   // LayerNorm (w, b); RMSNorm (1 + w); adaRMS (mod rows)
-enum { NORM_NC = 8, NORM_ROWS = 8 };    // 16-byte chunks per lane (D <= 2048); rows (warps) per block
+enum { NORM_NC = 8, NORM_ROWS = 4 };    // 16-byte chunks per lane (D <= 2048); rows (warps) per block
 
 // y = normalised x for the row's mode. mod: the row's [scale | shift | gate] (fp32, 3D) for NORM_ADA.
 __device__ __forceinline__ float norm_out(int mode, float xn, int i, const float *w, const float *b, const float *mod,
@@ -18,27 +19,39 @@ __device__ __forceinline__ float norm_out(int mode, float xn, int i, const float
     return xn * (1.0f + mod[i]) + mod[D + i];
 }
 
+template <int MODE>
 __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, const bf16 *x, const float *w, const float *b,
-                                                                   const float *mod, int rows_per_mod, int mode, int M,
-                                                                   int D, float eps) {
-    pdl_wait();   // programmatic dependent launch: see common.cuh
-    pdl_trigger();
+                                                                   const float *mod, int rows_per_mod, int M, int D,
+                                                                   float eps) {
     int row = blockIdx.x * NORM_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    float v[NORM_NC][8], wv[NORM_NC][8], s = 0;
+    if (MODE == NORM_RMS)   // weights are constants: fetched before the programmatic-launch wait (common.cuh)
+#pragma unroll
+        for (int j = 0; j < NORM_NC; j++) {
+            int i = (j * 32 + lane) * 8;
+            if (i < D) {
+                float4 p = __ldg((const float4 *)(w + i)), q = __ldg((const float4 *)(w + i) + 1);
+                float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) wv[j][e] = 1.0f + t[e];
+            }
+        }
+    pdl_wait();
+    pdl_trigger();
     if (row >= M) return;
     const bf16 *xr = x + (size_t)row * D;
-    float v[NORM_NC][8], s = 0;
 #pragma unroll
     for (int j = 0; j < NORM_NC; j++) {
         int i = (j * 32 + lane) * 8;
         if (i < D) {
             ldv<8>(v[j], xr + i);
 #pragma unroll
-            for (int e = 0; e < 8; e++) s += mode == NORM_LN ? v[j][e] : v[j][e] * v[j][e];
+            for (int e = 0; e < 8; e++) s += MODE == NORM_LN ? v[j][e] : v[j][e] * v[j][e];
         }
     }
     s = warp_sum(s);
     float mean = 0, inv;
-    if (mode == NORM_LN) {
+    if (MODE == NORM_LN) {
         mean = s / D;
         float d2 = 0;
 #pragma unroll
@@ -50,7 +63,7 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
     } else {
         inv = rsqrtf(s / D + eps);
     }
-    const float *m = mode == NORM_ADA ? mod + (size_t)(row / rows_per_mod) * 3 * D : NULL;
+    const float *m = MODE == NORM_ADA ? mod + (size_t)(row / rows_per_mod) * 3 * D : NULL;
     bf16 *yr = y + (size_t)row * D;
 #pragma unroll
     for (int j = 0; j < NORM_NC; j++) {
@@ -58,7 +71,8 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
         if (i < D) {
             float o[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++) o[e] = norm_out(mode, (v[j][e] - mean) * inv, i + e, w, b, m, D);
+            for (int e = 0; e < 8; e++)
+                o[e] = MODE == NORM_RMS ? v[j][e] * inv * wv[j][e] : norm_out(MODE, (v[j][e] - mean) * inv, i + e, w, b, m, D);
             stv<8>(yr + i, o);
         }
     }
@@ -98,9 +112,10 @@ static void launch_norm(pi0_backend *be, pt out, pt x, const float *w, const flo
     if (c->err || M <= 0) return;
     bf16 *y = (bf16 *)out.p;
     const bf16 *xp = (const bf16 *)x.p;
-    if (D % 8 == 0 && D <= 32 * 8 * NORM_NC && aligned16(y) && aligned16(xp))
-        cuda_launch(c, norm_warp_kernel, dim3(cdiv(M, NORM_ROWS)), dim3(32 * NORM_ROWS), 0, y, xp, w, b, mod, rows_per_mod,
-                    mode, M, D, eps);
+    if (D % 8 == 0 && D <= 32 * 8 * NORM_NC && aligned16(y) && aligned16(xp) && (mode != NORM_RMS || aligned16(w)))
+        cuda_launch(c, mode == NORM_LN ? norm_warp_kernel<NORM_LN> : mode == NORM_RMS ? norm_warp_kernel<NORM_RMS>
+                                                                                      : norm_warp_kernel<NORM_ADA>,
+                    dim3(cdiv(M, NORM_ROWS)), dim3(32 * NORM_ROWS), 0, y, xp, w, b, mod, rows_per_mod, M, D, eps);
     else
         cuda_launch(c, norm_block_kernel, dim3(M), dim3(256), 0, y, xp, w, b, mod, rows_per_mod, mode, D, eps);
 }
