@@ -241,9 +241,11 @@ static void t_rope(int M, int qh, int kh, int hd) {
     rel(&q); rel(&k); rel(&pos);
 }
 
-/* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source. */
-static void t_attention(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
-                        int with_k2, int block0, int tail) {
+/* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source.
+ * kramp > 0 scales source-1 key t of a segment by 1 + kramp * t / nk[s]: logits that grow along the keys,
+ * so that an online softmax must move its running maximum late (flash attention's lazy rescaling). */
+static void t_attention_ramp(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
+                             int with_k2, int block0, int tail, float kramp) {
     int32_t qo[65] = {0}, ko[65] = {0};
     for (int s = 0; s < nseg; s++) { qo[s + 1] = qo[s] + nq[s]; ko[s + 1] = ko[s] + nk[s]; }
     int Mq = qo[nseg], Mk = ko[nseg];
@@ -251,6 +253,15 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
     dbuf k = mk((size_t)Mk * kv * hd, PT_ACT), v = mk((size_t)Mk * kv * hd, PT_ACT);
     dbuf k2 = mk((size_t)Mq * kv * hd, PT_ACT), v2 = mk((size_t)Mq * kv * hd, PT_ACT);
     set_rand(&q, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); set_rand(&k2, 1.0f); set_rand(&v2, 1.0f);
+    if (kramp > 0) {
+        float *kv_h = malloc(k.n * sizeof(float));
+        for (int s = 0; s < nseg; s++)
+            for (int t = 0; t < nk[s]; t++)
+                for (int e = 0; e < kv * hd; e++)
+                    kv_h[((size_t)ko[s] + t) * kv * hd + e] = (1.0f + kramp * t / nk[s]) * (float)pi0_rng_normal(&rng);
+        set(&k, kv_h);
+        free(kv_h);
+    }
     poison(&o);
     size_t maxs = 0;
     for (int s = 0; s < nseg; s++) {
@@ -270,6 +281,11 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
     snprintf(shape, sizeof shape, "%s seg=%d q=%d k=%d h=%d/%d hd=%d", what, nseg, nq[0], nk[0], heads, kv, hd);
     compare("attention", shape, &o, 1e-2);
     rel(&q); rel(&o); rel(&k); rel(&v); rel(&k2); rel(&v2);
+}
+
+static void t_attention(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
+                        int with_k2, int block0, int tail) {
+    t_attention_ramp(what, nseg, nq, nk, heads, kv, hd, with_k2, block0, tail, 0);
 }
 
 static void t_misc(void) {
@@ -429,6 +445,8 @@ static void op_tests(void) {
     t_attention("flash-mqa-equal", 4, fe, fe, 8, 1, 256, 0, 0, 0);
     t_attention("flash-mha-odd", 3, so_q, so_q, 16, 16, 72, 0, 0, 0);
     t_attention("flash-mha-cross", 2, sx_q, sx_k, 16, 16, 72, 0, 0, 0);
+    t_attention_ramp("flash-mqa-ramp", 1, p1, p1, 8, 1, 256, 0, 0, 0, 6.0f);   /* the running max moves late */
+    t_attention_ramp("flash-mha-ramp", 3, v_q, v_q, 16, 16, 72, 0, 0, 0, 6.0f);
     t_misc();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);

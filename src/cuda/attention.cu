@@ -205,20 +205,28 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 // into the A operand of O += P V, and O / l rounded to bf16 at the end. The logits never reach memory:
 // the GEMM path (QK^T to fp32 logits, softmax kernel, PV) took 72 us per prefix layer (pi0-3cam) and
 // 53 us per SigLIP layer (3 images) under ncu on the H100.
+//  - Limits (ncu, H100, head_dim 256): one block of 4 warps per SM (225 registers, 169 KB of shared
+//    memory), 3.3 cycles between a warp's instructions, shared-memory (ldmatrix) traffic at 55% of its
+//    peak: 42 us per prefix layer. Splitting each key tile over 8 warps (two (m, l, O) merged at the end)
+//    measured 45 us: the Q and K/V fragments' shared-memory traffic, not the issue rate, is the next bound.
+//  - Lazy rescaling: the running max moves (and O, l are rescaled) only when a row's tile max exceeds it
+//    by more than FA_SLACK (base-2 units), decided per warp; otherwise P = 2^(s - m) <= 2^FA_SLACK, which
+//    bf16 and the fp32 sums hold exactly as well. Keys past the segment are masked in the last tile only.
 // Query rows: MQA stacks (token, head) as rows of HD (all heads share K/V), MHA takes one head per block
 // (grid y) with rows = tokens. Grid z: equal-length consecutive segments. HD is padded to HDP (a multiple
 // of 16) with zero columns in shared memory for the k-dimension of Q K^T; P V computes HDP columns and
 // stores HD. Rounding differs from the PT reference (unnormalised probabilities in bf16 instead of
 // normalised ones): within the attention op test's bound.
-enum { FA_BM = 64, FA_BN = 64, FA_THREADS = 128 };
+enum { FA_BM = 64, FA_BN = 64 };
+#define FA_SLACK 8.0f
 
 template <int HD, int HDP> static size_t fa_smem() { return (size_t)(FA_BM + 4 * FA_BN) * (HDP + 8) * 2; }
 
 template <int HD, int HDP>
-__global__ void __launch_bounds__(FA_THREADS, 1)
+__global__ void __launch_bounds__(128, 1)
 flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int rows, int n1, int q_rs, int kv_rs,
                   long long q_seg, long long kv_seg, int kv_hs, float sl2) {
-    constexpr int LD = HDP + 8, CH = HD / 8, CHP = HDP / 8, NT = HDP / 8;
+    constexpr int LD = HDP + 8, CH = HD / 8, CHP = HDP / 8, NT = HDP / 8, THREADS = 128;
     extern __shared__ __align__(16) unsigned char fa_sm[];
     bf16 *Qs = (bf16 *)fa_sm, *Ks = Qs + FA_BM * LD, *Vs = Ks + 2 * FA_BN * LD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
@@ -227,11 +235,11 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     const size_t ko = (size_t)blockIdx.z * kv_seg + (size_t)blockIdx.y * kv_hs;
     q += qo; out += qo; k += ko; v += ko;
     if constexpr (CHP > CH)   // zero pad columns of Q and of both K/V buffers (never written by the copies)
-        for (int i = tid; i < (FA_BM + 4 * FA_BN) * (CHP - CH); i += FA_THREADS)
+        for (int i = tid; i < (FA_BM + 4 * FA_BN) * (CHP - CH); i += THREADS)
             *(uint4 *)(Qs + (i / (CHP - CH)) * LD + (CH + i % (CHP - CH)) * 8) = make_uint4(0, 0, 0, 0);
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
-    for (int i = tid; i < FA_BM * CH; i += FA_THREADS) {
+    for (int i = tid; i < FA_BM * CH; i += THREADS) {
         int row = i / CH, col = (i % CH) * 8;
         bf16 *d = Qs + row * LD + col;
         if (r0 + row < rows) cp_async16(d, q + (size_t)(r0 + row) * q_rs + col);
@@ -239,7 +247,7 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     }
     auto load_kv = [&](int j, int buf) {   // key tile j into buffer buf; rows past n1 are zeros
         bf16 *kd = Ks + buf * FA_BN * LD, *vd = Vs + buf * FA_BN * LD;
-        for (int i = tid; i < FA_BN * CH; i += FA_THREADS) {
+        for (int i = tid; i < FA_BN * CH; i += THREADS) {
             int row = i / CH, col = (i % CH) * 8, t = j * FA_BN + row;
             if (t < n1) {
                 cp_async16(kd + row * LD + col, k + (size_t)t * kv_rs + col);
@@ -281,38 +289,44 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
             }
         }
         // online softmax: this thread holds rows g (e = 0, 1) and g + 8 (e = 2, 3) of the warp's 16
-        float mx[2] = {m[0], m[1]};
+        const bool tail = (j + 1) * FA_BN > n1;   // block-uniform
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < FA_BN / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int t = j * FA_BN + n * 8 + 2 * c + (e & 1);
-                s[n][e] = t < n1 ? s[n][e] * sl2 : -INFINITY;
+                s[n][e] *= sl2;
+                if (tail && j * FA_BN + n * 8 + 2 * c + (e & 1) >= n1) s[n][e] = -INFINITY;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
             }
 #pragma unroll
-        for (int r = 0; r < 2; r++) {   // every tile has a valid key, so mx is finite
+        for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
         }
-        float alpha[2] = {exp2f(m[0] - mx[0]), exp2f(m[1] - mx[1])};
+        if (__any_sync(0xffffffffu, mx[0] > m[0] + FA_SLACK || mx[1] > m[1] + FA_SLACK)) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn);   // tile 0 has key 0: mn is finite
+                l[r] *= alpha;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    o[n][2 * r] *= alpha;
+                    o[n][2 * r + 1] *= alpha;
+                }
+                m[r] = mn;
+            }
+        }
         uint32_t pa[FA_BN / 16][4];
 #pragma unroll
         for (int n = 0; n < FA_BN / 8; n++) {
-            float p0 = exp2f(s[n][0] - mx[0]), p1 = exp2f(s[n][1] - mx[0]);
-            float p2 = exp2f(s[n][2] - mx[1]), p3 = exp2f(s[n][3] - mx[1]);
-            l[0] = (n ? l[0] : l[0] * alpha[0]) + p0 + p1;
-            l[1] = (n ? l[1] : l[1] * alpha[1]) + p2 + p3;
+            float p0 = exp2f(s[n][0] - m[0]), p1 = exp2f(s[n][1] - m[0]);
+            float p2 = exp2f(s[n][2] - m[1]), p3 = exp2f(s[n][3] - m[1]);
+            l[0] += p0 + p1;
+            l[1] += p2 + p3;
             __nv_bfloat162 lo = __floats2bfloat162_rn(p0, p1), hi = __floats2bfloat162_rn(p2, p3);
             pa[n >> 1][(n & 1) * 2] = *(uint32_t *)&lo;
             pa[n >> 1][(n & 1) * 2 + 1] = *(uint32_t *)&hi;
-        }
-        m[0] = mx[0];
-        m[1] = mx[1];
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            o[n][0] *= alpha[0]; o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1]; o[n][3] *= alpha[1];
         }
 #pragma unroll
         for (int kk = 0; kk < FA_BN / 16; kk++)
@@ -329,8 +343,9 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        l[r] = 1.0f / l[r];
     }
+    l[0] = 1.0f / l[0];
+    l[1] = 1.0f / l[1];
 #pragma unroll
     for (int n = 0; n < NT; n++) {
         int col = n * 8 + 2 * c;
@@ -357,10 +372,10 @@ static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k,
     float sl2 = a->scale * 1.4426950408889634f;
     long long q_seg = (long long)nq * H * hd, kv_seg = (long long)n1 * kvw;
     if (hd == 256)
-        cuda_launch(c, flash_attn_kernel<256, 256>, grid, dim3(FA_THREADS), fa_smem<256, 256>(), out, q, k, v, rows, n1,
+        cuda_launch(c, flash_attn_kernel<256, 256>, grid, dim3(128), fa_smem<256, 256>(), out, q, k, v, rows, n1,
                     q_rs, kvw, q_seg, kv_seg, mqa ? 0 : hd, sl2);
     else
-        cuda_launch(c, flash_attn_kernel<72, 80>, grid, dim3(FA_THREADS), fa_smem<72, 80>(), out, q, k, v, rows, n1,
+        cuda_launch(c, flash_attn_kernel<72, 80>, grid, dim3(128), fa_smem<72, 80>(), out, q, k, v, rows, n1,
                     q_rs, kvw, q_seg, kv_seg, mqa ? 0 : hd, sl2);
     return 1;
 }
