@@ -97,6 +97,7 @@ debug:
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
 # observations. FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 30
+FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined
 FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy
@@ -107,15 +108,16 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_st $(BUILD)/fuzz/corpus_cfg
 	cp tests/fixtures/tiny-pi0/b1.in.safetensors tests/fixtures/tiny-pi05/b2.out.safetensors $(BUILD)/fuzz/corpus_st/
 	cp tests/fixtures/tiny-pi0/config.json $(BUILD)/fuzz/corpus_cfg/
-	$(BUILD)/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_st
-	$(BUILD)/fuzz/fuzz_config -max_total_time=$(FUZZ_SECONDS) $(BUILD)/fuzz/corpus_cfg
+	$(BUILD)/fuzz/fuzz_safetensors $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_st
+	$(BUILD)/fuzz/fuzz_config $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) $(BUILD)/fuzz/corpus_cfg
 	@mkdir -p $(BUILD)/fuzz/corpus_tok
 	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed', vocab_size=60, model_type='bpe', byte_fallback=False, hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed.vocab
-	$(BUILD)/fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
+	cp tests/fuzz/regress_tokenizer/* $(BUILD)/fuzz/corpus_tok/   # inputs that once leaked (fixed in 143f3c3)
+	$(BUILD)/fuzz/fuzz_tokenizer $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
 	@mkdir -p $(BUILD)/fuzz/corpus_pol
 	(printf '\001'; cat tests/fixtures/tiny-pi0/assets/tiny/norm_stats.json) > $(BUILD)/fuzz/corpus_pol/stats
 	printf '\006\002\002\001\010\000\000' > $(BUILD)/fuzz/corpus_pol/state
-	$(BUILD)/fuzz/fuzz_policy -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_pol
+	$(BUILD)/fuzz/fuzz_policy $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_pol
 
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:
