@@ -51,6 +51,17 @@ typedef struct {
     const pi0_wt *w[3], *b[3];
 } pi0_proj3;
 
+/* Optional norm of the input rows of qkv / mlp_up (spec 3.7): the product reads norm(y), the Gemma RMSNorm
+ * (w != NULL) or adaRMS (mod rows, rows_per_mod, as the adarms op), with eps. `out` (M, K) is scratch that
+ * may receive norm(y); a backend that fuses the norm into the product need not write it. */
+typedef struct {
+    const pi0_wt *w;
+    pt mod;
+    int rows_per_mod;
+    float eps;
+    pt out;
+} pi0_prenorm;
+
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
@@ -87,12 +98,15 @@ struct pi0_backend {
      * head_dim hd, angles pos[row] * 10000^(-2i/hd) (spec 3.7). */
     void (*rope)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
     void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
-    /* q, k, v = y . W[i]^T (+ b[i]) for the three projections of an attention layer, y (M, K); then, if
-     * pos.p, RoPE on q and k at positions pos with head_dim hd (spec 3.4/3.7). A backend may run it as
-     * one product and one kernel when the weights are adjacent. */
-    void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd);
-    /* out = gelu_tanh(y . Wgate^T) * (y . Wup^T), (M, F); tmp (M, F) is scratch (spec 3.7 MLP). */
-    void (*mlp_up)(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K);
+    /* q, k, v = y . W[i]^T (+ b[i]) for the three projections of an attention layer, y (M, K) (normalised
+     * first by pre, if not NULL); then, if pos.p, RoPE on q and k at positions pos with head_dim hd (spec
+     * 3.4/3.7). A backend may run it as one product and one kernel when the weights are adjacent. */
+    void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
+                const pi0_prenorm *pre);
+    /* out = gelu_tanh(y . Wgate^T) * (y . Wup^T), (M, F), y normalised first by pre if not NULL; tmp (M, F)
+     * is scratch (spec 3.7 MLP). */
+    void (*mlp_up)(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                   const pi0_prenorm *pre);
     /* out = gelu_tanh(g) * u, (M, F) */
     void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
     /* out[rows[i]] = table[ids[i]] * scale, i < n (spec 3.6); ids were range-checked by the caller */
@@ -118,6 +132,14 @@ pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c
 pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 void cuda_weights_free(void *arena);
 #endif
+
+/* The unfused pre-norm: norm(y) into pre->out with the backend's own norm ops; returns the rows to use. */
+static inline pt prenorm_rows(pi0_backend *be, pt y, const pi0_prenorm *pre, int M, int K) {
+    if (!pre) return y;
+    if (pre->w) be->rmsnorm(be, pre->out, y, pre->w, M, K, pre->eps);
+    else be->adarms(be, pre->out, y, pre->mod, pre->rows_per_mod, M, K, pre->eps);
+    return pre->out;
+}
 
 static inline pt pt_at(const pi0_backend *be, pt t, size_t elems) {
     t.p += elems * be->elem_size(t.kind);

@@ -270,7 +270,7 @@ static void vision(model_sess *s, int nimg) {
         const pi0_vis_layer *L = &w->vis[l];
         be->layernorm(be, s->va, s->vx, &L->ln1_w, &L->ln1_b, M, Dv, EPS);
         pi0_proj3 pj = {{&L->q_w, &L->k_w, &L->v_w}, {&L->q_b, &L->k_b, &L->v_b}};
-        be->qkv(be, s->vq, s->vk, s->vv, s->va, &pj, M, Dv, (pt){0}, 0);
+        be->qkv(be, s->vq, s->vk, s->vv, s->va, &pj, M, Dv, (pt){0}, 0, NULL);
         be->attention(be, s->vo, s->vq, &a);
         be->linear(be, s->vx, s->vo, &L->o_w, &L->o_b, M, Dv, Dv, 0, EPI_ADD);
         be->layernorm(be, s->va, s->vx, &L->ln2_w, &L->ln2_b, M, Dv, EPS);
@@ -281,10 +281,10 @@ static void vision(model_sess *s, int nimg) {
     be->linear(be, s->vout, s->va, &w->proj_w, &w->proj_b, M, s->D, Dv, 0, EPI_STORE);
 }
 
-/* One pre-norm MLP block: x += down(gelu(gate(y)) * up(y)) with y already normalised. */
+/* One pre-norm MLP block: x += down(gelu(gate(y)) * up(y)) with y normalised (by pre, if not NULL). */
 static void mlp(pi0_backend *be, pt x_or_tmp, pt y, pt g, pt u, const pi0_gemma_layer *L, int M, int D, int F,
-                enum pi0_epi epi) {
-    be->mlp_up(be, g, u, y, L, M, F, D);
+                enum pi0_epi epi, const pi0_prenorm *pre) {
+    be->mlp_up(be, g, u, y, L, M, F, D, pre);
     be->linear(be, x_or_tmp, g, &L->down, NULL, M, D, F, 0, epi);
 }
 
@@ -297,7 +297,7 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
         const pi0_gemma_layer *L = &s->w->lm[l];
         be->rmsnorm(be, s->y, s->h, &L->attn_norm, Mp, D, EPS);
         pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
-        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, &pj, Mp, D, s->pos, s->Dh);
+        be->qkv(be, s->q, s->kc[l], s->vc[l], s->y, &pj, Mp, D, s->pos, s->Dh, NULL);
         if (dump) {
             char name[32];
             int64_t shape[3] = {B, s->P, kvw};
@@ -312,14 +312,22 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
         be->attention(be, s->att, s->q, &a);
         be->linear(be, s->h, s->att, &L->o, NULL, Mp, D, qw, 0, EPI_ADD);
         be->rmsnorm(be, s->y, s->h, &L->mlp_norm, Mp, D, EPS);
-        mlp(be, s->h, s->y, s->g, s->u, L, Mp, D, s->F, EPI_ADD);
+        mlp(be, s->h, s->y, s->g, s->u, L, Mp, D, s->F, EPI_ADD, NULL);
     }
 }
 
-/* Expert norm: plain RMSNorm (π0) or adaRMS with this step's modulation (π0.5). */
-static void ex_norm(model_sess *s, pt out, pt x, const pi0_wt *plain, int norm, int step, int M) {
-    if (s->c->pi05) s->be->adarms(s->be, out, x, mod_at(s, norm, step), M, M, s->De, EPS);
-    else s->be->rmsnorm(s->be, out, x, plain, M, s->De, EPS);
+/* Expert norm: plain RMSNorm (π0) or adaRMS with this step's modulation (π0.5), as the input of the
+ * following product (qkv / mlp_up), which a backend may fuse into it; the normalised rows, where written,
+ * go to sy. */
+static pi0_prenorm ex_prenorm(model_sess *s, const pi0_wt *plain, int norm, int step, int M) {
+    pi0_prenorm p = {.eps = EPS, .out = s->sy};
+    if (s->c->pi05) {
+        p.mod = mod_at(s, norm, step);
+        p.rows_per_mod = M;
+    } else {
+        p.w = plain;
+    }
+    return p;
 }
 
 /* Residual into s: plain add (π0) or gated by the norm's gate (π0.5, spec 3.7). */
@@ -373,20 +381,21 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         suffix_embed(s, B, k);
         for (int l = 0; l < depth; l++) {
             const pi0_gemma_layer *L = &w->ex[l];
-            ex_norm(s, s->sy, s->s, &L->attn_norm, 2 * l, k, Ms);
+            pi0_prenorm pn = ex_prenorm(s, &L->attn_norm, 2 * l, k, Ms);
             pt sk = one ? pt_at(be, s->kc[l], tail_row) : s->sk, sv = one ? pt_at(be, s->vc[l], tail_row) : s->sv;
             pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
-            be->qkv(be, s->sq, sk, sv, s->sy, &pj, Ms, De, s->spos, s->Dh);
+            be->qkv(be, s->sq, sk, sv, s->s, &pj, Ms, De, s->spos, s->Dh, &pn);
             a.k1 = s->kc[l];
             a.v1 = s->vc[l];
             be->attention(be, s->satt, s->sq, &a);
             be->linear(be, res_dst, s->satt, &L->o, NULL, Ms, De, qw, 0, res);
             ex_residual(s, 2 * l, k, Ms);
-            ex_norm(s, s->sy, s->s, &L->mlp_norm, 2 * l + 1, k, Ms);
-            mlp(be, res_dst, s->sy, s->sg, s->su, L, Ms, De, s->Fe, res);
+            pn = ex_prenorm(s, &L->mlp_norm, 2 * l + 1, k, Ms);
+            mlp(be, res_dst, s->s, s->sg, s->su, L, Ms, De, s->Fe, res, &pn);
             ex_residual(s, 2 * l + 1, k, Ms);
         }
-        ex_norm(s, s->sy, s->s, &w->ex_norm, 2 * depth, k, Ms);
+        pi0_prenorm fin = ex_prenorm(s, &w->ex_norm, 2 * depth, k, Ms);
+        prenorm_rows(be, s->s, &fin, Ms, De);   /* into sy */
         be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
         be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
         be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);

@@ -161,11 +161,11 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     set_ints(&pos, pv);
     free(pv);
     pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
-    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd);
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd);
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
     rel(&pos);
-    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K);
-    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K);
+    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
+    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
     char shape[80];
     snprintf(shape, sizeof shape, "M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
     compare("qkv.q", shape, &oq, 8e-3);
@@ -179,8 +179,8 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     void *ar2 = upload_wts(bs, 3);
     pi0_proj3 pb = {{&L.q, &L.k, &L.v}, {&bq.w, &bk.w, &bv.w}};
     poison(&oq); poison(&ok); poison(&ov);
-    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pb, M, K, (pt){0}, 0);
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pb, M, K, (pt){0}, 0);
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pb, M, K, (pt){0}, 0, NULL);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pb, M, K, (pt){0}, 0, NULL);
     snprintf(shape, sizeof shape, "+bias M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
     compare("qkv.q", shape, &oq, 8e-3);
     compare("qkv.k", shape, &ok, 8e-3);
@@ -188,6 +188,45 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     free_wts(ar2, bs, 3);
     rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot);
     free_wts(ar, ws, 5);
+}
+
+/* qkv and mlp_up with the pre-norm (RMSNorm, or adaRMS with one modulation row): fused into the few-row
+ * products at K = 1024 and M <= 16, a norm kernel then the product elsewhere. */
+static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    hwt nw = mkw(K, 1, 0.3f, 0);
+    hwt *ws[6] = {&q, &k, &v, &g, &u, &nw};
+    void *ar = upload_wts(ws, 6);
+    L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
+    dbuf x = mk((size_t)M * K, PT_ACT), tmp = mk((size_t)M * K, PT_ACT), mod = mk((size_t)3 * K, PT_F32);
+    dbuf oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT), ov = mk((size_t)M * nkv, PT_ACT);
+    dbuf og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT), pos = mk((size_t)M, PT_I32);
+    set_rand(&x, 3.0f); set_rand(&mod, 0.3f);
+    poison(&oq); poison(&ok); poison(&ov); poison(&og);
+    int32_t *pv = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, pv);
+    free(pv);
+    pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
+    pi0_prenorm pc = {.eps = 1e-6f, .out = tmp.c}, pg = {.eps = 1e-6f, .out = tmp.g};
+    if (ada) { pc.mod = mod.c; pg.mod = mod.g; pc.rows_per_mod = pg.rows_per_mod = M; }
+    else { pc.w = pg.w = &nw.w; }
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, x.c, &pj, M, K, pos.c, hd, &pc);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, x.g, &pj, M, K, pos.g, hd, &pg);
+    cpu->mlp_up(cpu, og.c, ot.c, x.c, &L, M, F, K, &pc);
+    gpu->mlp_up(gpu, og.g, ot.g, x.g, &L, M, F, K, &pg);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d K=%d q=%d kv=%d", ada ? "adarms" : "rms", M, K, nq, nkv);
+    compare("norm+qkv.q", shape, &oq, 8e-3);
+    compare("norm+qkv.k", shape, &ok, 8e-3);
+    compare("norm+qkv.v", shape, &ov, 8e-3);
+    snprintf(shape, sizeof shape, "%s M=%d K=%d F=%d", ada ? "adarms" : "rms", M, K, F);
+    compare("norm+mlp_up", shape, &og, 8e-3);
+    rel(&x); rel(&tmp); rel(&mod); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot); rel(&pos);
+    free_wts(ar, ws, 6);
 }
 
 static void t_norms(int M, int D) {
@@ -405,6 +444,11 @@ static void op_tests(void) {
     t_fused(3, 1024, 2048, 256, 4096, 256);      /* few rows, most of the 16 padded */
     t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
+    t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
+    t_prenorm(11, 1024, 2048, 256, 4096, 256, 1);
+    t_prenorm(3, 1024, 2048, 256, 4096, 256, 1);
+    t_prenorm(22, 1024, 2048, 256, 4096, 256, 0);   /* B = 2: norm kernel, then cuBLASLt */
+    t_prenorm(11, 2048, 2048, 256, 4096, 256, 0);   /* K != 1024: norm kernel, then the few-row product */
     t_norms(768, 1152);
     t_norms(788, 2048);
     t_norms(22, 1024);

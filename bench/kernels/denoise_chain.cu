@@ -69,26 +69,31 @@ int main(void) {
     int32_t qo[2] = {0, M}, ko[2] = {0, n1};
     pi0_attn a = {.nseg = 1, .heads = Hq, .kv_heads = 1, .head_dim = hd, .scale = 1.0f / 16.0f, .q_off = qo,
                   .k_off = ko, .block0 = 1, .tail = M};
-    // what: 1 q|k|v, 2 attention, 4 o, 8 gate|up, 16 down (each q|k|v and gate|up after its RMSNorm)
+    // what: 1 q|k|v, 2 attention, 4 o, 8 gate|up, 16 down, 32 the RMSNorm before q|k|v, 64 the one before gate|up
+    // (separate kernels), 128: both norms fused into the products (backend.h pi0_prenorm)
     auto step = [&](int what) {
         for (int l = 0; l < L; l++) {
             pi0_gemma_layer *Ly = &ly[l];
             pi0_proj3 pj = {{&Ly->q, &Ly->k, &Ly->v}, {NULL, NULL, NULL}};
             pt sk = pt_at(be, kc[l], (size_t)P * hd), sv = pt_at(be, vc[l], (size_t)P * hd);
-            if (what & 1) be->rmsnorm(be, sy, s, &Ly->attn_norm, M, D, 1e-6f);
-            if (what & 1) be->qkv(be, sq, sk, sv, sy, &pj, M, D, spos, hd);
+            if (what & 32) be->rmsnorm(be, sy, s, &Ly->attn_norm, M, D, 1e-6f);
+            pi0_prenorm pa = {.w = &Ly->attn_norm, .eps = 1e-6f, .out = sy}, pm = {.w = &Ly->mlp_norm, .eps = 1e-6f, .out = sy};
+            if (what & 1) be->qkv(be, sq, sk, sv, (what & 128) ? s : sy, &pj, M, D, spos, hd, (what & 128) ? &pa : NULL);
             a.k1 = kc[l]; a.v1 = vc[l];
             if (what & 2) be->attention(be, satt, sq, &a);
             if (what & 4) be->linear(be, s, satt, &Ly->o, NULL, M, D, Hq * hd, 0, EPI_ADD);
-            if (what & 8) be->rmsnorm(be, sy, s, &Ly->mlp_norm, M, D, 1e-6f);
-            if (what & 8) be->mlp_up(be, sg, su, sy, Ly, M, F, D);
+            if (what & 64) be->rmsnorm(be, sy, s, &Ly->mlp_norm, M, D, 1e-6f);
+            if (what & 8) be->mlp_up(be, sg, su, (what & 128) ? s : sy, Ly, M, F, D, (what & 128) ? &pm : NULL);
             if (what & 16) be->linear(be, s, sg, &Ly->down, NULL, M, D, F, 0, EPI_ADD);
         }
     };
     struct { const char *name; int what, pdl, small; } vers[] = {
-        {"layer (all ops)", 31, 1, 1}, {"  no PDL", 31, 0, 1},          {"  cuBLASLt/GEMM path", 31, 1, 0},
-        {"  without attention", 29, 1, 1}, {"  only norm+q|k|v", 1, 1, 1}, {"  only attention", 2, 1, 1},
-        {"  only o", 4, 1, 1},            {"  only norm+gate|up", 8, 1, 1}, {"  only down", 16, 1, 1}};
+        {"layer (norms fused)", 159, 1, 1}, {"  no PDL", 159, 0, 1},          {"  cuBLASLt/GEMM path", 159, 1, 0},
+        {"layer (norm kernels)", 127, 1, 1}, {"  norm+q|k|v fused", 129, 1, 1}, {"  norm+gate|up fused", 136, 1, 1},
+        {"  without attention", 125, 1, 1}, {"  without norms", 31, 1, 1},     {"  only norm+q|k|v", 33, 1, 1},
+        {"  only q|k|v", 1, 1, 1},          {"  only attention", 2, 1, 1},     {"  only o", 4, 1, 1},
+        {"  only norm+gate|up", 72, 1, 1},  {"  only gate|up", 8, 1, 1},       {"  only down", 16, 1, 1},
+        {"  only norms", 96, 1, 1}};
     printf("%-24s %12s\n", "18 layers, one step", "us per layer");
     for (auto &v : vers) {
         c->pdl = v.pdl;

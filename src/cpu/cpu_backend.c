@@ -295,13 +295,17 @@ static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
     for (size_t i = 0; i < n; i++) F(out)[i] = gelu_tanh(F(g)[i]) * F(u)[i];
 }
 
-static void cpu_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd) {
+static void cpu_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
+                    const pi0_prenorm *pre) {
     pt out[3] = {q, k, v};
+    y = prenorm_rows(be, y, pre, M, K);
     for (int i = 0; i < 3; i++) cpu_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
     if (pos.p) cpu_rope(be, q, (int)p->w[0]->rows / hd, k, (int)p->w[1]->rows / hd, pos, M, hd);
 }
 
-static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int Fd, int K) {
+static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int Fd, int K,
+                       const pi0_prenorm *pre) {
+    y = prenorm_rows(be, y, pre, M, K);
     cpu_linear(be, out, y, &L->gate, NULL, M, Fd, K, 0, EPI_STORE);
     cpu_linear(be, tmp, y, &L->up, NULL, M, Fd, K, 0, EPI_STORE);
     cpu_gelu_mul(be, out, out, tmp, M, Fd);

@@ -166,8 +166,10 @@ gemm_cache *gemm_cache_new(void);
 void gemm_cache_free(gemm_cache *g);
 void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                  enum pi0_epi epi);
-void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd);
-void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K);
+void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
+              const pi0_prenorm *pre);
+void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                 const pi0_prenorm *pre);
 // gemv.cu: Y = X . W^T for M <= 16 rows with fused epilogues (see gemv.cu)
 enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE };
 struct gemv_args {
@@ -183,6 +185,9 @@ struct gemv_args {
     bf16 *q, *k, *v;          // QKV_ROPE: (M, nq), (M, nk), (M, N - nq - nk); RoPE on q and k at pos
     int nq, nk, hd;
     const int32_t *pos;
+    const float *norm_a;      // non-NULL: X rows are normalised first, x rsqrt(mean(x^2) + eps) (1 + norm_a[k])
+    const float *norm_b;      //   (+ norm_b[k] if not NULL): RMSNorm (w) or adaRMS (scale, shift); K = 1024 only
+    float eps;
 };
 int cuda_gemv_ok(const gemv_args *a, int nt);
 

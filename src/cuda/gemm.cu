@@ -386,7 +386,16 @@ __global__ void split3_bias_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, con
 
 static const float *b32(const pi0_wt *b) { return b ? (const float *)b->dev32 : NULL; }
 
-void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd) {
+// The pre-norm (backend.h pi0_prenorm) as gemv.cu's prologue: RMSNorm weights or one adaRMS row for all M.
+static void gemv_norm(gemv_args *g, const pi0_prenorm *pre, int M, int K) {
+    if (!pre || (!pre->w && pre->rows_per_mod < M)) return;
+    g->norm_a = pre->w ? (const float *)pre->w->dev32 : (const float *)pre->mod.p;
+    g->norm_b = pre->w ? NULL : (const float *)pre->mod.p + K;
+    g->eps = pre->eps;
+}
+
+void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
+              const pi0_prenorm *pre) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
@@ -397,8 +406,10 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
         g.pair = hd / 2; g.epi = GEMV_QKV_ROPE;
         g.q = (bf16 *)q.p; g.k = (bf16 *)k.p; g.v = (bf16 *)v.p; g.nq = nq; g.nk = nk; g.hd = hd;
         g.pos = (const int32_t *)pos.p;
-        if (cuda_gemv(c, &g, 0)) return;
+        gemv_norm(&g, pre, M, K);
+        if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
+    y = prenorm_rows(be, y, pre, M, K);
     if (!adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
         pt out[3] = {q, k, v};
         for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
@@ -421,7 +432,8 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     }
 }
 
-void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K) {
+void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                 const pi0_prenorm *pre) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[2] = {&L->gate, &L->up};
@@ -429,8 +441,10 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F;
-        if (cuda_gemv(c, &g, 0)) return;
+        gemv_norm(&g, pre, M, K);
+        if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
+    y = prenorm_rows(be, y, pre, M, K);
     if (!adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
         cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
         cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);

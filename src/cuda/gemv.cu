@@ -2,7 +2,10 @@
 // denoise steps at B = 1: M = 11 suffix rows), with the neighbouring elementwise work fused in the
 // epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
 // block: gelu(gate) * up (P = F, spec 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
-// pair), which writes k and v straight into the KV cache rows.
+// pair), which writes k and v straight into the KV cache rows. For K = 1024 (the expert's q|k|v and gate|up)
+// the RMSNorm / adaRMS before the product runs in the prologue: each block holds whole X rows, so the row
+// statistics take one block reduction, and the norm's factors are read before the PDL wait (denoise chain
+// lab: the two separate norm kernels cost 5.6 of 38.7 us per expert layer).
 // Why: at M = 11 cuBLASLt streams the expert weights at ~1 TB/s and adds a split-K reduce kernel;
 // this is one launch per product (numbers in bench/RESULTS.md, lab: bench/kernels/gemv_smallm.cu).
 // Layout: a block owns R = 8 NT output rows and 1024 columns of K; the K / 1024 blocks of a row block form
@@ -41,6 +44,17 @@ __device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
 
 __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
+// Component h of a uint4 (a pair of bf16) and its fp32 values, without taking addresses (registers stay registers).
+__device__ __forceinline__ uint32_t u4_get(const uint4 &v, int h) { return h == 0 ? v.x : h == 1 ? v.y : h == 2 ? v.z : v.w; }
+__device__ __forceinline__ void u4_set(uint4 &v, int h, uint32_t x) {
+    if (h == 0) v.x = x; else if (h == 1) v.y = x; else if (h == 2) v.z = x; else v.w = x;
+}
+__device__ __forceinline__ float2 bf2_to_f2(uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
+__device__ __forceinline__ uint32_t f2_to_bf2(float lo, float hi) {
+    __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+    return (uint32_t)__bfloat16_as_ushort(b.x) | ((uint32_t)__bfloat16_as_ushort(b.y) << 16);
+}
+
 // Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024); the K/1024 blocks of
 // a row block form a cluster and add their partial sums through distributed shared memory.
 // Shared memory: W rows (R x 1024 bf16, row stride GEMV_LDS bytes: 64 bytes of padding put rows g and
@@ -75,6 +89,19 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     // RoPE angle of this thread's epilogue column (same formula as rope_kernel / cpu rope1, spec 3.7)
     const int rope_i = a.epi == GEMV_QKV_ROPE ? (tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2)) % a.hd : 0;
     const float inv_freq = a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * rope_i / a.hd) : 0.0f;
+    float na[4][8], nb[4][8];   // this lane's norm factors (1 + a) and shifts b at its 32 k (constants)
+    if (a.norm_a)
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int k = kb + kw + 32 * u + 4 * h;
+                float4 p = __ldg((const float4 *)(a.norm_a + k));
+                float4 q = a.norm_b ? __ldg((const float4 *)(a.norm_b + k)) : make_float4(0, 0, 0, 0);
+                na[u][4 * h] = 1.0f + p.x; na[u][4 * h + 1] = 1.0f + p.y;
+                na[u][4 * h + 2] = 1.0f + p.z; na[u][4 * h + 3] = 1.0f + p.w;
+                nb[u][4 * h] = q.x; nb[u][4 * h + 1] = q.y; nb[u][4 * h + 2] = q.z; nb[u][4 * h + 3] = q.w;
+            }
     pdl_wait();
     pdl_trigger();
     // ---- activations: X rows g and g + 8, this lane's 4 x 8 k ----
@@ -87,6 +114,38 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     for (int u = 0; u < 4; u++) {
         xv[u][0] = x0ok ? __ldcg((const uint4 *)(xp0 + 32 * u)) : zero;
         xv[u][1] = x1ok ? __ldcg((const uint4 *)(xp1 + 32 * u)) : zero;
+    }
+    if (a.norm_a) {   // the block holds whole rows (K = 1024): RMS of rows g, g + 8 over the 8 warps' slices
+        __shared__ float nss[GW][16];
+        float s0 = 0, s1 = 0;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
+                s0 += f0.x * f0.x + f0.y * f0.y;
+                s1 += f1.x * f1.x + f1.y * f1.y;
+            }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
+        __syncthreads();
+        s0 = s1 = 0;
+#pragma unroll
+        for (int w = 0; w < GW; w++) { s0 += nss[w][g]; s1 += nss[w][g + 8]; }
+        // padded rows (x0ok / x1ok false) stay zero
+        const float r0 = x0ok ? rsqrtf(s0 / a.K + a.eps) : 0.0f, r1 = x1ok ? rsqrtf(s1 / a.K + a.eps) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
+                float a0 = na[u][2 * h], a1 = na[u][2 * h + 1], b0 = nb[u][2 * h], b1 = nb[u][2 * h + 1];
+                u4_set(xv[u][0], h, f2_to_bf2(f0.x * r0 * a0 + (x0ok ? b0 : 0.0f), f0.y * r0 * a1 + (x0ok ? b1 : 0.0f)));
+                u4_set(xv[u][1], h, f2_to_bf2(f1.x * r1 * a0 + (x1ok ? b0 : 0.0f), f1.y * r1 * a1 + (x1ok ? b1 : 0.0f)));
+            }
     }
     float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
     if (a.epi == GEMV_ADD && gridDim.y == 1)
@@ -211,6 +270,7 @@ int cuda_gemv_ok(const gemv_args *a, int nt) {
         return 0;
     if (a->pair && (nt < 2 || a->bias || a->N % (2 * a->pair) || a->pair % (4 * nt))) return 0;
     if (a->epi == GEMV_QKV_ROPE && (a->hd != 2 * a->pair || a->nq % a->hd || a->nk % a->hd)) return 0;
+    if (a->norm_a && (a->K != GEMV_KC || ((uintptr_t)a->norm_a | (uintptr_t)a->norm_b) & 15)) return 0;
     return 1;
 }
 
