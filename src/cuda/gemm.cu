@@ -191,11 +191,18 @@ enum { LF_N = 16, LF_M = 8, LF_K = 1024 };
 __global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M,
                                                          int N, int K, int ldw, int epi, int vec) {
     __shared__ __align__(16) float xs[LF_M][LF_K];
-    pdl_wait();   // programmatic dependent launch: see common.cuh
-    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = blockIdx.y * LF_M, n0 = blockIdx.x * LF_N + 2 * warp;
-    const int rows = M - m0 < LF_M ? M - m0 : LF_M;
     const bf16 *wr[2] = {w + (size_t)(n0 < N ? n0 : N - 1) * ldw, w + (size_t)(n0 + 1 < N ? n0 + 1 : N - 1) * ldw};
+    // the first chunk's weights are constants: loaded before the programmatic-launch wait (common.cuh)
+    uint4 w0[LF_K / 256][2];
+#pragma unroll
+    for (int it = 0; it < LF_K / 256; it++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            if (vec && lane * 8 + it * 256 < (K < LF_K ? K : LF_K)) w0[it][j] = __ldg((const uint4 *)(wr[j] + lane * 8 + it * 256));
+    pdl_wait();
+    pdl_trigger();
+    const int rows = M - m0 < LF_M ? M - m0 : LF_M;
     float acc[LF_M][2] = {};
     for (int kc = 0; kc < K; kc += LF_K) {
         const int kn = K - kc < LF_K ? K - kc : LF_K;
@@ -209,12 +216,14 @@ __global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *
                 xs[i / kn][i % kn] = x[(size_t)(m0 + i / kn) * K + kc + i % kn];
         __syncthreads();
         if (vec) {
-#pragma unroll 2
-            for (int k = lane * 8; k < kn; k += 256) {
+#pragma unroll
+            for (int it = 0; it < LF_K / 256; it++) {
+                const int k = lane * 8 + it * 256;
+                if (k >= kn) break;
                 float wf[2][8];
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
-                    uint4 wq = __ldg((const uint4 *)(wr[j] + kc + k));
+                    uint4 wq = kc == 0 ? w0[it][j] : __ldg((const uint4 *)(wr[j] + kc + k));
 #pragma unroll
                     for (int e = 0; e < 8; e++) wf[j][e] = __bfloat162float(((const bf16 *)&wq)[e]);
                 }
