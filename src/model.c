@@ -160,9 +160,9 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->sel = buf(s, nimg, PT_I32);
     s->vx = buf(s, vrows * s->Dv, PT_ACT);
     s->va = buf(s, vrows * s->Dv, PT_ACT);
-    s->vq = buf(s, vrows * s->Dv, PT_ACT);
-    s->vk = buf(s, vrows * s->Dv, PT_ACT);
-    s->vv = buf(s, vrows * s->Dv, PT_ACT);
+    s->vq = buf(s, 3 * vrows * s->Dv, PT_ACT);   /* q, k, v in one buffer: a backend may fill them as one batch */
+    s->vk = pt_at(be, s->vq, vrows * s->Dv);
+    s->vv = pt_at(be, s->vq, 2 * vrows * s->Dv);
     s->vo = buf(s, vrows * s->Dv, PT_ACT);
     s->vm = buf(s, vrows * s->Fv, PT_ACT);
     s->vout = buf(s, vrows * s->D, PT_ACT);

@@ -185,6 +185,18 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     compare("qkv.q", shape, &oq, 8e-3);
     compare("qkv.k", shape, &ok, 8e-3);
     compare("qkv.v", shape, &ov, 8e-3);
+    /* q, k, v equally spaced in one buffer (as model.c allocates SigLIP's): a backend may run one batch */
+    dbuf all = mk((size_t)3 * M * nq, PT_ACT);
+    poison(&all);
+    if (nq == nkv) {
+        pt c3[3], g3[3];
+        for (int i = 0; i < 3; i++) { c3[i] = pt_at(cpu, all.c, (size_t)i * M * nq); g3[i] = pt_at(gpu, all.g, (size_t)i * M * nq); }
+        cpu->qkv(cpu, c3[0], c3[1], c3[2], y.c, &pb, M, K, (pt){0}, 0, NULL);
+        gpu->qkv(gpu, g3[0], g3[1], g3[2], y.g, &pb, M, K, (pt){0}, 0, NULL);
+        snprintf(shape, sizeof shape, "+bias one buffer M=%d K=%d q=k=v=%d", M, K, nq);
+        compare("qkv", shape, &all, 8e-3);
+    }
+    rel(&all);
     free_wts(ar2, bs, 3);
     rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot);
     free_wts(ar, ws, 5);

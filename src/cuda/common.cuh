@@ -162,6 +162,10 @@ __device__ __forceinline__ float block_sum(float v) {
 void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
                const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
                const void *bias, int batch, long long sx, long long sw, long long sy);
+// The same with an epilogue GELU (tanh form) after the bias, and a bias batch stride sb (elements).
+void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
+                  const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
+                  const void *bias, int batch, long long sx, long long sw, long long sy, long long sb, int gelu);
 gemm_cache *gemm_cache_new(void);
 void gemm_cache_free(gemm_cache *g);
 void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
@@ -203,7 +207,6 @@ void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt
 void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);
 void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
 // elementwise.cu
-void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n);
 void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
                       const pi0_wt *pos, int image_size, int patch);
 void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);

@@ -1,5 +1,5 @@
 // elementwise.cu — the small ops of backend.h: patch embedding (spec 3.4, fp32 math), RoPE (3.7,
-// half-split, fp32 angles), GELU-tanh and the gated MLP product, token embedding x sqrt(D) (3.6), row
+// half-split, fp32 angles), the gated MLP product gelu_tanh(g) * u, token embedding x sqrt(D) (3.6), row
 // gathers/scatters with dtype conversion, gated residual (adaRMS), bias + swish rows, the Euler update.
 // bf16 storage, fp32 math. Each kernel's CPU twin is the cpu_<op> of src/cpu/cpu_backend.c.
 #include <math.h>
@@ -8,27 +8,7 @@
 
 #define GRID(n) dim3(cdiv((long long)(n), 256)), dim3(256), 0
 
-// V = 8 elements per thread (16-byte accesses) when n % 8 == 0 and the pointers allow (the scalar
-// in-place GELU of SigLIP's fc1 output, 13 MB, took 17.7 us under ncu on the H100: 0.75 TB/s).
-template <int V>
-__global__ void gelu_kernel(bf16 *x, size_t n) {
-    pdl_wait();   // programmatic dependent launch: see common.cuh
-    pdl_trigger();
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
-    if (i >= n) return;
-    float v[V];
-    ldv<V>(v, x + i);
-#pragma unroll
-    for (int e = 0; e < V; e++) v[e] = gelu_tanh(v[e]);
-    stv<V>(x + i, v);
-}
-
-void cuda_gelu_inplace(cuda_ctx *c, bf16 *x, size_t n) {
-    if (c->err || !n) return;
-    if (n % 8 == 0 && aligned16(x)) cuda_launch(c, gelu_kernel<8>, GRID(n / 8), x, n);
-    else cuda_launch(c, gelu_kernel<1>, GRID(n), x, n);
-}
-
+// V = 8 elements per thread (16-byte accesses) when n % 8 == 0 and the pointers allow.
 template <int V>
 __global__ void gelu_mul_kernel(bf16 *o, const bf16 *g, const bf16 *u, size_t n) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
