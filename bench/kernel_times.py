@@ -1,21 +1,50 @@
 #!/usr/bin/env python3
 """Sums Nsight Compute per-kernel durations (ncu --csv --metrics gpu__time_duration.sum) by kernel name.
-Usage: ncu --clock-control none --csv --metrics gpu__time_duration.sum CMD > ncu.csv; kernel_times.py ncu.csv"""
-import csv, sys, collections
+Usage: ncu --clock-control none --csv --metrics gpu__time_duration.sum CMD > ncu.csv; kernel_times.py ncu.csv
+       kernel_times.py ncu.csv --stages   the last inference only, split into vision / prefill / denoise
+With --stages, CMD must run un-graphed B = 1 inferences (PI0_CUDA_GRAPHS=0 pi0 bench ... --warmup 0 --iters 1):
+an inference starts at im2col_kernel (patch embedding), the prefill at embed_kernel (text tokens), the denoise at
+the first linear_f32_kernel after it (the state token). ncu serialises kernels: use the sums for ratios."""
+import collections
+import csv
+import gzip
+import sys
 
-tot = collections.defaultdict(float)
-cnt = collections.Counter()
-with open(sys.argv[1]) as f:
-    rows = [l for l in f if l.startswith('"')]
-for r in csv.DictReader(rows):
-    if r.get("Metric Name") != "gpu__time_duration.sum":
-        continue
-    name = r["Kernel Name"][:90]
-    v = float(r["Metric Value"].replace(",", ""))
-    unit = r.get("Metric Unit", "nsecond")
-    tot[name] += v * (1e-3 if unit in ("nsecond", "ns") else 1.0)   # -> microseconds
-    cnt[name] += 1
-s = sum(tot.values())
-print(f"total kernel time {s/1e3:.2f} ms over {sum(cnt.values())} kernels")
-for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:25]:
-    print(f"{v/1e3:9.3f} ms {100*v/s:5.1f}% {cnt[k]:6d} x {v/cnt[k]:8.2f} us  {k}")
+
+def load(path):
+    op = gzip.open if path.endswith(".gz") else open
+    with op(path, "rt") as f:
+        rows = [l for l in f if l.startswith('"')]
+    ks = []
+    for r in csv.DictReader(rows):
+        if r.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        v = float(r["Metric Value"].replace(",", ""))
+        unit = r.get("Metric Unit", "nsecond")
+        v *= {"nsecond": 1e-3, "ns": 1e-3, "msecond": 1e3}.get(unit, 1.0)   # -> microseconds
+        ks.append((int(r["ID"]), r["Kernel Name"][:90], v))
+    return sorted(ks)
+
+
+def table(title, ks, top):
+    tot = collections.defaultdict(float)
+    cnt = collections.Counter()
+    for _, name, v in ks:
+        tot[name] += v
+        cnt[name] += 1
+    s = sum(tot.values())
+    print(f"{title}: {s/1e3:.3f} ms over {len(ks)} kernels")
+    for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{v/1e3:9.3f} ms {100*v/s:5.1f}% {cnt[k]:6d} x {v/cnt[k]:8.2f} us  {k}")
+
+
+ks = load(sys.argv[1])
+if "--stages" not in sys.argv[2:]:
+    table("total kernel time", ks, 25)
+    sys.exit(0)
+start = max(i for i, k in enumerate(ks) if k[1].startswith("im2col"))
+last = ks[start:]
+e = next(i for i, k in enumerate(last) if k[1].startswith("embed"))
+d = next(i for i, k in enumerate(last) if i > e and k[1].startswith("linear_f32"))
+for name, seg in (("vision", last[:e]), ("prefill", last[e:d]), ("denoise", last[d:])):
+    table(name, seg, 10)
