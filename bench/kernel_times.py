@@ -8,7 +8,10 @@ the first linear_f32_kernel after it (the state token). ncu serialises kernels: 
 import collections
 import csv
 import gzip
+import signal
 import sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)   # quiet when piped into head
 
 
 def load(path):

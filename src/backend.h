@@ -78,6 +78,9 @@ struct pi0_backend {
      * and replayed after; NULL = the backend has no graphs (fn is called directly). */
     pi0_status (*run_graph)(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg);
     void (*destroy)(pi0_backend *be);
+    /* Profiling annotation (NVTX ranges on CUDA): opens a range `name`, or closes the innermost open one for
+     * name == NULL. Host-side only, no effect on results; NULL = the backend has none. */
+    void (*range)(pi0_backend *be, const char *name);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
     size_t (*elem_size)(int kind);

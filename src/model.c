@@ -258,6 +258,11 @@ static double now_ms(void) {
 
 /* ---- stages ---- */
 
+static void range(model_sess *s, const char *name) {   /* profiler annotations (NVTX), NULL closes */
+    if (s->be->range) s->be->range(s->be, name);
+}
+
+
 static void vision(model_sess *s, int nimg) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
@@ -378,6 +383,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     if (!s->c->pi05)   /* the state token does not depend on x_t or t: once per inference */
         be->linear(be, s->st_tok, s->state, &w->state_w, &w->state_b, B, De, s->A, 0, EPI_STORE);
     for (int k = 0; k < s->steps; k++) {
+        range(s, "denoise step");
         suffix_embed(s, B, k);
         for (int l = 0; l < depth; l++) {
             const pi0_gemma_layer *L = &w->ex[l];
@@ -399,6 +405,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
         be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
         be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
+        range(s, NULL);
         if (dump) {
             char name[32];
             int64_t shape[3] = {B, s->H, s->A};
@@ -499,7 +506,9 @@ static void compute(void *arg) {
     model_sess *s = r->s;
     pi0_backend *be = s->be;
     int B = r->B, nimg = r->nimg, Mp = r->Mp, ntext = Mp - nimg * s->T;
+    range(s, "vision");
     if (nimg) vision(s, nimg);
+    range(s, NULL);
     r->t[0] = stage_mark(s);
     if (r->dump && nimg) {
         int64_t shape[4] = {B, s->N, s->T, s->D};
@@ -518,9 +527,13 @@ static void compute(void *arg) {
         int64_t shape[3] = {B, s->P, s->D};
         dump_rows(s, r->dump, r->user, "prefix.emb", s->h, Mp, s->D, s->h_full, 3, shape);
     }
+    range(s, "prefill");
     prefill(s, Mp, B, r->dump, r->user);
+    range(s, NULL);
     r->t[1] = stage_mark(s);
+    range(s, "denoise");
     denoise(s, B, r->dump, r->user);
+    range(s, NULL);
     r->t[2] = stage_mark(s);
 }
 

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nvtx3/nvToolsExt.h>   // header-only NVTX v3: a no-op unless a profiler injects itself
+
 #include "common.cuh"
 
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
@@ -330,6 +332,12 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
     return report(c);
 }
 
+static void cuda_range(pi0_backend *be, const char *name) {
+    (void)be;
+    if (name) nvtxRangePushA(name);
+    else nvtxRangePop();
+}
+
 // ---- lifecycle ----
 
 static void cuda_destroy(pi0_backend *be) {
@@ -401,6 +409,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->sync = cuda_sync;
     be->run_graph = cuda_run_graph;
     be->destroy = cuda_destroy;
+    be->range = cuda_range;
     be->upload = cuda_upload;
     be->download = cuda_download;
     be->elem_size = cuda_elem_size;
