@@ -134,6 +134,9 @@ pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c
 /* The same for a list of tensors (op tests); free with cuda_weights_free. */
 pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 void cuda_weights_free(void *arena);
+/* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
+void *cuda_host_alloc(size_t bytes);
+void cuda_host_free(void *p);
 #endif
 
 /* The unfused pre-norm: norm(y) into pre->out with the backend's own norm ops; returns the rows to use. */

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -112,6 +113,34 @@ void pi0_model_get_info(const pi0_model *m, pi0_model_info *info) {
                              .max_token_len = c->max_token_len, .n_cameras = c->n_cameras,
                              .image_size = c->vis.image_size, .vocab_size = c->lm.vocab_size,
                              .n_params = m->w.n_params};
+}
+
+/* pi0_host_alloc: a 64-byte header records which allocator made the block (the pointer after it stays
+ * 64-byte aligned, as cudaMallocHost's and glibc's large blocks are). */
+enum { HOST_HDR = 64, HOST_MALLOC = 1, HOST_PINNED = 2 };
+
+void *pi0_host_alloc(size_t bytes) {
+    if (bytes > SIZE_MAX - 2 * HOST_HDR) return NULL;
+    char *b = NULL;
+    int kind = HOST_MALLOC;
+#ifdef PI0_HAVE_CUDA
+    if ((b = cuda_host_alloc(bytes + HOST_HDR))) kind = HOST_PINNED;
+#endif
+    if (!b && !(b = aligned_alloc(HOST_HDR, (bytes + 2 * HOST_HDR - 1) / HOST_HDR * HOST_HDR))) return NULL;
+    *(int *)b = kind;
+    return b + HOST_HDR;
+}
+
+void pi0_host_free(void *p) {
+    if (!p) return;
+    char *b = (char *)p - HOST_HDR;
+#ifdef PI0_HAVE_CUDA
+    if (*(int *)b == HOST_PINNED) {
+        cuda_host_free(b);
+        return;
+    }
+#endif
+    free(b);
 }
 
 void pi0_session_free(pi0_session *s) {

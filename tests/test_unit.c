@@ -177,8 +177,24 @@ static void test_engine_properties(void) {
     }
 }
 
+/* pi0_host_alloc: usable, aligned memory (page-locked only where a CUDA device is present); NULL frees. */
+static void test_host_alloc(void) {
+    size_t n = (size_t)3 * 224 * 224 * 3;
+    float *p = pi0_host_alloc(n * sizeof(float)), *q = pi0_host_alloc(1);
+    CHECK(p && q && !((uintptr_t)p % 64) && !((uintptr_t)q % 64), "pi0_host_alloc: two blocks, 64-byte aligned");
+    if (p) {
+        for (size_t i = 0; i < n; i++) p[i] = (float)i;
+        CHECK(p[n - 1] == (float)(n - 1), "pi0_host_alloc: the whole block is writable");
+    }
+    pi0_host_free(p);
+    pi0_host_free(q);
+    pi0_host_free(NULL);
+    CHECK(pi0_host_alloc(SIZE_MAX) == NULL, "pi0_host_alloc(SIZE_MAX) fails cleanly");
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    test_host_alloc();
     test_conversions();
     test_safetensors_roundtrip();
     test_config();

@@ -224,17 +224,28 @@ static void cuda_release(pi0_backend *be, pt t) {
     if (t.p) cudaFree(t.p);
 }
 
+// A copy from pageable memory is staged by the driver before cudaMemcpyAsync returns (~5 us for a few
+// bytes). Small uploads (an inference's index arrays) go through this session's page-locked ring instead,
+// which no copy reuses until the stream has been synchronised; large ones (images) go directly, which is
+// asynchronous when the caller's memory is page-locked (pi0_host_alloc).
 static pi0_status cuda_upload(pi0_backend *be, pt dst, const void *src, size_t n) {
     cuda_ctx *c = CTX(be);
     PI0_ASSERT(dst.kind != PT_ACT);
     cudaSetDevice(c->device);
-    CUDA_NOTE(c, cudaMemcpyAsync(dst.p, src, n * 4, cudaMemcpyHostToDevice, c->stream));
+    size_t bytes = n * 4, need = (bytes + 255) & ~(size_t)255;
+    if (c->stage && need <= c->stage_cap - c->stage_used) {
+        char *h = c->stage + c->stage_used;
+        memcpy(h, src, bytes);
+        c->stage_used += need;
+        src = h;
+    }
+    CUDA_NOTE(c, cudaMemcpyAsync(dst.p, src, bytes, cudaMemcpyHostToDevice, c->stream));
     return report(c);
 }
 
 static pi0_status cuda_sync(pi0_backend *be) {
     cuda_ctx *c = CTX(be);
-    CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+    if (!CUDA_NOTE(c, cudaStreamSynchronize(c->stream))) c->stage_used = 0;   // every staged copy is done
     return report(c);
 }
 
@@ -332,6 +343,17 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
     return report(c);
 }
 
+extern "C" void *cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+        cudaGetLastError();   // no device, or no page-locked memory: the caller falls back to malloc
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void cuda_host_free(void *p) { cudaFreeHost(p); }
+
 static void cuda_range(pi0_backend *be, const char *name) {
     (void)be;
     if (name) nvtxRangePushA(name);
@@ -357,6 +379,7 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->tune_buf);
         cudaFree(c->fused);
         cudaFree(c->workspace);
+        cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
@@ -389,6 +412,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
         cuda_destroy(be);
         return st;
     }
+    if (cudaMallocHost((void **)&c->stage, (size_t)1 << 20) == cudaSuccess) c->stage_cap = (size_t)1 << 20;
+    else { c->stage = NULL; cudaGetLastError(); }   // no ring: direct copies
     cuda_attention_setup(c);
     cuda_gemv_setup(c);
     if (c->err) {

@@ -47,6 +47,8 @@ struct cuda_ctx {
     int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off
     int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
     int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
+    char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
+    size_t stage_cap, stage_used;
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
