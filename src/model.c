@@ -545,7 +545,10 @@ pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_
     run_args r = {.s = s, .B = in->batch, .dump = dump, .user = user};
     double t0 = now_ms();
     pi0_status st = upload_inputs(s, in, &r.nimg, &r.Mp);
-    if (st != PI0_OK) return st;
+    if (st != PI0_OK) {
+        be->sync(be);   /* no copy may still read the caller's (page-locked) buffers after we return */
+        return st;
+    }
     if (dump || s->stage_timing || !be->run_graph) {
         compute(&r);
     } else {
@@ -557,7 +560,10 @@ pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_
         key[n++] = r.Mp;
         for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
         st = be->run_graph(be, key, n, compute, &r);
-        if (st != PI0_OK) return st;
+        if (st != PI0_OK) {
+            be->sync(be);
+            return st;
+        }
     }
     st = be->download(be, actions, s->x, (size_t)in->batch * s->H * s->A);
     double t3 = now_ms();

@@ -493,8 +493,9 @@ static void op_tests(void) {
     t_attention("suffix-tail-h50", 1, h50_q, h50_k, 8, 1, 256, 0, 1, 51);   /* 408 query rows: 26 row tiles */
     t_attention("decode-short", 1, sh_q, sh_k, 8, 1, 256, 0, 1, 3);       /* key chunks past the keys */
     /* flash attention (no second source, no tail; hd 256 MQA and hd 72 MHA): partial row and key tiles,
-     * one query row, fewer or more queries than keys, equal segments in one launch */
-    int fo_q[3] = {1, 17, 130}, fx_q[2] = {5, 70}, fx_k[2] = {200, 64}, fe[4] = {50, 50, 50, 50};
+     * one query row, fewer or more queries than keys, equal segments in one launch. MQA segments of up to
+     * 128 queries (1024 rows) and 1024 keys take the decode kernel instead, so the flash cases use more */
+    int fo_q[3] = {1, 17, 130}, fx_q[2] = {5, 200}, fx_k[2] = {200, 40}, fe[4] = {130, 130, 130, 50};
     int so_q[3] = {100, 37, 256}, sx_q[2] = {3, 64}, sx_k[2] = {65, 1};
     t_attention("flash-mqa-odd", 3, fo_q, fo_q, 8, 1, 256, 0, 0, 0);
     t_attention("flash-mqa-cross", 2, fx_q, fx_k, 8, 1, 256, 0, 0, 0);

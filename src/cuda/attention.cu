@@ -432,7 +432,8 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         }
         if (nq && !K2) {   // flash attention over this and the following equal segments
             int g = 1;
-            while (s + g < a->nseg && a->q_off[s + g + 1] - a->q_off[s + g] == nq && a->k_off[s + g + 1] - a->k_off[s + g] == n1)
+            while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
+                   a->k_off[s + g + 1] - a->k_off[s + g] == n1)   // grid.z <= 65535
                 g++;
             if (flash_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
                                 a, g, nq, n1)) {

@@ -345,7 +345,7 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
 
 extern "C" void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
-    if (cudaMallocHost(&p, bytes) != cudaSuccess) {
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {   // page-locked for every device
         cudaGetLastError();   // no device, or no page-locked memory: the caller falls back to malloc
         return NULL;
     }
@@ -412,7 +412,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
         cuda_destroy(be);
         return st;
     }
-    if (cudaMallocHost((void **)&c->stage, (size_t)1 << 20) == cudaSuccess) c->stage_cap = (size_t)1 << 20;
+    if (cudaHostAlloc((void **)&c->stage, (size_t)1 << 20, cudaHostAllocPortable) == cudaSuccess)
+        c->stage_cap = (size_t)1 << 20;
     else { c->stage = NULL; cudaGetLastError(); }   // no ring: direct copies
     cuda_attention_setup(c);
     cuda_gemv_setup(c);

@@ -443,8 +443,9 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     const char *b0 = p->b[0] ? (const char *)p->b[0]->dev : NULL, *b1 = p->b[1] ? (const char *)p->b[1]->dev : NULL;
     const char *b2 = p->b[2] ? (const char *)p->b[2]->dev : NULL;
     long long dq = (long long)(k.p - q.p), dk = (long long)(v.p - k.p), db = b0 ? (long long)(b1 - b0) : 0;
-    if (!rope && nq == nk && nk == nv && dq == dk && dq > 0 && dq % 2 == 0 && b0 && b1 && b2 && b2 - b1 == db &&
-        db % 2 == 0 && db > 0) {
+    // (non-overlapping outputs; every batch's output and bias as aligned as the first, which cuBLASLt assumes)
+    if (!rope && nq == nk && nk == nv && dq == dk && dq >= 2LL * M * nq && dq % 256 == 0 && b0 && b1 && b2 &&
+        b2 - b1 == db && db > 0 && db % 256 == 0) {
         cuda_gemm_ex(c, 1, M, nq, K, 1.0f, y.p, K, CUDA_R_16BF, p->w[0]->dev, K, CUDA_R_16BF, 0.0f, q.p, nq, CUDA_R_16BF,
                      b0, 3, 0, (long long)nq * K, dq / 2, db / 2, 0);
         return;
