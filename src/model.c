@@ -58,6 +58,7 @@ struct model_sess {
     int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_poff, *h_spos, *h_soff;
     int32_t *h_full;                 /* compacted prefix row -> uncompacted (b*P + j), for dumps */
     int32_t h_tail_off[2];           /* B = 1: keys [0, Np + S) of the cache, prefix then suffix */
+    pt *h_mods;                      /* π0.5: this step's 2*depth layer modulations (expert_layers) */
     float *h_noise;
 };
 
@@ -81,6 +82,7 @@ void model_sess_free(model_sess *s) {
     free(s->kc); free(s->vc); free(s->tvals);
     free(s->h_sel); free(s->h_voff); free(s->h_ids); free(s->h_idrows); free(s->h_imgrows);
     free(s->h_pos); free(s->h_poff); free(s->h_spos); free(s->h_soff); free(s->h_full); free(s->h_noise);
+    free(s->h_mods);
     free(s);
 }
 
@@ -213,8 +215,9 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->h_imgrows = malloc(vrows * 4); s->h_pos = malloc(prow * 4); s->h_poff = malloc(((size_t)B + 1) * 4);
     s->h_spos = malloc(srow * 4); s->h_soff = malloc(((size_t)B + 1) * 4); s->h_full = malloc(prow * 4);
     s->h_noise = malloc(hrow * s->A * sizeof(float));
+    s->h_mods = calloc((size_t)2 * c->ex.depth, sizeof(pt));
     if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_poff ||
-        !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise)
+        !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise || !s->h_mods)
         goto fail;
 
     size_t max_rows = prow > vrows ? prow : vrows;
@@ -321,25 +324,46 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
     }
 }
 
-/* Expert norm: plain RMSNorm (π0) or adaRMS with this step's modulation (π0.5), as the input of the
- * following product (qkv / mlp_up), which a backend may fuse into it; the normalised rows, where written,
- * go to sy. */
-static pi0_prenorm ex_prenorm(model_sess *s, const pi0_wt *plain, int norm, int step, int M) {
-    pi0_prenorm p = {.eps = EPS, .out = s->sy};
-    if (s->c->pi05) {
-        p.mod = mod_at(s, norm, step);
-        p.rows_per_mod = M;
+/* Expert norm l (2l attention, 2l+1 MLP): plain RMSNorm (π0) or adaRMS with this step's modulation (π0.5),
+ * as the input of the following product (qkv / mlp_up), which a backend may fuse into it; the normalised
+ * rows, where written, go to sy. */
+static pi0_prenorm ex_prenorm(const pi0_expert_step *e, const pi0_wt *plain, int norm) {
+    pi0_prenorm p = {.eps = e->eps, .out = e->sy};
+    if (e->mods) {
+        p.mod = e->mods[norm];
+        p.rows_per_mod = e->M;
     } else {
         p.w = plain;
     }
     return p;
 }
 
-/* Residual into s: plain add (π0) or gated by the norm's gate (π0.5, spec 3.7). */
-static void ex_residual(model_sess *s, int norm, int step, int M) {
-    if (s->c->pi05)
-        s->be->gated_add(s->be, s->s, s->stmp, pt_at(s->be, mod_at(s, norm, step), 2 * (size_t)s->De), 3 * s->De, M, M,
-                         s->De);
+/* Residual into s after the product into stmp (π0.5 only: gated by the norm's gate, spec 3.7). */
+static void ex_residual(pi0_backend *be, const pi0_expert_step *e, int norm) {
+    if (e->mods) be->gated_add(be, e->s, e->stmp, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D, e->M, e->M, e->D);
+}
+
+void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
+    if (be->expert_step && be->expert_step(be, e)) return;
+    pi0_attn a = e->attn;
+    int M = e->M, D = e->D, qw = a.heads * a.head_dim;
+    enum pi0_epi res = e->mods ? EPI_STORE : EPI_ADD;
+    pt res_dst = e->mods ? e->stmp : e->s;
+    for (int l = 0; l < e->depth; l++) {
+        const pi0_gemma_layer *L = &e->layers[l];
+        pi0_prenorm pn = ex_prenorm(e, &L->attn_norm, 2 * l);
+        pt sk = a.tail ? pt_at(be, e->kc[l], e->kv_tail) : e->k, sv = a.tail ? pt_at(be, e->vc[l], e->kv_tail) : e->v;
+        pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
+        be->qkv(be, e->q, sk, sv, e->s, &pj, M, D, e->pos, a.head_dim, &pn);
+        a.k1 = e->kc[l];
+        a.v1 = e->vc[l];
+        be->attention(be, e->att, e->q, &a);
+        be->linear(be, res_dst, e->att, &L->o, NULL, M, D, qw, 0, res);
+        ex_residual(be, e, 2 * l);
+        pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
+        mlp(be, res_dst, e->s, e->g, e->u, L, M, D, e->F, res, &pn);
+        ex_residual(be, e, 2 * l + 1);
+    }
 }
 
 static void suffix_embed(model_sess *s, int B, int step) {
@@ -362,22 +386,23 @@ static void suffix_embed(model_sess *s, int B, int step) {
 static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
-    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, qw = s->Hq * s->Dh;
-    pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
-                  .q_off = s->h_soff, .k_off = s->h_poff, .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1};
+    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H;
+    pi0_expert_step e = {.layers = w->ex, .depth = depth, .M = Ms, .D = De, .F = s->Fe, .s = s->s, .sy = s->sy,
+                         .stmp = s->stmp, .q = s->sq, .k = s->sk, .v = s->sv, .att = s->satt, .g = s->sg, .u = s->su,
+                         .kc = s->kc, .vc = s->vc, .pos = s->spos, .mods = s->c->pi05 ? s->h_mods : NULL, .eps = EPS,
+                         .attn = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh,
+                                  .scale = 1.0f / sqrtf((float)s->Dh), .q_off = s->h_soff, .k_off = s->h_poff,
+                                  .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1}};
     /* B = 1: the suffix K/V are written into the cache's spare rows after the prefix, so attention
      * reads one key range whose last S keys follow the suffix mask (`tail`) */
-    int one = B == 1;
-    size_t tail_row = (size_t)s->h_poff[1] * s->Kv * s->Dh;
-    if (one) {
+    if (B == 1) {
         s->h_tail_off[0] = 0;
         s->h_tail_off[1] = s->h_poff[1] + s->S;
-        a.k_off = s->h_tail_off;
-        a.k2 = a.v2 = (pt){0};
-        a.tail = s->S;
+        e.attn.k_off = s->h_tail_off;
+        e.attn.k2 = e.attn.v2 = (pt){0};
+        e.attn.tail = s->S;
+        e.kv_tail = (size_t)s->h_poff[1] * s->Kv * s->Dh;
     }
-    enum pi0_epi res = s->c->pi05 ? EPI_STORE : EPI_ADD;
-    pt res_dst = s->c->pi05 ? s->stmp : s->s;
     /* x = noise, inside the computation so that a graph replay (or a second run) starts afresh */
     be->copy_rows(be, s->x, (pt){0}, s->x0, (pt){0}, B * s->H, s->A);
     if (!s->c->pi05)   /* the state token does not depend on x_t or t: once per inference */
@@ -385,22 +410,16 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     for (int k = 0; k < s->steps; k++) {
         range(s, "denoise step");
         suffix_embed(s, B, k);
-        for (int l = 0; l < depth; l++) {
-            const pi0_gemma_layer *L = &w->ex[l];
-            pi0_prenorm pn = ex_prenorm(s, &L->attn_norm, 2 * l, k, Ms);
-            pt sk = one ? pt_at(be, s->kc[l], tail_row) : s->sk, sv = one ? pt_at(be, s->vc[l], tail_row) : s->sv;
-            pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
-            be->qkv(be, s->sq, sk, sv, s->s, &pj, Ms, De, s->spos, s->Dh, &pn);
-            a.k1 = s->kc[l];
-            a.v1 = s->vc[l];
-            be->attention(be, s->satt, s->sq, &a);
-            be->linear(be, res_dst, s->satt, &L->o, NULL, Ms, De, qw, 0, res);
-            ex_residual(s, 2 * l, k, Ms);
-            pn = ex_prenorm(s, &L->mlp_norm, 2 * l + 1, k, Ms);
-            mlp(be, res_dst, s->s, s->sg, s->su, L, Ms, De, s->Fe, res, &pn);
-            ex_residual(s, 2 * l + 1, k, Ms);
+        if (s->c->pi05)
+            for (int n = 0; n < 2 * depth; n++) s->h_mods[n] = mod_at(s, n, k);
+        expert_layers(be, &e);
+        pi0_prenorm fin = {.eps = EPS, .out = s->sy};
+        if (s->c->pi05) {
+            fin.mod = mod_at(s, 2 * depth, k);
+            fin.rows_per_mod = Ms;
+        } else {
+            fin.w = &w->ex_norm;
         }
-        pi0_prenorm fin = ex_prenorm(s, &w->ex_norm, 2 * depth, k, Ms);
         prenorm_rows(be, s->s, &fin, Ms, De);   /* into sy */
         be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
         be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
