@@ -63,7 +63,7 @@ typedef struct {
 } pi0_prenorm;
 
 /* The action expert's layers of one denoise step (spec 3.8/3.13), as model.c's expert_layers runs them op
- * by op and as a backend may fuse them (expert_step). Per layer l: norm (Gemma RMSNorm with attn_norm /
+ * by op (bench/kernels/expert_persist.cuh runs them as one persistent kernel, a lab). Per layer l: norm (Gemma RMSNorm with attn_norm /
  * mlp_norm, or adaRMS with mods[2l] / mods[2l+1] for π0.5), q|k|v with RoPE at pos, attention (attn with
  * k1/v1 = kc[l]/vc[l]), o, the residual (plain add, or gated by the mod's gate for π0.5), norm, gate|up,
  * down, residual. The suffix K/V of layer l go to kc[l]/vc[l] at element offset kv_tail when attn.tail > 0
@@ -140,9 +140,6 @@ struct pi0_backend {
     void (*add_rows)(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
     /* x += alpha * y (F32) */
     void (*axpy)(pi0_backend *be, pt x, pt y, float alpha, size_t n);
-    /* Optional (NULL = none): all layers of an expert step as one fused operation, the same math as the
-     * per-op path. Returns 0, having done nothing, for shapes it does not cover. */
-    int (*expert_step)(pi0_backend *be, const pi0_expert_step *e);
 };
 
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);

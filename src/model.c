@@ -344,7 +344,6 @@ static void ex_residual(pi0_backend *be, const pi0_expert_step *e, int norm) {
 }
 
 void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
-    if (be->expert_step && be->expert_step(be, e)) return;
     pi0_attn a = e->attn;
     int M = e->M, D = e->D, qw = a.heads * a.head_dim;
     enum pi0_epi res = e->mods ? EPI_STORE : EPI_ADD;

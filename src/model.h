@@ -24,8 +24,7 @@ void model_set_stage_timing(model_sess *s, int on);
 pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
                        model_timing *timing);
 
-/* The expert layers of one denoise step: the backend's fused expert_step where it covers the shape, else
- * op by op (also the reference that the GPU op test compares the fused version with). */
+/* The expert layers of one denoise step, op by op (backend.h pi0_expert_step). */
 void expert_layers(pi0_backend *be, const pi0_expert_step *e);
 
 #endif

@@ -679,6 +679,17 @@ static void e2e_full(const char *dir) {
                "max_abs=%.3e, NaN=%d, bound 2e-2 %s\n", dir, info.pi05 ? "pi05" : "pi0", r, r0, r1, mx, nan,
                r < 2e-2 && !nan ? "OK" : "FAIL");
         CHECK(r < 2e-2 && !nan, "full-size rel_l2 %.3e", r);
+        /* B = 1 (sample 0 alone): the suffix keys after the cache and, where it applies, the fused expert step */
+        in.batch = 1;
+        result r1g = {0};
+        CHECK(infer(mg, &in, 0, &r1g), "full-size B=1 inference %s", dir);
+        if (r1g.act) {
+            double mx1, rb = rel_l2(r1g.act, rc.act, rc.n / 2, &mx1);
+            printf("full-size %s (%s) B=1: GPU vs CPU sample 0 rel_l2=%.3e max_abs=%.3e, bound 2e-2 %s\n", dir,
+                   info.pi05 ? "pi05" : "pi0", rb, mx1, rb < 2e-2 ? "OK" : "FAIL");
+            CHECK(rb < 2e-2, "full-size B=1 rel_l2 %.3e", rb);
+        }
+        free(r1g.act);
     }
     free(rc.act); free(rg.act);
     free(img); free(state); free(noise); free(tok); free(tm);

@@ -176,6 +176,7 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
               const pi0_prenorm *pre);
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                  const pi0_prenorm *pre);
+int cuda_adjacent(const pi0_wt *const *w, int n);   // the n weights follow each other in the arena, equal widths
 // gemv.cu: Y = X . W^T for M <= 16 rows with fused epilogues (see gemv.cu)
 enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE };
 struct gemv_args {

@@ -373,7 +373,7 @@ __global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
 }
 
 // The n weights are one [sum rows, K] matrix when each starts where the previous ends.
-static int adjacent(const pi0_wt *const *w, int n) {
+int cuda_adjacent(const pi0_wt *const *w, int n) {
     if (!w[0]->dev) return 0;
     for (int i = 0; i + 1 < n; i++)
         if ((const char *)w[i]->dev + (size_t)(w[i]->rows * w[i]->cols) * 2 != (const char *)w[i + 1]->dev ||
@@ -421,7 +421,7 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     if (c->err || M <= 0) return;
     int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
     int rope = pos.p != NULL, biased = p->b[0] || p->b[1] || p->b[2];
-    if (c->fused_small && M <= 16 && rope && !biased && adjacent(p->w, 3)) {   // one launch: product, RoPE, split
+    if (c->fused_small && M <= 16 && rope && !biased && cuda_adjacent(p->w, 3)) {   // one launch: product, RoPE, split
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)p->w[0]->dev; g.M = M; g.N = n; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = hd / 2; g.epi = GEMV_QKV_ROPE;
@@ -431,7 +431,7 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (!adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
+    if (!cuda_adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
         pt out[3] = {q, k, v};
         for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
         if (rope) cuda_rope(be, q, nq / hd, k, nk / hd, pos, M, hd);
@@ -471,7 +471,7 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[2] = {&L->gate, &L->up};
-    if (c->fused_small && M <= 16 && adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
+    if (c->fused_small && M <= 16 && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F;
@@ -479,7 +479,7 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (!adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
+    if (!cuda_adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
         cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
         cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);
         cuda_gelu_mul(be, out, out, tmp, M, F);

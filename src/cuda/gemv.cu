@@ -21,18 +21,11 @@
 #include <math.h>
 
 #include "common.cuh"
+#include "mma.cuh"
 
 namespace cg = cooperative_groups;
 
 enum { GW = 8 };   // warps per block = K slices
-
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // First weight row of n-tile t of block b (see gemv_args.pair).
 template <int NT>
@@ -40,19 +33,6 @@ __device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
     if (!a.pair) return b * 8 * NT + 8 * t;
     int half = 4 * NT, per = a.pair / half, a0 = (b / per) * 2 * a.pair + (b % per) * half;
     return t < NT / 2 ? a0 + 8 * t : a0 + a.pair + 8 * (t - NT / 2);
-}
-
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-// Component h of a uint4 (a pair of bf16) and its fp32 values, without taking addresses (registers stay registers).
-__device__ __forceinline__ uint32_t u4_get(const uint4 &v, int h) { return h == 0 ? v.x : h == 1 ? v.y : h == 2 ? v.z : v.w; }
-__device__ __forceinline__ void u4_set(uint4 &v, int h, uint32_t x) {
-    if (h == 0) v.x = x; else if (h == 1) v.y = x; else if (h == 2) v.z = x; else v.w = x;
-}
-__device__ __forceinline__ float2 bf2_to_f2(uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
-__device__ __forceinline__ uint32_t f2_to_bf2(float lo, float hi) {
-    __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-    return (uint32_t)__bfloat16_as_ushort(b.x) | ((uint32_t)__bfloat16_as_ushort(b.y) << 16);
 }
 
 // Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024); the K/1024 blocks of
@@ -76,16 +56,13 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     int nrow = tile_row<NT>(a, b, threadIdx.x >> 3) + (threadIdx.x & 7);   // the row thread t < R copies
     if (threadIdx.x == 0) {   // rows past N only in the last row block (pair layouts need N % 2P == 0)
         int valid = a.pair ? R : min(R, a.N - b * R);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar)));
+        mbar_init(&bar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bar)),
-                     "r"(valid * GEMV_KC * 2) : "memory");
+        mbar_expect_tx(&bar, valid * GEMV_KC * 2);
     }
     __syncthreads();
     if (threadIdx.x < R && nrow < a.N)   // one bulk copy (TMA) per weight row
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     ::"r"(smem_u32(Ws + threadIdx.x * GEMV_LDS)), "l"(a.w + (size_t)nrow * a.ldw + kb),
-                     "r"(GEMV_KC * 2), "r"(smem_u32(&bar)) : "memory");
+        bulk_copy(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
     // RoPE angle of this thread's epilogue column (same formula as rope_kernel / cpu rope1, spec 3.7)
     const int rope_i = a.epi == GEMV_QKV_ROPE ? (tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2)) % a.hd : 0;
     const float inv_freq = a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * rope_i / a.hd) : 0.0f;
@@ -157,9 +134,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-    for (unsigned done = 0; !done;)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(smem_u32(&bar)) : "memory");
+    mbar_wait(&bar, 0);
 #pragma unroll
     for (int u = 0; u < 4; u++)
 #pragma unroll

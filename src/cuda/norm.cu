@@ -3,7 +3,9 @@
 // weights fp32 (dev32). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms.
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
 // row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
-// the RMSNorm weights are read before the programmatic-launch wait. Others: one block of 256 threads a row.
+// the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm:
+// 6.95 us under ncu with them read after the statistics, RESULTS.md session 4). Others: one block of 256
+// threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
 #include "common.cuh"
@@ -24,18 +26,27 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
                                                                    const float *mod, int rows_per_mod, int M, int D,
                                                                    float eps) {
     int row = blockIdx.x * NORM_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    float v[NORM_NC][8], wv[NORM_NC][8], s = 0;
-    if (MODE == NORM_RMS)   // weights are constants: fetched before the programmatic-launch wait (common.cuh)
+    float v[NORM_NC][8], wv[NORM_NC][8], bv[NORM_NC][8], s = 0;
+    // the row's factors and shifts are constants (weights, or modulations computed at session create): fetched
+    // before the programmatic-launch wait (common.cuh)
+    const float *fa = MODE == NORM_ADA ? mod + (size_t)(row < M ? row / rows_per_mod : 0) * 3 * D : w;
+    const float *fb = MODE == NORM_ADA ? fa + D : b;
 #pragma unroll
-        for (int j = 0; j < NORM_NC; j++) {
-            int i = (j * 32 + lane) * 8;
-            if (i < D) {
-                float4 p = __ldg((const float4 *)(w + i)), q = __ldg((const float4 *)(w + i) + 1);
-                float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+    for (int j = 0; j < NORM_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i < D) {
+            float4 p = __ldg((const float4 *)(fa + i)), q = __ldg((const float4 *)(fa + i) + 1);
+            float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
 #pragma unroll
-                for (int e = 0; e < 8; e++) wv[j][e] = 1.0f + t[e];
+            for (int e = 0; e < 8; e++) wv[j][e] = MODE == NORM_LN ? t[e] : 1.0f + t[e];
+            if (MODE != NORM_RMS) {
+                p = __ldg((const float4 *)(fb + i)); q = __ldg((const float4 *)(fb + i) + 1);
+                float u[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) bv[j][e] = u[e];
             }
         }
+    }
     pdl_wait();
     pdl_trigger();
     if (row >= M) return;
@@ -63,7 +74,6 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
     } else {
         inv = rsqrtf(s / D + eps);
     }
-    const float *m = MODE == NORM_ADA ? mod + (size_t)(row / rows_per_mod) * 3 * D : NULL;
     bf16 *yr = y + (size_t)row * D;
 #pragma unroll
     for (int j = 0; j < NORM_NC; j++) {
@@ -71,8 +81,8 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
         if (i < D) {
             float o[8];
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                o[e] = MODE == NORM_RMS ? v[j][e] * inv * wv[j][e] : norm_out(MODE, (v[j][e] - mean) * inv, i + e, w, b, m, D);
+            for (int e = 0; e < 8; e++)   // norm_out with the fetched factors
+                o[e] = MODE == NORM_RMS ? v[j][e] * inv * wv[j][e] : (v[j][e] - mean) * inv * wv[j][e] + bv[j][e];
             stv<8>(yr + i, o);
         }
     }
@@ -112,7 +122,8 @@ static void launch_norm(pi0_backend *be, pt out, pt x, const float *w, const flo
     if (c->err || M <= 0) return;
     bf16 *y = (bf16 *)out.p;
     const bf16 *xp = (const bf16 *)x.p;
-    if (D % 8 == 0 && D <= 32 * 8 * NORM_NC && aligned16(y) && aligned16(xp) && (mode != NORM_RMS || aligned16(w)))
+    const float *fa = mode == NORM_ADA ? mod : w, *fb = mode == NORM_ADA ? mod : b;   // 16-byte factor loads
+    if (D % 8 == 0 && D <= 32 * 8 * NORM_NC && aligned16(y) && aligned16(xp) && aligned16(fa) && aligned16(fb))
         cuda_launch(c, mode == NORM_LN ? norm_warp_kernel<NORM_LN> : mode == NORM_RMS ? norm_warp_kernel<NORM_RMS>
                                                                                       : norm_warp_kernel<NORM_ADA>,
                     dim3(cdiv(M, NORM_ROWS)), dim3(32 * NORM_ROWS), 0, y, xp, w, b, mod, rows_per_mod, M, D, eps);
