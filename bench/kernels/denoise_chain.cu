@@ -162,6 +162,15 @@ int main(void) {
         free(h);
         CK(cudaFree(prof));
     }
+    for (int mode = 1; mode <= 2; mode++) {   // the persistent kernel's bounds: the weight stream alone, no barriers
+        xl.mode = mode;
+        step(256);
+        CK(cudaStreamSynchronize(c->stream));
+        float med = lab_graph_median_ms(c->stream, &c->capturing, [&] { step(256); });
+        printf("persistent kernel, %s: %.2f us per layer\n", mode == 1 ? "weight stream only" : "no grid barriers",
+               med * 1e3 / L);
+        xl.mode = 0;
+    }
     printf("%-24s %12s\n", "18 layers, one step", "us per layer");
     for (auto &v : vers) {
         c->pdl = v.pdl;

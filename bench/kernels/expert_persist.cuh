@@ -77,6 +77,8 @@ struct xargs {
     float *part;                        // [XMAXU][16][256] partial O, then [XMAXU][32] (m, l)
     unsigned *bar;                      // [2]: barrier arrivals, blocks done (both 0 between launches)
     long long *prof;                    // NULL, or clock64() per block, layer, phase: work done, barrier passed (lab)
+    int mode;                           // 0: the step; 1: only stream the weights (consumers wait for and release
+                                        // every stage, nothing else); 2: the step without grid barriers (wrong results)
     const int32_t *pos;                 // RoPE positions of the M rows
 };
 
@@ -109,6 +111,8 @@ __device__ void grid_reset(unsigned *bar) {
         __threadfence();
     }
 }
+
+__device__ __forceinline__ int cdiv_dev(int a, int b) { return a > 0 ? (a + b - 1) / b : 0; }   // items i = b0, b0 + G, ... below a
 
 __device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
 
@@ -475,11 +479,20 @@ __global__ void __launch_bounds__(XTHREADS, 1) expert_kernel(const __grid_consta
     // ---- consumers ----
     const xctx x = {tid, lane, warp, lane >> 2, lane & 3, warp * (XK / XCW) + 8 * (lane & 3), b, G, xsm};
     ring R = {xsm, full, empty, 0};
+    if (a.mode == 1) {   // the stream alone: this block's stage count per layer, as the producer walks them
+        const int n = 2 * cdiv_dev((QW + 2 * XHD) / 16 - b, G) + (QW / XK) * cdiv_dev(XK / 8 - b, G) +
+                      2 * cdiv_dev(F / 8 - b, G) + (F / XK) * cdiv_dev(XK / 8 - b, G);
+        for (int i = 0; i < n * a.depth; i++) {
+            R.wait();
+            R.release(lane);
+        }
+        return;
+    }
     for (int l = 0; l < a.depth; l++) {
         auto sync = [&](int phase) {   // end of a phase: the grid barrier (timestamps for the lab)
             long long *pr = a.prof ? a.prof + (((size_t)b * a.depth + l) * 6 + phase) * 2 : NULL;
             if (pr && tid == 0) pr[0] = clock64();
-            grid_sync(a.bar, (unsigned)(l * 6 + phase));
+            if (a.mode != 2) grid_sync(a.bar, (unsigned)(l * 6 + phase));
             if (pr && tid == 0) pr[1] = clock64();
         };
         const xlayer &L = a.L[l];
@@ -504,6 +517,7 @@ struct xlab {
     int blocks;          // one per SM; 0 = the device cannot run it
     char *scratch;       // partial attention outputs, then the barrier words (zeroed)
     long long *prof;     // NULL, or timestamps (xargs.prof)
+    int mode;            // xargs.mode
 };
 
 static size_t xlab_scratch_bytes(void) { return (size_t)XMAXU * (16 * XHD + 32) * 4 + 256; }
@@ -567,6 +581,7 @@ static int xlab_step(const xlab *xl, cudaStream_t st, const pi0_expert_step *e) 
     a.bar = (unsigned *)(xl->scratch + xlab_scratch_bytes() - 256);
     a.pos = (const int32_t *)e->pos.p;
     a.prof = xl->prof;
+    a.mode = xl->mode;
     if (((uintptr_t)a.s | (uintptr_t)a.q | (uintptr_t)a.att | (uintptr_t)a.g) & 15) return 0;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
