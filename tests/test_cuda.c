@@ -6,7 +6,7 @@
  *     graph replay against the un-captured run, repeat runs bit for bit;
  *  3. resources: session create/free cycles leak no device memory; an impossible session fails with
  *     a clear out-of-memory error and the model stays usable;
- *  4. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions.
+ *  4. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions at B = 2 and B = 1.
  * Seeded RNG (seed printed). Tolerances and the worst values seen: tests/README.md. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
