@@ -94,19 +94,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     }
     if (a.norm_a) {   // the block holds whole rows (K = 1024): RMS of rows g, g + 8 over the 8 warps' slices
         __shared__ float nss[GW][16];
-        float s0 = 0, s1 = 0;
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int h = 0; h < 4; h++) {
-                float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
-                s0 += f0.x * f0.x + f0.y * f0.y;
-                s1 += f1.x * f1.x + f1.y * f1.y;
-            }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        float s0, s1;
+        quad_sumsq(xv, s0, s1);
         if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
         __syncthreads();
         s0 = s1 = 0;

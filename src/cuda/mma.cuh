@@ -44,6 +44,25 @@ __device__ __forceinline__ uint32_t f2_to_bf2(float lo, float hi) {
     return (uint32_t)__bfloat16_as_ushort(b.x) | ((uint32_t)__bfloat16_as_ushort(b.y) << 16);
 }
 
+// Sums of squares of X rows g and g + 8 over the 32 columns that the 4 lanes of a quad (lanes 4g .. 4g + 3) hold
+// in the few-row layout of gemv.cu (xv[u][0]: row g, xv[u][1]: row g + 8, 8 bf16 each): every lane of the quad
+// gets the quad's totals.
+__device__ __forceinline__ void quad_sumsq(const uint4 (&xv)[4][2], float &s0, float &s1) {
+    s0 = s1 = 0;
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
+            s0 += f0.x * f0.x + f0.y * f0.y;
+            s1 += f1.x * f1.x + f1.y * f1.y;
+        }
+    s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+    s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+}
+
 // ---- mbarrier (shared memory) and the bulk copy that completes on one ----
 __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
