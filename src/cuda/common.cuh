@@ -46,7 +46,7 @@ struct cuda_ctx {
     uint64_t graph_clock;
     int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off
     int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
-    int fused_small;           // the few-row kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
+    int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax)
@@ -184,8 +184,7 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                  const pi0_prenorm *pre);
 int cuda_adjacent(const pi0_wt *const *w, int n);   // the n weights follow each other in the arena, equal widths
-// gemv.cu: Y = X . W^T for M <= GEMV_MAX_M rows with fused epilogues (see gemv.cu)
-enum { GEMV_MAX_M = 64 };
+// gemv.cu: Y = X . W^T for M <= 16 rows with fused epilogues (see gemv.cu)
 enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE };
 struct gemv_args {
     const bf16 *x;            // (M, K) rows, stride ldx

@@ -3,7 +3,7 @@
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
 // once per shape and cached. Linear with fp32 input (the small head projections and time
-// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead (bf16 weights widened to fp32). Few bf16 rows (M <= GEMV_MAX_M) go to gemv.cu. CPU twin: cpu_linear.
+// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead (bf16 weights widened to fp32). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,7 +296,7 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
         return;
     }
     PI0_ASSERT(x.kind == PT_ACT && out.kind == PT_ACT);
-    if (c->fused_small && M <= GEMV_MAX_M) {   // few rows: gemv.cu streams the weights in one launch
+    if (c->fused_small && M <= 16) {   // few rows: gemv.cu streams the weights in one launch
         gemv_args g = {};
         g.x = (const bf16 *)x.p; g.w = w; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
         g.epi = epi == EPI_ADD ? GEMV_ADD : epi == EPI_GELU ? GEMV_GELU : GEMV_STORE;
@@ -426,7 +426,7 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     if (c->err || M <= 0) return;
     int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
     int rope = pos.p != NULL, biased = p->b[0] || p->b[1] || p->b[2];
-    if (c->fused_small && M <= GEMV_MAX_M && rope && !biased && cuda_adjacent(p->w, 3)) {   // one launch: product, RoPE, split
+    if (c->fused_small && M <= 16 && rope && !biased && cuda_adjacent(p->w, 3)) {   // one launch: product, RoPE, split
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)p->w[0]->dev; g.M = M; g.N = n; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = hd / 2; g.epi = GEMV_QKV_ROPE;
@@ -476,7 +476,7 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[2] = {&L->gate, &L->up};
-    if (c->fused_small && M <= GEMV_MAX_M && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
+    if (c->fused_small && M <= 16 && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F;

@@ -1,5 +1,5 @@
-// gemv.cu — few-row products on the tensor cores: Y[M, N] = X[M, K] . W[N, K]^T for M <= GEMV_MAX_M = 64
-// (the denoise steps at small B: M = 11 suffix rows at B = 1, 51 with a 50-step horizon), with the neighbouring elementwise work fused in the
+// gemv.cu — few-row products on the tensor cores: Y[M, N] = X[M, K] . W[N, K]^T for M <= 16 (the
+// denoise steps at B = 1: M = 11 suffix rows), with the neighbouring elementwise work fused in the
 // epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
 // block: gelu(gate) * up (P = F, spec 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
 // pair), which writes k and v straight into the KV cache rows. For K = 1024 (the expert's q|k|v and gate|up)
@@ -12,9 +12,8 @@
 // a thread-block cluster and add their partial sums through distributed shared memory (deterministic:
 // fixed order). The block's weight rows are fetched with one bulk copy (TMA) per row into padded shared
 // memory, issued before the programmatic-launch wait (common.cuh): weights are constants, so the copy
-// overlaps the previous kernel. 8 warps split the 1024 columns; mma.m16n8k16 with A = 16 zero-padded X
-// rows (registers, read after the wait; MT = 1, 2 or 4 such m tiles, one after the other, against the same
-// weights in shared memory), B = 8 weight rows: each lane takes 16 bytes (8 consecutive k)
+// overlaps the previous kernel. 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16 zero-padded
+// X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8 consecutive k)
 // of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted order for A
 // and B, which leaves every dot product unchanged.
 // CPU twins: cpu_linear, cpu_qkv, cpu_mlp_up (src/cpu/cpu_backend.c).
@@ -43,13 +42,13 @@ __device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
 // the 8 warps' partial sums; the block's sums ctile (16 x R fp32).
 enum { GEMV_KC = 1024, GEMV_LDS = GEMV_KC * 2 + 64 };
 
-template <int NT, int MT>
+template <int NT>
 __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     constexpr int R = 8 * NT;
     extern __shared__ __align__(16) unsigned char gsm[];
     unsigned char *Ws = gsm;
-    float *red = (float *)gsm;                                  // [GW][MT][NT][4][32] after the products
-    float *ctile = (float *)(gsm + R * GEMV_LDS);               // [16 MT][R + 1]
+    float *red = (float *)gsm;                                  // [GW][NT][4][32] after the products
+    float *ctile = (float *)(gsm + R * GEMV_LDS);               // [16][R + 1]
     __shared__ __align__(8) uint64_t bar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
     const int kb = blockIdx.y * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;   // k of this lane within the slice
@@ -82,78 +81,70 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             }
     pdl_wait();
     pdl_trigger();
-    constexpr int NOLD = (16 * MT * R + GW * 32 - 1) / (GW * 32);
-    float yold[NOLD];   // the residual that GEMV_ADD adds, read now rather than after the product
+    // ---- activations: X rows g and g + 8, this lane's 4 x 8 k ----
+    const bool x0ok = g < a.M, x1ok = g + 8 < a.M;
+    const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
+    const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint4 xv[4][2];
 #pragma unroll
-    for (int i = 0; i < NOLD; i++) {
-        int o = threadIdx.x + i * GW * 32, m = o / R, n = b * R + o % R;
-        yold[i] = a.epi == GEMV_ADD && gridDim.y == 1 && m < a.M && n < a.N
-                      ? __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n)) : 0.0f;
+    for (int u = 0; u < 4; u++) {
+        xv[u][0] = x0ok ? __ldcg((const uint4 *)(xp0 + 32 * u)) : zero;
+        xv[u][1] = x1ok ? __ldcg((const uint4 *)(xp1 + 32 * u)) : zero;
     }
-    float acc[MT][NT][4];
+    if (a.norm_a) {   // the block holds whole rows (K = 1024): RMS of rows g, g + 8 over the 8 warps' slices
+        __shared__ float nss[GW][16];
+        float s0, s1;
+        quad_sumsq(xv, s0, s1);
+        if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
+        __syncthreads();
+        s0 = s1 = 0;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {   // m tile mt: X rows 16 mt + g and 16 mt + g + 8, this lane's 4 x 8 k
-        const int m0 = 16 * mt + g, m1 = m0 + 8;
-        const bool x0ok = m0 < a.M, x1ok = m1 < a.M;
-        const bf16 *xp0 = a.x + (size_t)(x0ok ? m0 : 0) * a.ldx + kb + kw;
-        const bf16 *xp1 = a.x + (size_t)(x1ok ? m1 : 0) * a.ldx + kb + kw;
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        uint4 xv[4][2];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            xv[u][0] = x0ok ? __ldcg((const uint4 *)(xp0 + 32 * u)) : zero;
-            xv[u][1] = x1ok ? __ldcg((const uint4 *)(xp1 + 32 * u)) : zero;
-        }
-        if (a.norm_a) {   // the block holds whole rows (K = 1024): RMS of rows m0, m1 over the 8 warps' slices
-            __shared__ float nss[GW][16];
-            float s0, s1;
-            quad_sumsq(xv, s0, s1);
-            if (mt) __syncthreads();   // the previous tile's sums have been read
-            if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
-            __syncthreads();
-            s0 = s1 = 0;
-#pragma unroll
-            for (int w = 0; w < GW; w++) { s0 += nss[w][g]; s1 += nss[w][g + 8]; }
-            // padded rows (x0ok / x1ok false) stay zero
-            const float r0 = x0ok ? rsqrtf(s0 / a.K + a.eps) : 0.0f, r1 = x1ok ? rsqrtf(s1 / a.K + a.eps) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-#pragma unroll
-                for (int h = 0; h < 4; h++) {
-                    float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
-                    float a0 = na[u][2 * h], a1 = na[u][2 * h + 1], b0 = nb[u][2 * h], b1 = nb[u][2 * h + 1];
-                    u4_set(xv[u][0], h, f2_to_bf2(f0.x * r0 * a0 + (x0ok ? b0 : 0.0f), f0.y * r0 * a1 + (x0ok ? b1 : 0.0f)));
-                    u4_set(xv[u][1], h, f2_to_bf2(f1.x * r1 * a0 + (x1ok ? b0 : 0.0f), f1.y * r1 * a1 + (x1ok ? b1 : 0.0f)));
-                }
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[mt][t][0] = acc[mt][t][1] = acc[mt][t][2] = acc[mt][t][3] = 0.0f;
-        if (mt == 0) mbar_wait(&bar, 0);
+        for (int w = 0; w < GW; w++) { s0 += nss[w][g]; s1 += nss[w][g + 8]; }
+        // padded rows (x0ok / x1ok false) stay zero
+        const float r0 = x0ok ? rsqrtf(s0 / a.K + a.eps) : 0.0f, r1 = x1ok ? rsqrtf(s1 / a.K + a.eps) : 0.0f;
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                uint4 w = *(const uint4 *)(Ws + (8 * t + g) * GEMV_LDS + (kw + 32 * u) * 2);
-                mma_bf16(acc[mt][t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, w.x, w.y);
-                mma_bf16(acc[mt][t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
+            for (int h = 0; h < 4; h++) {
+                float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
+                float a0 = na[u][2 * h], a1 = na[u][2 * h + 1], b0 = nb[u][2 * h], b1 = nb[u][2 * h + 1];
+                u4_set(xv[u][0], h, f2_to_bf2(f0.x * r0 * a0 + (x0ok ? b0 : 0.0f), f0.y * r0 * a1 + (x0ok ? b1 : 0.0f)));
+                u4_set(xv[u][1], h, f2_to_bf2(f1.x * r1 * a0 + (x1ok ? b0 : 0.0f), f1.y * r1 * a1 + (x1ok ? b1 : 0.0f)));
             }
     }
+    float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
+    if (a.epi == GEMV_ADD && gridDim.y == 1)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int o = threadIdx.x + i * GW * 32, m = o / R, n = b * R + o % R;
+            if (m < a.M && n < a.N) yold[i] = __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n));
+        }
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    mbar_wait(&bar, 0);
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            uint4 w = *(const uint4 *)(Ws + (8 * t + g) * GEMV_LDS + (kw + 32 * u) * 2);
+            mma_bf16(acc[t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, w.x, w.y);
+            mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
+        }
     __syncthreads();   // every warp is done with Ws: its space now holds the partial sums
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    for (int t = 0; t < NT; t++)
 #pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) red[(((warp * MT + mt) * NT + t) * 4 + i) * 32 + lane] = acc[mt][t][i];
+        for (int i = 0; i < 4; i++) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
     __syncthreads();
-    // the 8 warps in a fixed order; fragment (mt, t, i, lane) is row 16 mt + g (+8 for i >= 2), column
-    // 8t + 2c + (i & 1)
-    for (int o = threadIdx.x; o < MT * NT * 128; o += GW * 32) {
-        int mt = o / (NT * 128), t = (o >> 7) % NT, i = (o >> 5) & 3, l = o & 31;
+    // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1)
+    for (int o = threadIdx.x; o < NT * 128; o += GW * 32) {
+        int t = o >> 7, i = (o >> 5) & 3, l = o & 31;
         float s = 0;
 #pragma unroll
-        for (int w = 0; w < GW; w++) s += red[(((w * MT + mt) * NT + t) * 4 + i) * 32 + l];
-        ctile[(16 * mt + (l >> 2) + (i >= 2 ? 8 : 0)) * (R + 1) + 8 * t + 2 * (l & 3) + (i & 1)] = s;
+        for (int w = 0; w < GW; w++) s += red[((w * NT + t) * 4 + i) * 32 + l];
+        ctile[((l >> 2) + (i >= 2 ? 8 : 0)) * (R + 1) + 8 * t + 2 * (l & 3) + (i & 1)] = s;
     }
     cg::cluster_group cl = cg::this_cluster();
     const int ks = gridDim.y, rank = blockIdx.y;
@@ -207,17 +198,16 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     if (ks > 1) cl.sync();   // no block may leave while the others read its ctile
 }
 
-// Shared memory: the weight rows (reused for the partial sums: GW * MT * NT * 512 bytes fit for MT <= 4) and ctile.
-static size_t gemv_smem(int nt, int mt) { return (size_t)8 * nt * GEMV_LDS + (size_t)16 * mt * (8 * nt + 1) * 4; }
+static size_t gemv_smem(int nt) { return (size_t)8 * nt * GEMV_LDS + (size_t)16 * (8 * nt + 1) * 4; }
 
-template <int NT, int MT>
+template <int NT>
 static void launch(cuda_ctx *c, const gemv_args &a) {
     int ks = a.K / GEMV_KC;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
     cfg.gridDim = dim3(cdiv(a.N, 8 * NT), ks);
     cfg.blockDim = dim3(GW * 32);
-    cfg.dynamicSmemBytes = gemv_smem(NT, MT);
+    cfg.dynamicSmemBytes = gemv_smem(NT);
     cfg.stream = c->stream;
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = 1;
@@ -227,23 +217,19 @@ static void launch(cuda_ctx *c, const gemv_args &a) {
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = c->pdl ? 2 : 1;
-    cuda_note(c, cudaLaunchKernelEx(&cfg, gemv_kernel<NT, MT>, a), "gemv_kernel", __FILE__, __LINE__);
+    cuda_note(c, cudaLaunchKernelEx(&cfg, gemv_kernel<NT>, a), "gemv_kernel", __FILE__, __LINE__);
 }
 
-template <int NT, int MT> static void setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shared memory
-    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<NT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)gemv_smem(NT, MT)));
-}
-
-void cuda_gemv_setup(cuda_ctx *c) {
-    setup<1, 1>(c); setup<2, 1>(c); setup<4, 1>(c); setup<8, 1>(c);
-    setup<1, 2>(c); setup<2, 2>(c); setup<4, 2>(c);
-    setup<1, 4>(c); setup<2, 4>(c); setup<4, 4>(c);
+void cuda_gemv_setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shared memory (per device)
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(1)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(2)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(4)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(8)));
 }
 
 int cuda_gemv_ok(const gemv_args *a, int nt) {
     uintptr_t al = (uintptr_t)a->x | (uintptr_t)a->w;
-    if (a->M < 1 || a->M > GEMV_MAX_M || (a->M > 16 && nt > 4) || a->K % GEMV_KC || a->K > 8 * GEMV_KC || a->N % 8 || a->ldx % 8 || a->ldw % 8 ||
+    if (a->M < 1 || a->M > 16 || a->K % GEMV_KC || a->K > 8 * GEMV_KC || a->N % 8 || a->ldx % 8 || a->ldw % 8 ||
         (al & 15))
         return 0;
     if (a->pair && (nt < 2 || a->bias || a->N % (2 * a->pair) || a->pair % (4 * nt))) return 0;
@@ -265,12 +251,10 @@ int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt) {
     if (c->err) return 1;
     if (!nt) nt = pick_nt(a);
     if (!nt || !cuda_gemv_ok(a, nt)) return 0;
-    int mt = a->M <= 16 ? 1 : a->M <= 32 ? 2 : 4;   // m tiles of 16 rows
-#define GEMV_CASE(NT_, MT_) \
-    if (nt == NT_ && mt == MT_) { launch<NT_, MT_>(c, *a); return 1; }
-    GEMV_CASE(1, 1) GEMV_CASE(2, 1) GEMV_CASE(4, 1) GEMV_CASE(8, 1)
-    GEMV_CASE(1, 2) GEMV_CASE(2, 2) GEMV_CASE(4, 2)
-    GEMV_CASE(1, 4) GEMV_CASE(2, 4) GEMV_CASE(4, 4)
-#undef GEMV_CASE
-    return 0;
+    if (nt == 1) launch<1>(c, *a);
+    else if (nt == 2) launch<2>(c, *a);
+    else if (nt == 4) launch<4>(c, *a);
+    else if (nt == 8) launch<8>(c, *a);
+    else return 0;
+    return 1;
 }
