@@ -4,7 +4,7 @@ Usage: ncu --clock-control none --csv --metrics gpu__time_duration.sum CMD > ncu
        kernel_times.py ncu.csv --stages   the last inference only, split into vision / prefill / denoise
 With --stages, CMD must run un-graphed B = 1 inferences (PI0_CUDA_GRAPHS=0 pi0 bench ... --warmup 0 --iters 1):
 an inference starts at im2col_kernel (patch embedding), the prefill at embed_kernel (text tokens), the denoise at
-the first step_io_kernel after it (the noise copy). ncu serialises kernels: use the sums for ratios."""
+the first linear_f32_kernel after it (the state token). ncu serialises kernels: use the sums for ratios."""
 import collections
 import csv
 import gzip
@@ -48,6 +48,6 @@ if "--stages" not in sys.argv[2:]:
 start = max(i for i, k in enumerate(ks) if k[1].startswith("im2col"))
 last = ks[start:]
 e = next(i for i, k in enumerate(last) if k[1].startswith("embed"))
-d = next(i for i, k in enumerate(last) if i > e and "step_io_kernel" in k[1])
+d = next(i for i, k in enumerate(last) if i > e and k[1].startswith("linear_f32"))
 for name, seg in (("vision", last[:e]), ("prefill", last[e:d]), ("denoise", last[d:])):
     table(name, seg, 10)

@@ -80,30 +80,6 @@ typedef struct {
     float eps;
 } pi0_expert_step;
 
-/* The boundary between two denoise steps (spec 3.10-3.13) as one op; a part whose weights are absent is
- * skipped.
- * 1. Velocity (out_w != NULL): y = norm(s) over the Ms rows of s (pi0_prenorm: RMSNorm, or adaRMS with one
- *    modulation row for all of them, rows_per_mod >= Ms; `norm.out` unused), then for
- *    r < M: v[r] = out_w . y[out_rows[r]] + out_b (fp32 math on y as stored), x1[r] = x0[r] + dt * v[r];
- *    vel (F32 [M, A]) receives v where vel.p. Without out_w: x1 = x0. x1 may be x0.
- * 2. Next input (in_w.p != NULL): e[e_rows ? e_rows[r] : r] = act(x1[r] . in_w + in_b), r < M, with in_w F32
- *    [A, N] (k-major) and in_b F32 [N]; e is F32 or ACT with rows of N. e may be s only when every row that
- *    part 1 reads is out_rows[r] == e_rows[r] (each row is read and then written by the same row r). */
-typedef struct {
-    pt s;
-    int Ms, D;
-    pi0_prenorm norm;
-    pt out_rows;
-    const pi0_wt *out_w, *out_b;
-    float dt;
-    pt x0, x1, vel;
-    int M, A;
-    pt in_w, in_b;
-    int N;
-    enum pi0_act act;
-    pt e, e_rows;
-} pi0_step_io;
-
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
@@ -136,8 +112,7 @@ struct pi0_backend {
     /* adaRMS: out = x * rsqrt(mean(x^2)+eps) * (1 + scale) + shift; mod F32 rows of [scale|shift|gate]
      * (stride 3D), row r uses mod row r / rows_per_mod (spec 3.7). */
     void (*adarms)(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
-    /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. Kinds: x and out ACT,
-     * or x F32 (fp32 math) with out F32 or ACT. */
+    /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. */
     void (*linear)(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                    enum pi0_epi epi);
     /* In-place half-split RoPE of q (M rows of qh heads) and k (M rows of kh heads, k.p may be NULL),
@@ -163,7 +138,8 @@ struct pi0_backend {
     void (*gated_add)(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
     /* x[r] = act(x[r] + v[r / rows_per_vec]) with v F32 rows of D */
     void (*add_rows)(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
-    void (*step_io)(pi0_backend *be, const pi0_step_io *p);   /* see pi0_step_io */
+    /* x += alpha * y (F32) */
+    void (*axpy)(pi0_backend *be, pt x, pt y, float alpha, size_t n);
 };
 
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);

@@ -49,10 +49,9 @@ struct model_sess {
     pt ids, id_rows, img_rows, pos, h, y, q, att, g, u;
     pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */
     /* suffix */
-    pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, st_rows, out_rows;
-    pt x, x0, vel, state, st_tok, hin, a_out;   /* x0: the start noise, x: x_t; hin (π0): the MLP's hidden rows */
-    pt in_w, in_b;                   /* the step's input product from x_t (pi0_step_io in_w, in_b), see fold_inputs */
-    pt time_terms;                   /* π0: [steps, De], see fold_inputs */
+    pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, act_rows, st_rows, out_rows;
+    pt x, x0, vel, state, st_tok, a_emb, a_hid, a_out, vin;   /* x0: the start noise, x: x_t */
+    pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
     pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
     int stage_timing;                /* 1: no graph, sync + clock between stages */
     /* host index scratch (sized at create); h_voff/h_poff/h_soff are the attention segments */
@@ -102,53 +101,6 @@ static pt mod_at(model_sess *s, int norm, int step) {   /* norm: 2l attn, 2l+1 m
     return pt_at(s->be, s->mods, ((size_t)norm * s->steps + step) * 3 * s->De);
 }
 
-/* Uploads weight w ([rows, cols], any dtype) as fp32; transposed ([cols, rows]) if `transpose`. */
-static pi0_status upload32(pi0_backend *be, pt dst, const pi0_wt *w, int transpose) {
-    size_t n = (size_t)(w->rows * w->cols);
-    float *h = malloc(n * sizeof(float)), *t = transpose ? malloc(n * sizeof(float)) : h;
-    pi0_status st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    if (h && t) {
-        pi0_to_f32(h, w->data, w->dtype, n);
-        if (transpose)
-            for (int64_t r = 0; r < w->rows; r++)
-                for (int64_t c = 0; c < w->cols; c++) t[c * w->rows + r] = h[r * w->cols + c];
-        st = be->upload(be, dst, t, n);
-    }
-    if (t != h) free(t);
-    free(h);
-    return st;
-}
-
-/* The product from x_t that starts each step, as pi0_step_io's in_w [A, De] (k-major) and bias:
- * π0.5: the suffix rows themselves, action_in_proj (in_w = W_in^T, in_b = b_in).
- * π0: the hidden rows of the action-time MLP, swish(W_a (W_in x + b_in) + W_t temb + b_a) with W_a =
- * action_time_mlp_in[:, :De] (spec 3.10). W_in (K = A) and W_a are folded into one product: in_w = (W_a W_in)^T,
- * and the bias of step k, time_terms[k] = W_t temb_k + b_a + W_a b_in, computed here with the backend's fp32
- * linear. Exact in real arithmetic; it removes a 1024 x 1024 product and a kernel from every step. */
-static pi0_status fold_inputs(model_sess *s) {
-    pi0_backend *be = s->be;
-    pi0_weights *w = s->w;
-    int De = s->De, A = s->A;
-    if (s->c->pi05) {
-        pi0_status st = upload32(be, s->in_w, &w->action_in_w, 1);
-        return st == PI0_OK ? upload32(be, s->in_b, &w->action_in_b, 0) : st;
-    }
-    pt win = be->alloc(be, (size_t)A * De, PT_F32), bin = be->alloc(be, (size_t)De, PT_F32);
-    pt wb = be->alloc(be, (size_t)De, PT_F32);
-    pi0_status st = win.p && bin.p && wb.p ? upload32(be, win, &w->action_in_w, 1) : pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    if (st == PI0_OK) st = upload32(be, bin, &w->action_in_b, 0);
-    if (st == PI0_OK) {
-        be->linear(be, s->in_w, win, &w->atm_in_w, NULL, A, De, De, 0, EPI_STORE);   /* W_in^T W_a^T */
-        be->linear(be, wb, bin, &w->atm_in_w, NULL, 1, De, De, 0, EPI_STORE);         /* W_a b_in */
-        be->add_rows(be, s->time_terms, wb, s->steps, s->steps, De, ACT_NONE);
-        st = be->sync(be);   /* before the scratch is released */
-    }
-    be->release(be, win);
-    be->release(be, bin);
-    be->release(be, wb);
-    return st;
-}
-
 /* Time-only terms for every step, with the same ops as the per-step path (spec 3.13). */
 static pi0_status precompute_time(model_sess *s) {
     pi0_backend *be = s->be;
@@ -164,7 +116,7 @@ static pi0_status precompute_time(model_sess *s) {
     if (!s->c->pi05) {
         /* action_time_mlp_in(concat(a, temb)) = W[:, :De].a + (W[:, De:].temb + b) */
         be->linear(be, s->time_terms, te, &w->atm_in_w, &w->atm_in_b, K, De, De, De, EPI_STORE);
-        return fold_inputs(s);
+        return PI0_OK;
     }
     pt zero = buf(s, (size_t)De, PT_F32);
     if (!zero.p) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
@@ -178,7 +130,7 @@ static pi0_status precompute_time(model_sess *s) {
         be->linear(be, mod_at(s, 2 * l + 1, 0), cond, &w->ex[l].mlp_norm_dw, &w->ex[l].mlp_norm_db, K, 3 * De, De, 0, EPI_STORE);
     }
     be->linear(be, mod_at(s, 2 * depth, 0), cond, &w->ex_norm_dw, &w->ex_norm_db, K, 3 * De, De, 0, EPI_STORE);
-    return fold_inputs(s);
+    return PI0_OK;
 }
 
 pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config *c, pi0_weights *w, int max_b,
@@ -242,6 +194,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->sg = buf(s, srow * s->Fe, PT_ACT);
     s->su = buf(s, srow * s->Fe, PT_ACT);
     s->spos = buf(s, srow, PT_I32);
+    s->act_rows = buf(s, hrow, PT_I32);
     s->st_rows = buf(s, (size_t)B, PT_I32);
     s->out_rows = buf(s, hrow, PT_I32);
     s->x = buf(s, hrow * s->A, PT_F32);
@@ -249,15 +202,12 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->vel = buf(s, hrow * s->A, PT_F32);
     s->state = buf(s, (size_t)B * s->A, PT_F32);
     s->st_tok = buf(s, (size_t)B * s->De, PT_F32);
-    s->in_w = buf(s, (size_t)s->A * s->De, PT_F32);
-    if (c->pi05) {
-        s->mods = buf(s, (size_t)(2 * depth + 1) * steps * 3 * s->De, PT_F32);
-        s->in_b = buf(s, (size_t)s->De, PT_F32);
-    } else {
-        s->time_terms = buf(s, (size_t)steps * s->De, PT_F32);
-        s->hin = buf(s, hrow * s->De, PT_F32);
-        s->a_out = buf(s, hrow * s->De, PT_F32);
-    }
+    s->a_emb = buf(s, hrow * s->De, PT_F32);
+    s->a_hid = buf(s, hrow * s->De, PT_F32);
+    s->a_out = buf(s, hrow * s->De, PT_F32);
+    s->vin = buf(s, hrow * s->De, PT_F32);
+    if (c->pi05) s->mods = buf(s, (size_t)(2 * depth + 1) * steps * 3 * s->De, PT_F32);
+    else s->time_terms = buf(s, (size_t)steps * s->De, PT_F32);
     if (s->alloc_failed) goto fail;
 
     s->h_sel = malloc(nimg * 4); s->h_voff = malloc((nimg + 1) * 4);
@@ -415,32 +365,33 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
     }
 }
 
-/* π0: the suffix rows from this step's hidden rows hin (pi0_step_io): the action tokens = action_time_mlp_out
- * (hin), the state tokens. At B = 1 the H action rows follow the state row, so the product writes them in place. */
-static void suffix_rows(model_sess *s, int B) {
+static void suffix_embed(model_sess *s, int B, int step) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
     int Mh = B * s->H, De = s->De;
-    if (B == 1) {
-        be->linear(be, pt_at(be, s->s, (size_t)(s->S - s->H) * De), s->hin, &w->atm_out_w, &w->atm_out_b, Mh, De, De, 0,
-                   EPI_STORE);
-    } else {
-        be->linear(be, s->a_out, s->hin, &w->atm_out_w, &w->atm_out_b, Mh, De, De, 0, EPI_STORE);
-        be->copy_rows(be, s->s, s->out_rows, s->a_out, (pt){0}, Mh, De);
+    be->linear(be, s->a_emb, s->x, &w->action_in_w, &w->action_in_b, Mh, De, s->A, 0, EPI_STORE);
+    if (s->c->pi05) {   /* suffix = action tokens, rows b*H + i */
+        be->copy_rows(be, s->s, (pt){0}, s->a_emb, (pt){0}, Mh, De);
+        return;
     }
+    /* π0: swish(W_in[:, :De].a + time_term) then W_out; state token in row b*S */
+    be->linear(be, s->a_hid, s->a_emb, &w->atm_in_w, NULL, Mh, De, De, 0, EPI_STORE);
+    be->add_rows(be, s->a_hid, pt_at(be, s->time_terms, (size_t)step * De), Mh, Mh, De, ACT_SWISH);
+    be->linear(be, s->a_out, s->a_hid, &w->atm_out_w, &w->atm_out_b, Mh, De, De, 0, EPI_STORE);
+    be->copy_rows(be, s->s, s->act_rows, s->a_out, (pt){0}, Mh, De);
     be->copy_rows(be, s->s, s->st_rows, s->st_tok, (pt){0}, B, De);
 }
 
 static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
-    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H, pi05 = s->c->pi05;
+    int depth = s->c->ex.depth, De = s->De, Ms = B * s->S, Mh = B * s->H;
     pi0_expert_step e = {.layers = w->ex, .depth = depth, .M = Ms, .D = De, .F = s->Fe, .s = s->s, .sy = s->sy,
                          .stmp = s->stmp, .q = s->sq, .k = s->sk, .v = s->sv, .att = s->satt, .g = s->sg, .u = s->su,
-                         .kc = s->kc, .vc = s->vc, .pos = s->spos, .mods = pi05 ? s->h_mods : NULL, .eps = EPS,
+                         .kc = s->kc, .vc = s->vc, .pos = s->spos, .mods = s->c->pi05 ? s->h_mods : NULL, .eps = EPS,
                          .attn = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh,
                                   .scale = 1.0f / sqrtf((float)s->Dh), .q_off = s->h_soff, .k_off = s->h_poff,
-                                  .k2 = s->sk, .v2 = s->sv, .block0 = pi05 ? 0 : 1}};
+                                  .k2 = s->sk, .v2 = s->sv, .block0 = s->c->pi05 ? 0 : 1}};
     /* B = 1: the suffix K/V are written into the cache's spare rows after the prefix, so attention
      * reads one key range whose last S keys follow the suffix mask (`tail`) */
     if (B == 1) {
@@ -451,34 +402,27 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         e.attn.tail = s->S;
         e.kv_tail = (size_t)s->h_poff[1] * s->Kv * s->Dh;
     }
-    /* Step boundaries (pi0_step_io): the first one only copies the noise into x (inside the computation, so
-     * that a graph replay starts afresh) and makes step 0's input; each later one ends step k (final norm,
-     * action_out_proj, x += dt v) and makes step k + 1's input. π0.5's input is the suffix itself. */
-    pi0_step_io io = {.s = s->s, .Ms = Ms, .D = De, .out_rows = s->out_rows, .dt = s->dt, .x0 = s->x0, .x1 = s->x,
-                      .vel = s->vel, .M = Mh, .A = s->A, .in_w = s->in_w, .in_b = pi05 ? s->in_b : s->time_terms,
-                      .N = De, .act = pi05 ? ACT_NONE : ACT_SWISH, .e = pi05 ? s->s : s->hin};
-    be->step_io(be, &io);
-    io.x0 = s->x;
-    io.out_w = &w->action_out_w;
-    io.out_b = &w->action_out_b;
-    io.norm.eps = EPS;
-    if (!pi05)   /* the state token does not depend on x_t or t: once per inference */
+    /* x = noise, inside the computation so that a graph replay (or a second run) starts afresh */
+    be->copy_rows(be, s->x, (pt){0}, s->x0, (pt){0}, B * s->H, s->A);
+    if (!s->c->pi05)   /* the state token does not depend on x_t or t: once per inference */
         be->linear(be, s->st_tok, s->state, &w->state_w, &w->state_b, B, De, s->A, 0, EPI_STORE);
     for (int k = 0; k < s->steps; k++) {
         range(s, "denoise step");
-        if (!pi05) suffix_rows(s, B);
-        else
+        suffix_embed(s, B, k);
+        if (s->c->pi05)
             for (int n = 0; n < 2 * depth; n++) s->h_mods[n] = mod_at(s, n, k);
         expert_layers(be, &e);
-        if (pi05) {
-            io.norm.mod = mod_at(s, 2 * depth, k);
-            io.norm.rows_per_mod = Ms;
+        pi0_prenorm fin = {.eps = EPS, .out = s->sy};
+        if (s->c->pi05) {
+            fin.mod = mod_at(s, 2 * depth, k);
+            fin.rows_per_mod = Ms;
         } else {
-            io.norm.w = &w->ex_norm;
+            fin.w = &w->ex_norm;
         }
-        if (k + 1 == s->steps) io.in_w = (pt){0};
-        else if (!pi05) io.in_b = pt_at(be, s->time_terms, (size_t)(k + 1) * De);
-        be->step_io(be, &io);
+        prenorm_rows(be, s->s, &fin, Ms, De);   /* into sy */
+        be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
+        be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
+        be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
         range(s, NULL);
         if (dump) {
             char name[32];
@@ -538,6 +482,7 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
         for (int b = 0; b < B; b++)
             for (int j = 0; j < s->H; j++) rows[b * s->H + j] = b * s->S + (s->S - s->H) + j;
         st = be->upload(be, s->out_rows, rows, (size_t)B * s->H);
+        if (st == PI0_OK) st = be->upload(be, s->act_rows, rows, (size_t)B * s->H);   /* actions follow the state token */
     }
     if (st == PI0_OK && !s->c->pi05) {
         for (int b = 0; b < B; b++) rows[b] = b * s->S;

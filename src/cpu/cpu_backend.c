@@ -351,44 +351,9 @@ static void cpu_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, i
     }
 }
 
-/* pi0_step_io: the norm, the velocity product, the Euler update and the next step's input product, in
- * fp32 (the norm through the plain ops, into per-row scratch: only the M rows read are normalised). */
-static void cpu_step_io(pi0_backend *be, const pi0_step_io *p) {
-    int M = p->M, A = p->A, D = p->D;
-    if (p->out_w) {
-        float *y = malloc((size_t)M * D * sizeof(float)), *w = malloc((size_t)A * D * sizeof(float));
-        PI0_ASSERT(y && w);
-        for (int a = 0; a < A; a++) wrow(w + (size_t)a * D, p->out_w, (int64_t)a * p->out_w->cols, D);
-        #pragma omp parallel for schedule(static)
-        for (int r = 0; r < M; r++) {
-            int row = I(p->out_rows)[r];
-            float *yv = y + (size_t)r * D;
-            pt xr = {(char *)(F(p->s) + (size_t)row * D), PT_F32}, yr = {(char *)yv, PT_F32};
-            if (p->norm.w) cpu_rmsnorm(be, yr, xr, p->norm.w, 1, D, p->norm.eps);
-            else cpu_adarms(be, yr, xr, pt_at(be, p->norm.mod, (size_t)(row / p->norm.rows_per_mod) * 3 * D), 1, 1, D,
-                            p->norm.eps);
-            for (int a = 0; a < A; a++) {
-                float v = dot(yv, w + (size_t)a * D, D) + (p->out_b ? wv(p->out_b, a) : 0.0f);
-                if (p->vel.p) F(p->vel)[(size_t)r * A + a] = v;
-                F(p->x1)[(size_t)r * A + a] = F(p->x0)[(size_t)r * A + a] + p->dt * v;
-            }
-        }
-        free(y);
-        free(w);
-    } else if (p->x1.p != p->x0.p) {
-        memcpy(F(p->x1), F(p->x0), (size_t)M * A * sizeof(float));
-    }
-    if (!p->in_w.p) return;
-    #pragma omp parallel for schedule(static)
-    for (int r = 0; r < M; r++) {
-        const float *x = F(p->x1) + (size_t)r * A;
-        float *e = F(p->e) + (size_t)(p->e_rows.p ? I(p->e_rows)[r] : r) * p->N;
-        for (int n = 0; n < p->N; n++) {
-            float z = F(p->in_b)[n];
-            for (int a = 0; a < A; a++) z += x[a] * F(p->in_w)[(size_t)a * p->N + n];
-            e[n] = p->act == ACT_SWISH ? z / (1.0f + expf(-z)) : z;
-        }
-    }
+static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
+    (void)be;
+    for (size_t i = 0; i < n; i++) F(x)[i] += alpha * F(y)[i];
 }
 
 /* Scratch per thread: a GEMM weight tile (NB x KB) plus (M_max x NB) partial sums, or attention scores. */
@@ -457,7 +422,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->copy_rows = cpu_copy_rows;
     be->gated_add = cpu_gated_add;
     be->add_rows = cpu_add_rows;
-    be->step_io = cpu_step_io;
+    be->axpy = cpu_axpy;
     *out = be;
     return PI0_OK;
 }

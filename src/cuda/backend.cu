@@ -417,7 +417,6 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     else { c->stage = NULL; cudaGetLastError(); }   // no ring: direct copies
     cuda_attention_setup(c);
     cuda_gemv_setup(c);
-    cuda_step_io_setup(c);
     if (c->err) {
         st = report(c);
         cuda_destroy(be);
@@ -454,7 +453,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->copy_rows = cuda_copy_rows;
     be->gated_add = cuda_gated_add;
     be->add_rows = cuda_add_rows;
-    be->step_io = cuda_step_io;
+    be->axpy = cuda_axpy;
     *out = be;
     return PI0_OK;
 }

@@ -130,13 +130,6 @@ template <int V> __device__ __forceinline__ void stv(bf16 *p, const float (&s)[V
 }
 static inline int aligned16(const void *p) { return !((uintptr_t)p & 15); }
 
-// Pulls [p, p + bytes) into L2, spread over the block's threads (128-byte lines): for constants a kernel
-// reads after its PDL wait.
-__device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes) {
-    for (size_t o = (size_t)threadIdx.x * 128; o < bytes; o += (size_t)blockDim.x * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)p + o));
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -212,9 +205,6 @@ void cuda_gemv_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 void cuda_attention_setup(cuda_ctx *c);
-// step.cu
-void cuda_step_io(pi0_backend *be, const pi0_step_io *p);
-void cuda_step_io_setup(cuda_ctx *c);
 // norm.cu
 void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps);
 void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);
@@ -228,4 +218,5 @@ void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *t
 void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
 void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
 void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
+void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n);
 void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n);

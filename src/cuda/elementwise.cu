@@ -192,6 +192,19 @@ void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, 
                                                        act == ACT_SWISH);
 }
 
+__global__ void axpy_kernel(float *x, const float *y, float alpha, size_t n) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += alpha * y[i];
+}
+
+void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || !n) return;
+    cuda_launch(c, axpy_kernel, GRID(n), (float *)x.p, (const float *)y.p, alpha, n);
+}
+
 __global__ void f32_to_bf16_kernel(bf16 *d, const float *s, size_t n) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();

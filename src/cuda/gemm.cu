@@ -200,8 +200,7 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
 // per call at M = 10, K = 1024 under ncu on the H100, for N = 1024 and for N = 32 alike: the 4 such
 // products of every denoise step (action_in, action_time_mlp in/out, action_out) cost ~0.7 ms a run.
 enum { LF_N = 16, LF_M = 8, LF_K = 1024 };
-template <typename TY>
-__global__ void __launch_bounds__(256) linear_f32_kernel(TY *y, const float *x, const bf16 *w, const float *b, int M,
+__global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M,
                                                          int N, int K, int ldw, int epi, int vec) {
     __shared__ __align__(16) float xs[LF_M][LF_K];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = blockIdx.y * LF_M, n0 = blockIdx.x * LF_N + 2 * warp;
@@ -270,10 +269,10 @@ __global__ void __launch_bounds__(256) linear_f32_kernel(TY *y, const float *x, 
             int n = n0 + j;
             if (lane == 0 && i < rows && n < N) {
                 v += b ? b[n] : 0.0f;
-                size_t o = (size_t)(m0 + i) * N + n;
-                if (epi == EPI_ADD) v += ldf(y, o);
+                float *o = y + (size_t)(m0 + i) * N + n;
+                if (epi == EPI_ADD) v += *o;
                 else if (epi == EPI_GELU) v = gelu_tanh(v);
-                stf(y, o, v);
+                *o = v;
             }
         }
 }
@@ -283,16 +282,12 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const bf16 *w = (const bf16 *)W->dev + k0;
-    if (x.kind == PT_F32) {   // fp32 math; the output may be bf16 (π0's suffix rows)
+    if (x.kind == PT_F32) {
+        PI0_ASSERT(out.kind == PT_F32);
         dim3 grid(cdiv(N, LF_N), cdiv(M, LF_M));
         int vec = K % 8 == 0 && W->cols % 8 == 0 && k0 % 8 == 0 && !((uintptr_t)x.p & 15);
-        const float *bias = b ? (const float *)b->dev32 : NULL;
-        if (out.kind == PT_F32)
-            cuda_launch(c, linear_f32_kernel<float>, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w, bias, M,
-                        N, K, (int)W->cols, (int)epi, vec);
-        else
-            cuda_launch(c, linear_f32_kernel<bf16>, grid, dim3(256), 0, (bf16 *)out.p, (const float *)x.p, w, bias, M, N,
-                        K, (int)W->cols, (int)epi, vec);
+        cuda_launch(c, linear_f32_kernel, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w,
+                    b ? (const float *)b->dev32 : NULL, M, N, K, (int)W->cols, (int)epi, vec);
         return;
     }
     PI0_ASSERT(x.kind == PT_ACT && out.kind == PT_ACT);
