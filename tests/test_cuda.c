@@ -698,6 +698,7 @@ static void e2e_full(const char *dir) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* a crash log ends at the last line printed */
     pi0_rng_seed(&rng, SEED);
     printf("seed %llu\n", (unsigned long long)SEED);
     int ndev = 0;
