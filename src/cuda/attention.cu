@@ -337,181 +337,6 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     }
 }
 
-// ---- flash attention, head_dim 256 (the prefix, MQA) on wgmma ----
-// The algorithm of flash_attn_kernel (FlashAttention-2 order, lazy rescaling, the same roundings) with the
-// products on warpgroup MMAs (mma.cuh). A block owns FW_BM = 64 stacked query rows and has two warpgroups that
-// split the key tiles (FW_BN = 32 keys; warpgroup w takes tiles w, w + 2, ...), so that one warpgroup's softmax
-// overlaps the other's MMAs; their (m, l, O) are merged through shared memory at the end. Q (64 x 256) and each
-// K / V tile (32 x 256, double-buffered per warpgroup through cp.async) sit in shared memory as four 64-column
-// slabs in the 128-byte swizzle. Per tile: S = Q K^T as 16 wgmma m64n32k16 from shared memory; the online
-// softmax on the S registers; O += P V as 8 wgmma m64n64k16 with P from registers (the S accumulator layout is
-// the A fragment layout) and V read MN-major. The mma.sync kernel read every K / V fragment once per warp
-// through ldmatrix: 42 us per prefix layer (pi0-3cam, ncu); one warpgroup per block on wgmma with 64-key
-// tiles: 37.5 us (its softmax and copies did not overlap its MMAs).
-enum { FW_BM = 64, FW_BN = 32, FW_HD = 256, FW_Q = FW_BM * FW_HD * 2, FW_KV = FW_BN * FW_HD * 2 };   // tile bytes
-
-// Q, 2 warpgroups x 2 buffers x (K, V), the merge's m and l (4 x 128 floats), alignment slack
-static size_t fw_smem() { return FW_Q + 8 * (size_t)FW_KV + 4 * 128 * 4 + 1024; }
-
-// R rows x 256 bf16 (row stride 256) into a swizzled tile (four slabs of R rows x 64 columns) by 128 threads;
-// rows >= n are zeros. Thread t copies 16-byte chunk q = t % 32 of rows t / 32 + 4 u, so that its shared and
-// global addresses are two bases plus constants (the first version computed the swizzle per chunk: its copies
-// were ~40% of the kernel's instructions)
-template <int R> __device__ __forceinline__ void fw_load(unsigned char *tile, const bf16 *src, int n, int t) {
-    const int q = t & 31, r0 = t >> 5;   // (r0 + 4 u) % 8 = r0 + 4 (u % 2)
-    unsigned char *slab = tile + (q >> 3) * (R * 128), *d0 = slab + swz128(r0, q & 7), *d1 = slab + swz128(r0 + 4, q & 7) - 512;
-    src += (size_t)r0 * FW_HD + q * 8;
-#pragma unroll
-    for (int u = 0; u < R / 4; u++) {
-        unsigned char *d = (u & 1 ? d1 : d0) + u * 512;
-        if (r0 + 4 * u < n) cp_async16(d, src + (size_t)u * 4 * FW_HD);
-        else *(uint4 *)d = make_uint4(0, 0, 0, 0);
-    }
-}
-
-__device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
-
-__global__ void __launch_bounds__(256, 1)
-flash256_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int rows, int n1, long long q_seg,
-                long long kv_seg, float sl2) {
-    extern __shared__ unsigned char fw_raw[];
-    unsigned char *sm = fw_raw + ((1024 - (smem_u32(fw_raw) & 1023)) & 1023);   // swizzle atoms: 1024-byte aligned
-    const int tid = threadIdx.x, wg = tid >> 7, t = tid & 127, lane = tid & 31, warp = t >> 5, g = lane >> 2, c = lane & 3;
-    unsigned char *Qs = sm, *Ks = sm + FW_Q + wg * 4 * FW_KV, *Vs = Ks + 2 * FW_KV;
-    const int r0 = blockIdx.x * FW_BM;
-    q += (size_t)blockIdx.z * q_seg;
-    out += (size_t)blockIdx.z * q_seg;
-    k += (size_t)blockIdx.z * kv_seg;
-    v += (size_t)blockIdx.z * kv_seg;
-    pdl_wait();   // programmatic dependent launch: see common.cuh
-    pdl_trigger();
-    if (wg == 0) fw_load<FW_BM>(Qs, q + (size_t)r0 * FW_HD, rows - r0, t);
-    const int ntiles = (n1 + FW_BN - 1) / FW_BN, mine = ntiles > wg ? (ntiles - wg + 1) / 2 : 0;
-    auto load_kv = [&](int i, int buf) {   // this warpgroup's i-th tile (key tile 2 i + wg)
-        int j = 2 * i + wg;
-        fw_load<FW_BN>(Ks + buf * FW_KV, k + (size_t)j * FW_BN * FW_HD, n1 - j * FW_BN, t);
-        fw_load<FW_BN>(Vs + buf * FW_KV, v + (size_t)j * FW_BN * FW_HD, n1 - j * FW_BN, t);
-    };
-    if (mine) load_kv(0, 0);
-    asm volatile("cp.async.commit_group;" ::: "memory");   // (with Q for warpgroup 0)
-    float o[FW_HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
-#pragma unroll
-    for (int n = 0; n < FW_HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
-    float(*oc)[32] = (float(*)[32])o;   // oc[slab]: the accumulators of output columns [64 slab, 64 slab + 64)
-    for (int i = 0; i < mine; i++) {
-        if (i + 1 < mine) {
-            load_kv(i + 1, (i + 1) & 1);
-            asm volatile("cp.async.commit_group;\ncp.async.wait_group 1;" ::: "memory");
-        } else {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // copies -> the wgmma (async proxy) reads
-        if (i == 0) __syncthreads();   // Q (copied by warpgroup 0) is complete
-        else wg_bar(1 + wg);
-        const unsigned char *Kb = Ks + (i & 1) * FW_KV, *Vb = Vs + (i & 1) * FW_KV;
-        const int j = 2 * i + wg;
-        float s[FW_BN / 8][4];
-        float(*sc)[16] = (float(*)[16])s;
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < FW_HD / 16; kk++)   // slab kk / 4; 32 bytes per 16 columns within a slab
-            wg_ss_64x32(sc[0], wg_desc(Qs + (kk >> 2) * (FW_BM * 128) + (kk & 3) * 32),
-                        wg_desc(Kb + (kk >> 2) * (FW_BN * 128) + (kk & 3) * 32), kk);
-        wg_commit();
-        wg_wait0();
-        wg_hold(sc[0]);
-        // online softmax (as flash_attn_kernel): this thread holds rows g and g + 8 of its warp's 16
-        // (the scale sl2 > 0 is applied to the row maxima and inside the exponent: one FFMA per logit)
-        if ((j + 1) * FW_BN > n1)   // keys past the segment: only in the last tile
-#pragma unroll
-            for (int n = 0; n < FW_BN / 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (j * FW_BN + n * 8 + 2 * c + (e & 1) >= n1) s[n][e] = -INFINITY;
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < FW_BN / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            mx[r] *= sl2;
-        }
-        if (__any_sync(0xffffffffu, mx[0] > m[0] + FA_SLACK || mx[1] > m[1] + FA_SLACK)) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn);   // the first tile has a key: mn is finite
-                l[r] *= alpha;
-#pragma unroll
-                for (int n = 0; n < FW_HD / 8; n++) {
-                    o[n][2 * r] *= alpha;
-                    o[n][2 * r + 1] *= alpha;
-                }
-                m[r] = mn;
-            }
-        }
-        uint32_t pa[FW_BN / 16][4];
-#pragma unroll
-        for (int n = 0; n < FW_BN / 8; n++) {
-            float p0 = exp2f(fmaf(s[n][0], sl2, -m[0])), p1 = exp2f(fmaf(s[n][1], sl2, -m[0]));
-            float p2 = exp2f(fmaf(s[n][2], sl2, -m[1])), p3 = exp2f(fmaf(s[n][3], sl2, -m[1]));
-            l[0] += p0 + p1;
-            l[1] += p2 + p3;
-            pa[n >> 1][(n & 1) * 2] = f2_to_bf2(p0, p1);
-            pa[n >> 1][(n & 1) * 2 + 1] = f2_to_bf2(p2, p3);
-        }
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < FW_BN / 16; kk++)   // keys 16 kk ..: row 16 kk of each V slab
-#pragma unroll
-            for (int sl = 0; sl < FW_HD / 64; sl++)
-                wg_rs_64x64_t(oc[sl], pa[kk], wg_desc(Vb + sl * (FW_BN * 128) + kk * 2048));
-        wg_commit();
-        wg_wait0();
-#pragma unroll
-        for (int sl = 0; sl < FW_HD / 64; sl++) wg_hold(oc[sl]);
-        wg_bar(1 + wg);   // this warpgroup's next copies overwrite the buffer
-    }
-    if (mine == 0) __syncthreads();   // (pairs with the i == 0 barrier of the other warpgroup)
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    // merge: warpgroup 1 leaves its O in its own K / V buffers and (m, l) after them, thread by thread (warpgroup
-    // 0 may still be reading Q and its own buffers); warpgroup 0 combines
-    float *xo = (float *)(sm + FW_Q + 4 * FW_KV), *xm = (float *)(sm + FW_Q + 8 * FW_KV);
-    if (wg == 1) {
-#pragma unroll
-        for (int n = 0; n < FW_HD / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) xo[(n * 4 + e) * 128 + t] = o[n][e];
-#pragma unroll
-        for (int r = 0; r < 2; r++) { xm[r * 128 + t] = m[r]; xm[(2 + r) * 128 + t] = l[r]; }
-    }
-    __syncthreads();
-    if (wg == 1) return;
-    float a0[2], a1[2], inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {   // a warpgroup without keys has m = -inf, l = 0, O = 0
-        float m1 = xm[r * 128 + t], mn = fmaxf(m[r], m1);
-        a0[r] = exp2f(m[r] - mn);
-        a1[r] = m1 == -INFINITY ? 0.0f : exp2f(m1 - mn);
-        inv[r] = 1.0f / (a0[r] * l[r] + a1[r] * xm[(2 + r) * 128 + t]);
-    }
-#pragma unroll
-    for (int n = 0; n < FW_HD / 8; n++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            int row = r0 + warp * 16 + g + 8 * r;
-            float v0 = (a0[r] * o[n][2 * r] + a1[r] * xo[(n * 4 + 2 * r) * 128 + t]) * inv[r];
-            float v1 = (a0[r] * o[n][2 * r + 1] + a1[r] * xo[(n * 4 + 2 * r + 1) * 128 + t]) * inv[r];
-            if (row < rows) *(__nv_bfloat162 *)(out + (size_t)row * FW_HD + n * 8 + 2 * c) = __floats2bfloat162_rn(v0, v1);
-        }
-}
-
 // Launches flash attention for segments [s, s + g) of equal lengths when it applies (returns 1).
 static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const pi0_attn *a,
                            int g, int nq, int n1) {
@@ -523,9 +348,7 @@ static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k,
     dim3 grid(cdiv(rows, FA_BM), mqa ? 1 : H, g);
     float sl2 = a->scale * 1.4426950408889634f;
     long long q_seg = (long long)nq * H * hd, kv_seg = (long long)n1 * kvw;
-    if (hd == 256 && mqa)
-        cuda_launch(c, flash256_kernel, grid, dim3(256), fw_smem(), out, q, k, v, rows, n1, q_seg, kv_seg, sl2);
-    else if (hd == 256)
+    if (hd == 256)
         cuda_launch(c, flash_attn_kernel<256, 256>, grid, dim3(128), fa_smem<256, 256>(), out, q, k, v, rows, n1,
                     q_rs, kvw, q_seg, kv_seg, mqa ? 0 : hd, sl2);
     else
@@ -540,7 +363,6 @@ void cuda_attention_setup(cuda_ctx *c) {
                                       (int)da_smem(DA_MAX_CHUNK)));
     CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<256, 256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)fa_smem<256, 256>()));
-    CUDA_NOTE(c, cudaFuncSetAttribute(flash256_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fw_smem()));
     CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<72, 80>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)fa_smem<72, 80>()));
 }
