@@ -15,6 +15,79 @@
 #include "lab.cuh"
 #include "expert_persist.cuh"
 
+#ifdef GEMV_PROF   // gemv.cu built with -DGEMV_PROF: per-block phase stamps of the few-row products
+void gemv_prof_set(unsigned long long *buf, unsigned cap);
+unsigned gemv_prof_count(void);
+static int cmp_end(const void *x, const void *y) {
+    unsigned long long a = ((const unsigned long long *)x)[11], b = ((const unsigned long long *)y)[11];
+    return a < b ? -1 : a > b;
+}
+// One graph replay of step(what) with stamps; per kernel: the gap from the previous kernel's last block end to
+// this kernel's first wait release, then the phases of its blocks (means, clock64 at the measured rate).
+template <class F> static void prof_chain(const char *name, cudaStream_t st, int *capturing, F body) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    *capturing = 1;
+    body();
+    *capturing = 0;
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, st));
+    CK(cudaStreamSynchronize(st));
+    unsigned cap = 1 << 16;
+    unsigned long long *d, *h = (unsigned long long *)malloc((size_t)cap * 20 * 8);
+    CK(cudaMalloc(&d, (size_t)cap * 20 * 8));
+    gemv_prof_set(d, cap);
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaStreamSynchronize(st));
+    unsigned n = gemv_prof_count();
+    gemv_prof_set(NULL, 0);
+    if (n > cap) n = cap;
+    CK(cudaMemcpy(h, d, (size_t)n * 20 * 8, cudaMemcpyDeviceToHost));
+    qsort(h, n, 20 * 8, cmp_end);
+    double sc = 0, sg = 0;
+    for (unsigned i = 0; i < n; i++) { sc += h[i * 20 + 19] - h[i * 20 + 12]; sg += h[i * 20 + 11] - h[i * 20 + 4]; }
+    double ghz = sc / sg;   // clock64 ticks per ns
+    printf("%s: %u block records, SM clock %.2f GHz\n", name, n, ghz);
+    printf("  kernel   N blocks  launch-spread  gap(prev end->wait)  wait-spread  X  W  mma+red  csync  epi  csync2  span  (us)"
+           "  | first entry - prev trigger, first entry - prev end (us)\n");
+    unsigned long long prev_end = 0, prev_trig = 0;
+    for (unsigned i = 0; i < n;) {
+        unsigned g = (unsigned)h[i * 20 + 1], e = i + g > n ? n : i + g;
+        unsigned long long e0 = ~0ull, e1 = 0, w0 = ~0ull, w1 = 0, end = 0;
+        double ph[6] = {0};
+        for (unsigned j = i; j < e; j++) {
+            unsigned long long *r = h + (size_t)j * 20;
+            if (r[4] < e0) e0 = r[4];
+            if (r[4] > e1) e1 = r[4];
+            if (r[5] < w0) w0 = r[5];
+            if (r[5] > w1) w1 = r[5];
+            if (r[11] > end) end = r[11];
+            for (int p = 0; p < 6; p++) ph[p] += (double)(r[14 + p] - r[13 + p]) / ghz / (e - i);
+        }
+        printf("  %4u %5llu %4u %8.2f %10.2f %10.2f %6.2f %5.2f %6.2f %6.2f %5.2f %6.2f %6.2f | %6.2f %6.2f\n", i,
+               h[i * 20 + 3], g, (e1 - e0) * 1e-3, prev_end ? ((double)w0 - (double)prev_end) * 1e-3 : 0.0,
+               (w1 - w0) * 1e-3, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], (end - w0) * 1e-3,
+               prev_trig ? ((double)e0 - (double)prev_trig) * 1e-3 : 0.0, prev_end ? ((double)e0 - (double)prev_end) * 1e-3 : 0.0);
+        prev_end = end;
+        prev_trig = w1;
+        i = e;
+    }
+    CK(cudaFree(d));
+    free(h);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+}
+#endif
+
+
+// L2 prefetch of [p, p + bytes) (bytes a multiple of 4096), 4 KB per instruction, no destination.
+__global__ void l2_prefetch_kernel(const char *p, size_t bytes) {
+    for (size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4096; off < bytes;
+         off += (size_t)gridDim.x * blockDim.x * 4096)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(p + off) : "memory");
+}
 
 __global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -80,6 +153,11 @@ int main(void) {
     pi0_expert_step ex = {.layers = ly, .depth = L, .M = M, .D = D, .F = F, .s = s, .sy = sy, .stmp = sy, .q = sq,
                           .att = satt, .g = sg, .u = su, .kc = kc, .vc = vc, .kv_tail = (size_t)P * hd, .pos = spos,
                           .attn = a, .eps = 1e-6f};
+    cudaStream_t side;
+    CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    cudaEvent_t evf[18], evj;
+    for (int l = 0; l < L; l++) CK(cudaEventCreateWithFlags(&evf[l], cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&evj, cudaEventDisableTiming));
     auto step = [&](int what) {
         if (what & 256) {   // the persistent kernel (expert_persist.cuh)
             if (!xlab_step(&xl, c->stream, &ex)) { printf("the persistent kernel refused the shape\n"); exit(1); }
@@ -89,6 +167,13 @@ int main(void) {
             pi0_gemma_layer *Ly = &ly[l];
             pi0_proj3 pj = {{&Ly->q, &Ly->k, &Ly->v}, {NULL, NULL, NULL}};
             pt sk = pt_at(be, kc[l], (size_t)P * hd), sv = pt_at(be, vc[l], (size_t)P * hd);
+            if (what & (512 | 1024)) {   // side stream: L2 prefetch of this layer's o|gate|up|down (1024: gate|up|down)
+                const char *p0 = (const char *)((what & 512) ? Ly->o.dev : Ly->gate.dev);
+                size_t n = (const char *)Ly->down.dev + (size_t)D * F * 2 - p0;
+                CK(cudaEventRecord(evf[l], c->stream));
+                CK(cudaStreamWaitEvent(side, evf[l], 0));
+                l2_prefetch_kernel<<<132, 32, 0, side>>>(p0, n);
+            }
             if (what & 32) be->rmsnorm(be, sy, s, &Ly->attn_norm, M, D, 1e-6f);
             pi0_prenorm pa = {.w = &Ly->attn_norm, .eps = 1e-6f, .out = sy}, pm = {.w = &Ly->mlp_norm, .eps = 1e-6f, .out = sy};
             if (what & 1) be->qkv(be, sq, sk, sv, (what & 128) ? s : sy, &pj, M, D, spos, hd, (what & 128) ? &pa : NULL);
@@ -99,6 +184,10 @@ int main(void) {
             if (what & 8) be->mlp_up(be, sg, su, (what & 128) ? s : sy, Ly, M, F, D, (what & 128) ? &pm : NULL);
             if (what & 16) be->linear(be, s, sg, &Ly->down, NULL, M, D, F, 0, EPI_ADD);
         }
+        if (what & (512 | 1024)) {
+            CK(cudaEventRecord(evj, side));
+            CK(cudaStreamWaitEvent(c->stream, evj, 0));
+        }
     };
     struct { const char *name; int what, pdl, small; } vers[] = {
         {"persistent kernel", 256, 1, 1},   {"layer (norms fused)", 159, 1, 1}, {"  no PDL", 159, 0, 1},          {"  cuBLASLt/GEMM path", 159, 1, 0},
@@ -106,7 +195,21 @@ int main(void) {
         {"  without attention", 125, 1, 1}, {"  without norms", 31, 1, 1},     {"  only norm+q|k|v", 33, 1, 1},
         {"  only q|k|v", 1, 1, 1},          {"  only attention", 2, 1, 1},     {"  only o", 4, 1, 1},
         {"  only norm+gate|up", 72, 1, 1},  {"  only gate|up", 8, 1, 1},       {"  only down", 16, 1, 1},
-        {"  only norms", 96, 1, 1}};
+        {"  only norms", 96, 1, 1},          {"layer + L2 prefetch o..down", 159 | 512, 1, 1},
+        {"layer + L2 prefetch gate..down", 159 | 1024, 1, 1}, {"layer (norms fused), again", 159, 1, 1}};
+#ifdef GEMV_PROF
+    if (getenv("LAB_PROF")) {
+        int whats[6] = {4, 16, 1, 8, 159, 159 | 512};
+        const char *names[6] = {"only o", "only down", "only q|k|v", "only gate|up", "layer (norms fused)",
+                                "layer + L2 prefetch o..down"};
+        for (int i = 0; i < 6; i++) {
+            step(whats[i]);
+            CK(cudaStreamSynchronize(c->stream));
+            prof_chain(names[i], c->stream, &c->capturing, [&] { step(whats[i]); });
+        }
+        return 0;
+    }
+#endif
     {   // the persistent kernel against the production chain (per-op, norms fused) from the same s
         pt s0 = be->alloc(be, (size_t)M * D, PT_ACT);
         CK(cudaMemcpy(s0.p, s.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));

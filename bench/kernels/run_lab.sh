@@ -7,11 +7,16 @@ if [ "$1" = build ]; then
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
         bench/kernels/gemv_smallm.cu $B/libpi0.a -o $B/gemv_smallm \
         /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
-    for k in decode_attn denoise_chain gelu_epilogue; do
+    for k in decode_attn denoise_chain gelu_epilogue pdl_drain; do
         nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
             bench/kernels/$k.cu $B/libpi0.a -o $B/$k /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp \
             -lcublasLt -lgomp || exit 1
     done
+    # denoise_chain with per-block phase stamps in the few-row products (LAB_PROF=1 prints them)
+    patch -s -o $B/gemv_prof.cu src/cuda/gemv.cu bench/kernels/gemv_prof.patch || exit 1
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
+        -DGEMV_PROF bench/kernels/denoise_chain.cu $B/gemv_prof.cu $B/libpi0.a -o $B/chain_prof \
+        /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
     exit 0
 fi
 out=${2:-/tmp/lab}
@@ -20,6 +25,8 @@ $B/gemv_smallm | tee "$out/gemv_smallm.txt"
 { $B/decode_attn 11 788; $B/decode_attn 10 968; $B/decode_attn 51 788; } | tee "$out/decode_attn.txt"
 $B/denoise_chain | tee "$out/denoise_chain.txt"
 $B/gelu_epilogue | tee "$out/gelu_epilogue.txt"
+$B/pdl_drain | tee "$out/pdl_drain.txt"
+LAB_PROF=1 $B/chain_prof | tee "$out/chain_prof.txt"
 if [ -n "$NCU" ] && command -v ncu >/dev/null; then   # NCU=1: DRAM throughput of each version (slow)
     ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
         $B/gemv_smallm once > "$out/gemv_ncu.csv" 2>/dev/null

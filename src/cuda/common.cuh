@@ -25,7 +25,7 @@ struct cuda_graph_entry {
     uint64_t last_use;
 };
 
-enum { CUDA_MAX_GRAPHS = 8 };
+enum { CUDA_MAX_GRAPHS = 8, CUDA_MAX_CARVED = 64 };
 
 struct cuda_ctx {
     int device;
@@ -46,6 +46,8 @@ struct cuda_ctx {
     uint64_t graph_clock;
     int graphs_enabled;        // PI0_CUDA_GRAPHS=0 turns graphs off
     int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
+    const void *carved[CUDA_MAX_CARVED];   // kernels whose shared memory carveout is set (cuda_prefer_smem)
+    int ncarved;
     int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
@@ -75,6 +77,18 @@ static inline int cdiv(long long a, long long b) { return (int)((a + b - 1) / b)
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+// Every kernel prefers the largest shared memory carveout (228 KB of the SM's 256 KB), so the SM never has to
+// drain to change its L1 / shared memory split between two kernels: the overlap that PDL allows (the next
+// few-row product's weights fetched while this kernel runs) needs both kernels resident at once. pi0-3cam:
+// 14.67-15.04 -> 14.05-14.34 ms (bench/RESULTS.md session 7). Set once per kernel and context.
+static inline void cuda_prefer_smem(cuda_ctx *c, const void *kernel) {
+    for (int i = 0; i < c->ncarved; i++)
+        if (c->carved[i] == kernel) return;
+    if (c->ncarved < CUDA_MAX_CARVED) c->carved[c->ncarved++] = kernel;
+    CUDA_NOTE(c, cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      (int)cudaSharedmemCarveoutMaxShared));
+}
+
 template <typename T> struct launch_arg { typedef T type; };   // no deduction from the arguments: they convert
 template <typename... P>
 static void cuda_launch(cuda_ctx *c, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
@@ -89,6 +103,7 @@ static void cuda_launch(cuda_ctx *c, void (*kernel)(P...), dim3 grid, dim3 block
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = c->pdl ? 1 : 0;
+    cuda_prefer_smem(c, (const void *)kernel);
     cuda_note(c, cudaLaunchKernelEx(&cfg, kernel, args...), "cudaLaunchKernelEx", __FILE__, __LINE__);
 }
 

@@ -9,21 +9,21 @@
 // Why: at M = 11 cuBLASLt streams the expert weights at ~1 TB/s and adds a split-K reduce kernel;
 // this is one launch per product (numbers in bench/RESULTS.md, lab: bench/kernels/gemv_smallm.cu).
 // Layout: a block owns R = 8 NT output rows and 1024 columns of K; the K / 1024 blocks of a row block form
-// a thread-block cluster and add their partial sums through distributed shared memory (deterministic:
-// fixed order). The block's weight rows are fetched with one bulk copy (TMA) per row into padded shared
-// memory, issued before the programmatic-launch wait (common.cuh): weights are constants, so the copy
-// overlaps the previous kernel. 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16 zero-padded
-// X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8 consecutive k)
-// of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted order for A
-// and B, which leaves every dot product unchanged.
+// a thread-block cluster. Block q of the cluster finishes the output rows m with m % ks == q: the others
+// push their partial sums of those rows into its shared memory (st.async, counted on its mbarrier), and it
+// adds them in rank order (deterministic). No cluster barrier is on the critical path: under a cluster
+// barrier the blocks of o and down waited 1-4 us while the next product's weights streamed in (lab profile,
+// bench/RESULTS.md session 7). The block's weight rows are fetched with one bulk copy (TMA) per row into
+// padded shared memory, issued before the programmatic-launch wait (common.cuh): weights are constants,
+// so the copy overlaps the previous kernel. 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16
+// zero-padded X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8
+// consecutive k) of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted
+// order for A and B, which leaves every dot product unchanged.
 // CPU twins: cpu_linear, cpu_qkv, cpu_mlp_up (src/cpu/cpu_backend.c).
-#include <cooperative_groups.h>
 #include <math.h>
 
 #include "common.cuh"
 #include "mma.cuh"
-
-namespace cg = cooperative_groups;
 
 enum { GW = 8 };   // warps per block = K slices
 
@@ -35,50 +35,50 @@ __device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
     return t < NT / 2 ? a0 + 8 * t : a0 + a.pair + 8 * (t - NT / 2);
 }
 
-// Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024); the K/1024 blocks of
-// a row block form a cluster and add their partial sums through distributed shared memory.
+// Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024).
 // Shared memory: W rows (R x 1024 bf16, row stride GEMV_LDS bytes: 64 bytes of padding put rows g and
 // g + 1 in different bank halves, so the 16-byte reads of a warp are conflict-free), later reused for
-// the 8 warps' partial sums; the block's sums ctile (16 x R fp32).
+// the 8 warps' partial sums; recv, the cluster's partial sums of the rows this block finishes; the norm's
+// factors (NORM).
 enum { GEMV_KC = 1024, GEMV_LDS = GEMV_KC * 2 + 64 };
 
-template <int NT>
+template <int NT, bool NORM>
 __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     constexpr int R = 8 * NT;
     extern __shared__ __align__(16) unsigned char gsm[];
     unsigned char *Ws = gsm;
     float *red = (float *)gsm;                                  // [GW][NT][4][32] after the products
-    float *ctile = (float *)(gsm + R * GEMV_LDS);               // [16][R + 1]
-    __shared__ __align__(8) uint64_t bar;
+    float *recv = (float *)(gsm + R * GEMV_LDS);                // [ks][16 / ks][R]: partial sums by K slice
+    float4 *nrm = (float4 *)(recv + 16 * R);                    // NORM: (1 + norm_a), norm_b [2][1024]
+    __shared__ __align__(8) uint64_t bar, rbar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
     const int kb = blockIdx.y * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;   // k of this lane within the slice
     // ---- before the PDL wait: only constants (weights) ----
     int nrow = tile_row<NT>(a, b, threadIdx.x >> 3) + (threadIdx.x & 7);   // the row thread t < R copies
+    // K slices: the block of rank q of the cluster finishes output rows m with m % ks == q; the others send it
+    // their partial sums of those rows (st.async, counted on its mbarrier rbar)
+    const int ks = gridDim.y, rank = blockIdx.y, own = rank < a.M ? (a.M - rank + ks - 1) / ks : 0;
     if (threadIdx.x == 0) {   // rows past N only in the last row block (pair layouts need N % 2P == 0)
         int valid = a.pair ? R : min(R, a.N - b * R);
         mbar_init(&bar, 1);
+        mbar_init(&rbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         mbar_expect_tx(&bar, valid * GEMV_KC * 2);
+        mbar_expect_tx(&rbar, (ks - 1) * own * R * 4);
     }
     __syncthreads();
+    if (ks > 1) cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
     if (threadIdx.x < R && nrow < a.N)   // one bulk copy (TMA) per weight row
         bulk_copy(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
     // RoPE angle of this thread's epilogue column (same formula as rope_kernel / cpu rope1, spec 3.7)
     const int rope_i = a.epi == GEMV_QKV_ROPE ? (tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2)) % a.hd : 0;
     const float inv_freq = a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * rope_i / a.hd) : 0.0f;
-    float na[4][8], nb[4][8];   // this lane's norm factors (1 + a) and shifts b at its 32 k (constants)
-    if (a.norm_a)
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int k = kb + kw + 32 * u + 4 * h;
-                float4 p = __ldg((const float4 *)(a.norm_a + k));
-                float4 q = a.norm_b ? __ldg((const float4 *)(a.norm_b + k)) : make_float4(0, 0, 0, 0);
-                na[u][4 * h] = 1.0f + p.x; na[u][4 * h + 1] = 1.0f + p.y;
-                na[u][4 * h + 2] = 1.0f + p.z; na[u][4 * h + 3] = 1.0f + p.w;
-                nb[u][4 * h] = q.x; nb[u][4 * h + 1] = q.y; nb[u][4 * h + 2] = q.z; nb[u][4 * h + 3] = q.w;
-            }
+    if (NORM)   // the norm's factors (constants) into shared memory; read after the block barrier below
+        for (int i = threadIdx.x; i < GEMV_KC / 4; i += GW * 32) {
+            float4 p = __ldg((const float4 *)a.norm_a + i);
+            nrm[i] = make_float4(1.0f + p.x, 1.0f + p.y, 1.0f + p.z, 1.0f + p.w);
+            nrm[GEMV_KC / 4 + i] = a.norm_b ? __ldg((const float4 *)a.norm_b + i) : make_float4(0, 0, 0, 0);
+        }
     pdl_wait();
     pdl_trigger();
     // ---- activations: X rows g and g + 8, this lane's 4 x 8 k ----
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         xv[u][0] = x0ok ? __ldcg((const uint4 *)(xp0 + 32 * u)) : zero;
         xv[u][1] = x1ok ? __ldcg((const uint4 *)(xp1 + 32 * u)) : zero;
     }
-    if (a.norm_a) {   // the block holds whole rows (K = 1024): RMS of rows g, g + 8 over the 8 warps' slices
+    if (NORM) {   // the block holds whole rows (K = 1024): RMS of rows g, g + 8 over the 8 warps' slices
         __shared__ float nss[GW][16];
         float s0, s1;
         quad_sumsq(xv, s0, s1);
@@ -108,17 +108,19 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
 #pragma unroll
             for (int h = 0; h < 4; h++) {
                 float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
-                float a0 = na[u][2 * h], a1 = na[u][2 * h + 1], b0 = nb[u][2 * h], b1 = nb[u][2 * h + 1];
+                int k4 = (kw + 32 * u + 2 * h) / 4, e = (2 * h) & 3;   // float4 k4 holds k and k + 1 at e, e + 1
+                const float *fa = (const float *)&nrm[k4], *fb = (const float *)&nrm[GEMV_KC / 4 + k4];
+                float a0 = fa[e], a1 = fa[e + 1], b0 = fb[e], b1 = fb[e + 1];
                 u4_set(xv[u][0], h, f2_to_bf2(f0.x * r0 * a0 + (x0ok ? b0 : 0.0f), f0.y * r0 * a1 + (x0ok ? b1 : 0.0f)));
                 u4_set(xv[u][1], h, f2_to_bf2(f1.x * r1 * a0 + (x1ok ? b0 : 0.0f), f1.y * r1 * a1 + (x1ok ? b1 : 0.0f)));
             }
     }
     float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
-    if (a.epi == GEMV_ADD && gridDim.y == 1)
+    if (a.epi == GEMV_ADD)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int o = threadIdx.x + i * GW * 32, m = o / R, n = b * R + o % R;
-            if (m < a.M && n < a.N) yold[i] = __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n));
+            int o = threadIdx.x + i * GW * 32, m = rank + ks * (o / R), n = b * R + o % R;
+            if (o < own * R && n < a.N) yold[i] = __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n));
         }
     float acc[NT][4];
 #pragma unroll
@@ -138,42 +140,41 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
 #pragma unroll
         for (int i = 0; i < 4; i++) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
     __syncthreads();
-    // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1)
+    // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1);
+    // the sum goes to slot (m / ks, j) of recv[rank] in the owner of row m
+    if (ks > 1) cluster_wait();
     for (int o = threadIdx.x; o < NT * 128; o += GW * 32) {
-        int t = o >> 7, i = (o >> 5) & 3, l = o & 31;
+        int t = o >> 7, i = (o >> 5) & 3, l = o & 31, m = (l >> 2) + (i >= 2 ? 8 : 0), j = 8 * t + 2 * (l & 3) + (i & 1);
+        if (m >= a.M) continue;
         float s = 0;
 #pragma unroll
         for (int w = 0; w < GW; w++) s += red[((w * NT + t) * 4 + i) * 32 + l];
-        ctile[((l >> 2) + (i >= 2 ? 8 : 0)) * (R + 1) + 8 * t + 2 * (l & 3) + (i & 1)] = s;
+        float *dst = recv + (rank * (16 / ks) + m / ks) * R + j;
+        if (m % ks == rank) *dst = s;
+        else st_async_f32(dst, m % ks, s, &rbar);
     }
-    cg::cluster_group cl = cg::this_cluster();
-    const int ks = gridDim.y, rank = blockIdx.y;
-    if (ks > 1) cl.sync();
-    else __syncthreads();
-    // output (m, j) of this row block, j < R: the cluster's K slices added in rank order; block `rank`
-    // of the cluster finishes the outputs o with o % ks == rank
-    auto total = [&](int m, int j) {
-        if (ks == 1) return ctile[m * (R + 1) + j];
+    __syncthreads();
+    mbar_wait(&rbar, 0);
+    // output (k, j) of this block: row m = rank + ks k, the K slices' partial sums added in rank order
+    auto total = [&](int k, int j) {
         float s = 0;
-        for (int r = 0; r < ks; r++) s += cl.map_shared_rank(ctile, r)[m * (R + 1) + j];
+        for (int r = 0; r < ks; r++) s += recv[(r * (16 / ks) + k) * R + j];
         return s;
     };
     if (!a.pair) {
-        for (int o = threadIdx.x; o < a.M * R; o += GW * 32) {
-            int m = o / R, j = o % R, n = b * R + j;
-            if (o % ks != rank || n >= a.N) continue;
-            float v = total(m, j) + (a.bias ? a.bias[n] : 0.0f);
-            bf16 *y = a.y + (size_t)m * a.ldy + n;
-            if (a.epi == GEMV_ADD) v += ks == 1 ? yold[o / (GW * 32)] : __bfloat162float(*y);
+        for (int o = threadIdx.x; o < own * R; o += GW * 32) {
+            int m = rank + ks * (o / R), j = o % R, n = b * R + j;
+            if (n >= a.N) continue;
+            float v = total(o / R, j) + (a.bias ? a.bias[n] : 0.0f);
+            if (a.epi == GEMV_ADD) v += yold[o / (GW * 32)];
             else if (a.epi == GEMV_GELU) v = gelu_tanh(v);
-            *y = __float2bfloat16(v);
+            a.y[(size_t)m * a.ldy + n] = __float2bfloat16(v);
         }
     } else {
         const int half = R / 2, n0 = tile_row<NT>(a, b, 0);
-        for (int o = threadIdx.x; o < a.M * half; o += GW * 32) {   // (GW * 32) % half == 0: one column per thread
-            if (o % ks != rank) continue;
-            int m = o / half, j = o % half, col = n0 + j;
-            float x1 = total(m, j), x2 = total(m, half + j);
+        for (int o = threadIdx.x; o < own * half; o += GW * 32) {   // (GW * 32) % half == 0: one column per thread
+            int m = rank + ks * (o / half), j = o % half, col = n0 + j;
+            float x1 = total(o / half, j), x2 = total(o / half, half + j);
             if (a.epi == GEMV_GELU_MUL) {
                 a.y[(size_t)m * a.ldy + col] = __float2bfloat16(gelu_tanh(x1) * x2);
                 continue;
@@ -195,19 +196,20 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             dst[hh] = __float2bfloat16(x2 * cs + x1 * sn);
         }
     }
-    if (ks > 1) cl.sync();   // no block may leave while the others read its ctile
 }
 
-static size_t gemv_smem(int nt) { return (size_t)8 * nt * GEMV_LDS + (size_t)16 * (8 * nt + 1) * 4; }
+static size_t gemv_smem(int nt, bool norm) {
+    return (size_t)8 * nt * GEMV_LDS + 16 * 8 * nt * 4 + (norm ? 2 * GEMV_KC * 4 : 0);
+}
 
-template <int NT>
+template <int NT, bool NORM>
 static void launch(cuda_ctx *c, const gemv_args &a) {
     int ks = a.K / GEMV_KC;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[2];
     cfg.gridDim = dim3(cdiv(a.N, 8 * NT), ks);
     cfg.blockDim = dim3(GW * 32);
-    cfg.dynamicSmemBytes = gemv_smem(NT);
+    cfg.dynamicSmemBytes = gemv_smem(NT, NORM);
     cfg.stream = c->stream;
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = 1;
@@ -217,14 +219,25 @@ static void launch(cuda_ctx *c, const gemv_args &a) {
     at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
     cfg.numAttrs = c->pdl ? 2 : 1;
-    cuda_note(c, cudaLaunchKernelEx(&cfg, gemv_kernel<NT>, a), "gemv_kernel", __FILE__, __LINE__);
+    cuda_prefer_smem(c, (const void *)gemv_kernel<NT, NORM>);
+    cuda_note(c, cudaLaunchKernelEx(&cfg, gemv_kernel<NT, NORM>, a), "gemv_kernel", __FILE__, __LINE__);
+}
+template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
+    if (a.norm_a) launch<NT, true>(c, a);
+    else launch<NT, false>(c, a);
 }
 
+template <int NT> static void setup(cuda_ctx *c) {
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)gemv_smem(NT, false)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)gemv_smem(NT, true)));
+}
 void cuda_gemv_setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shared memory (per device)
-    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(1)));
-    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(2)));
-    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(4)));
-    CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemv_smem(8)));
+    setup<1>(c);
+    setup<2>(c);
+    setup<4>(c);
+    setup<8>(c);
 }
 
 int cuda_gemv_ok(const gemv_args *a, int nt) {
@@ -238,10 +251,12 @@ int cuda_gemv_ok(const gemv_args *a, int nt) {
     return 1;
 }
 
-// Output rows per block: the most, up to 32, that still leaves >= 64 blocks (lab, RESULTS.md 2026-11-22
-// session 2: within 5% of the best block shape at the expert's four products).
+// Output rows per block: 64 where that still leaves >= 128 blocks (gate|up: one block per SM leaves room for
+// the down product's blocks, so its weights stream in during gate|up; RESULTS.md session 7), else the most,
+// up to 32, that leaves >= 64 blocks (session 2: within 5% of the best block shape at the four products).
 static int pick_nt(const gemv_args *a) {
     int ks = a->K / GEMV_KC;
+    if ((long)a->N / 64 * ks >= 128 && cuda_gemv_ok(a, 8)) return 8;
     for (int nt = 4; nt >= 1; nt /= 2)
         if ((long)a->N / (8 * nt) * ks >= 64 && cuda_gemv_ok(a, nt)) return nt;
     return cuda_gemv_ok(a, 1) ? 1 : cuda_gemv_ok(a, 2) ? 2 : 0;

@@ -1,6 +1,6 @@
 // mma.cuh — tensor-core and asynchronous-copy building blocks shared by the hand-written kernels
-// (gemv.cu, attention.cu, expert.cu): mma.m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async, the
-// bulk copy (TMA) with its mbarrier, and bf16 pair packing. PTX ISA names in the comments.
+// (gemv.cu, attention.cu): mma.m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async, the bulk copy (TMA)
+// with its mbarrier, bf16 pair packing, cluster barriers and st.async. PTX ISA names in the comments.
 #pragma once
 
 #include "common.cuh"
@@ -82,4 +82,18 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
 __device__ __forceinline__ void bulk_copy(void *smem, const void *gmem, unsigned bytes, uint64_t *b) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory");
+}
+
+// ---- thread-block clusters ----
+// Arrive without ordering (a fence such as fence.mbarrier_init orders what must be seen) / wait (acquire).
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+// v into block `rank` of the cluster, at the address that p has in this block, counted (complete_tx, 4 bytes)
+// on that block's mbarrier at the address of b (st.async).
+__device__ __forceinline__ void st_async_f32(float *p, unsigned rank, float v, uint64_t *b) {
+    unsigned ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(ra), "f"(v), "r"(rb)
+                 : "memory");
 }
