@@ -10,13 +10,10 @@
 // The softmax is one warp per logits row.
 // Few query rows against one key range (the denoise suffix at B = 1: 11 queries x 8 heads = 88 rows,
 // ~800 keys, MQA, head_dim 256) go to decode_attn_kernel instead: one launch, see below.
-#include <cooperative_groups.h>
 #include <math.h>
 
 #include "common.cuh"
 #include "mma.cuh"
-
-namespace cg = cooperative_groups;
 
 // ---- decode attention: flash-decoding over a cluster of DA_SPLIT blocks ----
 // Query rows r = j * H + h (row-major (rows, HD) = the q buffer as is; query j = r / H). Block (x, y) of
@@ -25,18 +22,22 @@ namespace cg = cooperative_groups;
 // K/V chunk to shared memory (cp.async; prefix keys before the PDL wait: the cache's prefix rows were
 // written before the predecessor started, common.cuh), S = scale Q K^T on the tensor cores (mma
 // m16n8k16 from ldmatrix), the masked softmax of the chunk with its own max m and sum l (fp32), bf16
-// probabilities exp(s - m), O = P V (fp32). The cluster then merges the partial (m, l, O) through
-// distributed shared memory: block x writes columns [x HD / DA_SPLIT, ...) of the final rows as
-// sum_x e^(m_x - M) O_x / sum_x e^(m_x - M) l_x, rounded to bf16 (remote reads issued together: a merge
-// with one dependent remote read at a time took ~17 us per launch) (the CPU twin rounds nothing; the PT
-// reference rounds normalised probabilities: both within the op test's bound).
+// probabilities exp(s - m), O = P V (fp32). The cluster then merges the partial (m, l, O): block x finishes
+// columns [x HD / DA_SPLIT, ...) of the rows, every block pushes its (m, l) and those O columns into block x's
+// shared memory (st.async, counted on its mbarrier), and block x writes sum_x e^(m_x - M) O_x /
+// sum_x e^(m_x - M) l_x, rounded to bf16 (the CPU twin rounds nothing; the PT reference rounds normalised
+// probabilities: both within the op test's bound).
 // Mask (backend.h `tail`): key t is seen by query j iff t < n1 - tail, or t - (n1 - tail) <
 // (j < block0 ? block0 : tail).
 // 16 warps: with 4 (one per scheduler) the kernel issued an instruction every 6.4 cycles and took ~12 us
 enum { DA_SPLIT = 8, DA_HD = 256, DA_LD = DA_HD + 8, DA_WARPS = 16, DA_THREADS = 32 * DA_WARPS, DA_MAX_CHUNK = 128 };
 
-static size_t da_smem(int chunk) {   // Q tile, K chunk, V chunk (bf16, padded rows), S (fp32), P (bf16), m, l
-    return (size_t)(16 + 2 * chunk) * DA_LD * 2 + (size_t)16 * (chunk + 4) * 4 + (size_t)16 * (chunk + 8) * 2 + 32 * 4;
+// Shared memory: Q tile, K chunk, V chunk (bf16, padded rows), S (fp32), P (bf16), m, l, then what the cluster's
+// blocks send for the merge: per rank, m and l of the 16 rows and O of this block's HD / DA_SPLIT columns.
+enum { DA_OC = DA_HD / DA_SPLIT, DA_RECV = 32 + 16 * DA_OC };   // floats per rank
+static size_t da_smem(int chunk) {
+    return (size_t)(16 + 2 * chunk) * DA_LD * 2 + (size_t)16 * (chunk + 4) * 4 + (size_t)16 * (chunk + 8) * 2 + 32 * 4 +
+           (size_t)DA_SPLIT * DA_RECV * 4;
 }
 
 __global__ void __cluster_dims__(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
@@ -47,9 +48,16 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
     float *Ss = (float *)(Vs + (size_t)chunk * DA_LD);
     bf16 *Ps = (bf16 *)(Ss + 16 * (chunk + 4));
     float *ml = (float *)(Ps + 16 * (chunk + 8));   // m[16], l[16]
-    float *Op = (float *)Ks;                          // (16, HD) fp32 partial output, after S is done
-    cg::cluster_group cl = cg::this_cluster();
+    float *recv = ml + 32;                            // [DA_SPLIT][m 16 | l 16 | O 16 x DA_OC]
+    __shared__ __align__(8) uint64_t rbar;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    if (tid == 0) {   // the other DA_SPLIT - 1 blocks' parts arrive on rbar (st.async)
+        mbar_init(&rbar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_expect_tx(&rbar, (DA_SPLIT - 1) * DA_RECV * 4);
+    }
+    __syncthreads();
+    cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
     const int x = blockIdx.x, r0 = blockIdx.y * 16, t0 = x * chunk, nvis = n1 - tail, early = tail > 0 ? nvis : 0;
     const int ldS = chunk + 4, ldP = chunk + 8;
     // K/V chunk rows: with a tail, the cached prefix rows before the wait, the rest after; rows past n1 are zeros
@@ -122,42 +130,43 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
         mma16816(o[0], pa, vb[0], vb[1]);
         mma16816(o[1], pa, vb[2], vb[3]);
     }
+    // merge: block r finishes columns [r DA_OC, r DA_OC + DA_OC) of the rows; every block pushes its (m, l) and
+    // its O columns there (st.async: no cluster barrier, whose wait grew under the next product's weight stream)
+    cluster_wait();
+    const int me = x;   // the cluster rank (cluster dims DA_SPLIT x 1)
 #pragma unroll
     for (int n = 0; n < 2; n++) {
-        int col = warp * 16 + n * 8 + 2 * c;
-        Op[g * DA_HD + col] = o[n][0];
-        Op[g * DA_HD + col + 1] = o[n][1];
-        Op[(g + 8) * DA_HD + col] = o[n][2];
-        Op[(g + 8) * DA_HD + col + 1] = o[n][3];
+        int col = warp * 16 + n * 8 + 2 * c, r = col / DA_OC, k = col % DA_OC;
+        float *d0 = recv + me * DA_RECV + 32 + g * DA_OC + k, *d1 = d0 + 8 * DA_OC;
+        if (r == me) {
+            d0[0] = o[n][0]; d0[1] = o[n][1]; d1[0] = o[n][2]; d1[1] = o[n][3];
+        } else {
+            st_async_f32x2(d0, r, o[n][0], o[n][1], &rbar);
+            st_async_f32x2(d1, r, o[n][2], o[n][3], &rbar);
+        }
     }
-    cl.sync();
-    // merge: first the 8 chunks' (m, l) of the 16 rows into local shared memory (Ss is free now)
-    float *mls = Ss;   // [rank][m 16 | l 16]
-    if (tid < DA_SPLIT * 16) {
-        int r = tid / 16, row = tid % 16;
-        const float *rm = cl.map_shared_rank(ml, r);
-        mls[r * 32 + row] = rm[row];
-        mls[r * 32 + 16 + row] = rm[16 + row];
+    if (tid < DA_SPLIT * 32) {
+        int r = tid / 32, j = tid % 32;
+        float *d = recv + me * DA_RECV + j;
+        if (r == me) *d = ml[j];
+        else st_async_f32(d, r, ml[j], &rbar);
     }
     __syncthreads();
-    {   // thread: one row, one of this block's HD / 8 columns; 8 independent remote reads
-        const int row = tid / 32, col = x * (DA_HD / DA_SPLIT) + tid % 32;
-        float ov[DA_SPLIT], M = -INFINITY, L = 0, acc = 0;
+    mbar_wait(&rbar, 0);
+    {   // thread: one row, one of this block's DA_OC columns
+        const int row = tid / 32, k = tid % 32, col = x * DA_OC + k;
+        float M = -INFINITY, L = 0, acc = 0;
 #pragma unroll
-        for (int r = 0; r < DA_SPLIT; r++) ov[r] = cl.map_shared_rank(Op, r)[row * DA_HD + col];
-#pragma unroll
-        for (int r = 0; r < DA_SPLIT; r++) M = fmaxf(M, mls[r * 32 + row]);
+        for (int r = 0; r < DA_SPLIT; r++) M = fmaxf(M, recv[r * DA_RECV + row]);
 #pragma unroll
         for (int r = 0; r < DA_SPLIT; r++) {   // a chunk with no visible key has m = -inf and O = 0
-            float mr = mls[r * 32 + row], e = mr == -INFINITY ? 0.0f : expf(mr - M);
-            L += e * mls[r * 32 + 16 + row];
-            acc += e * ov[r];
+            float mr = recv[r * DA_RECV + row], e = mr == -INFINITY ? 0.0f : expf(mr - M);
+            L += e * recv[r * DA_RECV + 16 + row];
+            acc += e * recv[r * DA_RECV + 32 + row * DA_OC + k];
         }
         if (r0 + row < rows) out[(size_t)(r0 + row) * DA_HD + col] = __float2bfloat16(L > 0 ? acc / L : 0.0f);
     }
-    cl.sync();   // no block may leave while the others read its shared memory
 }
-
 
 // Launches decode attention for one segment when it applies (returns 1), else returns 0. With tail > 0
 // the first n1 - tail keys are the cached prefix and are read before the PDL wait (backend.h).
@@ -167,7 +176,6 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
     if (!c->fused_small || a->kv_heads != 1 || a->head_dim != DA_HD || a->k2.p || rows > 16 * 64 || n1 < 1 ||
         chunk > DA_MAX_CHUNK || ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) & 15)
         return 0;
-    if (chunk < 32) chunk = 32;   // the partial output (16 x HD fp32) reuses the K chunk's space
     cuda_launch(c, decode_attn_kernel, dim3(DA_SPLIT, cdiv(rows, 16)), dim3(DA_THREADS), da_smem(chunk), out, q, k, v,
                 rows, a->heads, n1, a->tail, a->block0, chunk, a->scale);
     return 1;

@@ -97,3 +97,10 @@ __device__ __forceinline__ void st_async_f32(float *p, unsigned rank, float v, u
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(ra), "f"(v), "r"(rb)
                  : "memory");
 }
+__device__ __forceinline__ void st_async_f32x2(float *p, unsigned rank, float v0, float v1, uint64_t *b) {   // 8 bytes
+    unsigned ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(ra),
+                 "f"(v0), "f"(v1), "r"(rb) : "memory");
+}
