@@ -15,10 +15,6 @@
 #include "lab.cuh"
 #include "expert_persist.cuh"
 
-#ifdef DA_PROF
-void da_prof_set(unsigned long long *buf, unsigned cap);
-unsigned da_prof_count(void);
-#endif
 #ifdef GEMV_PROF   // gemv.cu built with -DGEMV_PROF: per-block phase stamps of the few-row products
 void gemv_prof_set(unsigned long long *buf, unsigned cap);
 unsigned gemv_prof_count(void);
@@ -201,43 +197,6 @@ int main(void) {
         {"  only norm+gate|up", 72, 1, 1},  {"  only gate|up", 8, 1, 1},       {"  only down", 16, 1, 1},
         {"  only norms", 96, 1, 1},          {"layer + L2 prefetch o..down", 159 | 512, 1, 1},
         {"layer + L2 prefetch gate..down", 159 | 1024, 1, 1}, {"layer (norms fused), again", 159, 1, 1}};
-#ifdef DA_PROF
-    if (getenv("LAB_DAPROF")) {   // decode attention phases: per kernel, mean over blocks (us)
-        int whats[2] = {2, 159};
-        for (int wi = 0; wi < 2; wi++) {
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-            c->capturing = 1;
-            step(whats[wi]);
-            c->capturing = 0;
-            CK(cudaStreamEndCapture(c->stream, &graph));
-            CK(cudaGraphInstantiate(&exec, graph, 0));
-            for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, c->stream));
-            CK(cudaStreamSynchronize(c->stream));
-            unsigned cap = 1 << 14;
-            unsigned long long *d, *h = (unsigned long long *)malloc((size_t)cap * 160);
-            CK(cudaMalloc(&d, (size_t)cap * 160));
-            da_prof_set(d, cap);
-            CK(cudaGraphLaunch(exec, c->stream));
-            CK(cudaStreamSynchronize(c->stream));
-            unsigned n = da_prof_count();
-            da_prof_set(NULL, 0);
-            CK(cudaMemcpy(h, d, (size_t)n * 160, cudaMemcpyDeviceToHost));
-            double ph[8] = {0}, ghz = 0, sg = 0;
-            for (unsigned i = 0; i < n; i++) { ghz += h[i * 20 + 19] - h[i * 20 + 11]; sg += h[i * 20 + 10] - h[i * 20 + 2]; }
-            ghz /= sg;
-            for (unsigned i = 0; i < n; i++)
-                for (int p = 0; p < 8; p++) ph[p] += (double)(h[i * 20 + 12 + p] - h[i * 20 + 11 + p]) / ghz / n;
-            printf("decode attention (%s), %u blocks: wait %.2f | kv+q ready %.2f | S %.2f | softmax %.2f | PV+Op %.2f | csync %.2f | merge %.2f | csync2 %.2f (us, mean)\n",
-                   wi ? "layer chain" : "only attention", n, ph[0] * 1e-3, ph[1] * 1e-3, ph[2] * 1e-3, ph[3] * 1e-3,
-                   ph[4] * 1e-3, ph[5] * 1e-3, ph[6] * 1e-3, ph[7] * 1e-3);
-            CK(cudaFree(d));
-            free(h);
-        }
-        return 0;
-    }
-#endif
 #ifdef GEMV_PROF
     if (getenv("LAB_PROF")) {
         int whats[6] = {4, 16, 1, 8, 159, 159 | 512};
