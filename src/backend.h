@@ -134,8 +134,11 @@ struct pi0_backend {
     void (*embed)(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
     /* dst[di ? di[i] : i] = src[si ? si[i] : i], n rows of D (kinds may differ: converts) */
     void (*copy_rows)(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
-    /* x[r] += gate[r / rows_per_gate] * y[r]; gate F32 rows with stride gate_stride */
-    void (*gated_add)(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
+    /* π0.5's gated residual (spec 3.7): x (M, N) += gate[r / rows_per_gate] * t, t = y (M, K) . W^T (no bias)
+     * rounded to ACT as EPI_STORE would; gate F32 rows with stride gate_stride; tmp (M, N) ACT scratch that a
+     * backend may use for t (one product and one add; the CUDA few-row product adds in its epilogue) */
+    void (*linear_gated)(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                         int gate_stride, int rows_per_gate);
     /* x[r] = act(x[r] + v[r / rows_per_vec]) with v F32 rows of D */
     void (*add_rows)(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
     /* x += alpha * y (F32) */

@@ -338,16 +338,18 @@ static pi0_prenorm ex_prenorm(const pi0_expert_step *e, const pi0_wt *plain, int
     return p;
 }
 
-/* Residual into s after the product into stmp (π0.5 only: gated by the norm's gate, spec 3.7). */
-static void ex_residual(pi0_backend *be, const pi0_expert_step *e, int norm) {
-    if (e->mods) be->gated_add(be, e->s, e->stmp, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D, e->M, e->M, e->D);
+/* Residual s += y . W^T: plain (π0) or gated by norm `norm`'s gate (π0.5, spec 3.7; stmp is the scratch). */
+static void ex_residual(pi0_backend *be, const pi0_expert_step *e, pt y, const pi0_wt *W, int K, int norm) {
+    if (e->mods)
+        be->linear_gated(be, e->s, e->stmp, y, W, e->M, e->D, K, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D,
+                         e->M);
+    else
+        be->linear(be, e->s, y, W, NULL, e->M, e->D, K, 0, EPI_ADD);
 }
 
 void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
     pi0_attn a = e->attn;
     int M = e->M, D = e->D, qw = a.heads * a.head_dim;
-    enum pi0_epi res = e->mods ? EPI_STORE : EPI_ADD;
-    pt res_dst = e->mods ? e->stmp : e->s;
     for (int l = 0; l < e->depth; l++) {
         const pi0_gemma_layer *L = &e->layers[l];
         pi0_prenorm pn = ex_prenorm(e, &L->attn_norm, 2 * l);
@@ -357,11 +359,10 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
         a.k1 = e->kc[l];
         a.v1 = e->vc[l];
         be->attention(be, e->att, e->q, &a);
-        be->linear(be, res_dst, e->att, &L->o, NULL, M, D, qw, 0, res);
-        ex_residual(be, e, 2 * l);
+        ex_residual(be, e, e->att, &L->o, qw, 2 * l);
         pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
-        mlp(be, res_dst, e->s, e->g, e->u, L, M, D, e->F, res, &pn);
-        ex_residual(be, e, 2 * l + 1);
+        be->mlp_up(be, e->g, e->u, e->s, L, M, e->F, D, &pn);
+        ex_residual(be, e, e->g, &L->down, e->F, 2 * l + 1);
     }
 }
 

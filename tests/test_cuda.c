@@ -142,6 +142,26 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
     free_wts(ar, ws, 2);
 }
 
+/* π0.5's gated residual x += gate * (y . W^T), the gate rows of a modulation (stride 3N) shared by `per` rows */
+static void t_linear_gated(int M, int N, int K, int per) {
+    hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0);
+    hwt *ws[1] = {&W};
+    void *ar = upload_wts(ws, 1);
+    dbuf x = mk((size_t)M * N, PT_ACT), tmp = mk((size_t)M * N, PT_ACT), y = mk((size_t)M * K, PT_ACT);
+    dbuf mod = mk((size_t)((M + per - 1) / per) * 3 * N, PT_F32);
+    set_rand(&x, 1.0f);
+    set_rand(&y, 1.0f);
+    set_rand(&mod, 0.5f);
+    poison(&tmp);
+    cpu->linear_gated(cpu, x.c, tmp.c, y.c, &W.w, M, N, K, pt_at(cpu, mod.c, 2 * (size_t)N), 3 * N, per);
+    gpu->linear_gated(gpu, x.g, tmp.g, y.g, &W.w, M, N, K, pt_at(gpu, mod.g, 2 * (size_t)N), 3 * N, per);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d rows/gate=%d", M, N, K, per);
+    compare("linear_gated", shape, &x, 8e-3);
+    rel(&x); rel(&tmp); rel(&y); rel(&mod);
+    free_wts(ar, ws, 1);
+}
+
 /* fused projections: q|k|v and gate|up, adjacent (one product) or not (separate products) */
 static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     pi0_gemma_layer L;
@@ -264,13 +284,7 @@ static void t_norms(int M, int D) {
     cpu->adarms(cpu, y.c, x.c, mod.c, per, M, D, 1e-6f);
     gpu->adarms(gpu, y.g, x.g, mod.g, per, M, D, 1e-6f);
     compare("adarms", shape, &y, 8e-3);
-    /* gated residual with the modulation's gate rows (stride 3D) */
-    dbuf z = mk((size_t)M * D, PT_ACT);
-    set_rand(&z, 1.0f);
-    cpu->gated_add(cpu, y.c, z.c, pt_at(cpu, mod.c, 2 * (size_t)D), 3 * D, per, M, D);
-    gpu->gated_add(gpu, y.g, z.g, pt_at(gpu, mod.g, 2 * (size_t)D), 3 * D, per, M, D);
-    compare("gated_add", shape, &y, 8e-3);
-    rel(&x); rel(&y); rel(&mod); rel(&z);
+    rel(&x); rel(&y); rel(&mod);
     free_wts(ar, ws, 3);
 }
 
@@ -451,6 +465,10 @@ static void op_tests(void) {
     t_linear(17, 40, 2056, 0, 2056, 1, EPI_ADD, 1, 1e-5);    /* fp32 x in 3 shared-memory chunks, 3 row blocks */
     t_linear(3, 17, 1500, 0, 1500, 0, EPI_STORE, 1, 1e-5);   /* K % 8 != 0: scalar path, 2 chunks */
     t_linear(9, 20, 64, 0, 64, 1, EPI_GELU, 1, 1e-5);
+    t_linear_gated(10, 1024, 2048, 10);   /* π0.5 expert o and down at B = 1: gemv.cu epilogue (K slices) */
+    t_linear_gated(10, 1024, 4096, 10);
+    t_linear_gated(16, 1000, 1024, 5);    /* partial row block, several gate rows */
+    t_linear_gated(20, 1024, 2048, 10);   /* B = 2: product, then the gated add */
     t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
     t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert (gemv.cu: RoPE split and gelu * up epilogues) */
     t_fused(3, 1024, 2048, 256, 4096, 256);      /* few rows, most of the 16 padded */

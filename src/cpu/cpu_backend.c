@@ -330,12 +330,13 @@ static void cpu_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, 
     }
 }
 
-static void cpu_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D) {
-    (void)be;
+static void cpu_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int D, int K, pt gate,
+                             int gate_stride, int rows_per_gate) {
+    cpu_linear(be, tmp, y, W, NULL, M, D, K, 0, EPI_STORE);
     #pragma omp parallel for schedule(static)
     for (int r = 0; r < M; r++) {
         const float *g = F(gate) + (size_t)(r / rows_per_gate) * gate_stride;
-        for (int i = 0; i < D; i++) F(x)[(size_t)r * D + i] += g[i] * F(y)[(size_t)r * D + i];
+        for (int i = 0; i < D; i++) F(x)[(size_t)r * D + i] += g[i] * F(tmp)[(size_t)r * D + i];
     }
 }
 
@@ -420,7 +421,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->mlp_up = cpu_mlp_up;
     be->embed = cpu_embed;
     be->copy_rows = cpu_copy_rows;
-    be->gated_add = cpu_gated_add;
+    be->linear_gated = cpu_linear_gated;
     be->add_rows = cpu_add_rows;
     be->axpy = cpu_axpy;
     *out = be;

@@ -451,7 +451,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->mlp_up = cuda_mlp_up;
     be->embed = cuda_embed;
     be->copy_rows = cuda_copy_rows;
-    be->gated_add = cuda_gated_add;
+    be->linear_gated = cuda_linear_gated;
     be->add_rows = cuda_add_rows;
     be->axpy = cuda_axpy;
     *out = be;

@@ -193,7 +193,7 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
                  const pi0_prenorm *pre);
 int cuda_adjacent(const pi0_wt *const *w, int n);   // the n weights follow each other in the arena, equal widths
 // gemv.cu: Y = X . W^T for M <= 16 rows with fused epilogues (see gemv.cu)
-enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE };
+enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE, GEMV_GATED_ADD };
 struct gemv_args {
     const bf16 *x;            // (M, K) rows, stride ldx
     const bf16 *w;            // (N, ldw) row-major, columns [0, K) used
@@ -202,7 +202,7 @@ struct gemv_args {
                               // that the epilogue sees rows n and n + P together (GELU_MUL, QKV_ROPE)
     int epi;                  // GEMV_*
     const float *bias;        // (N) fp32 or NULL (not with pair)
-    bf16 *y;                  // STORE/ADD/GELU: (M, ldy); GELU_MUL: (M, ldy) holding the N / 2 products
+    bf16 *y;                  // STORE/ADD/GELU/GATED_ADD: (M, ldy); GELU_MUL: (M, ldy) holding the N / 2 products
     int ldy;
     bf16 *q, *k, *v;          // QKV_ROPE: (M, nq), (M, nk), (M, N - nq - nk); RoPE on q and k at pos
     int nq, nk, hd;
@@ -210,6 +210,8 @@ struct gemv_args {
     const float *norm_a;      // non-NULL: X rows are normalised first, x rsqrt(mean(x^2) + eps) (1 + norm_a[k])
     const float *norm_b;      //   (+ norm_b[k] if not NULL): RMSNorm (w) or adaRMS (scale, shift); K = 1024 only
     float eps;
+    const float *gate;        // GATED_ADD: y += gate[m / rows_per_gate, n] * bf16(product); rows of gate_stride
+    int gate_stride, rows_per_gate;
 };
 int cuda_gemv_ok(const gemv_args *a, int nt);
 
@@ -232,6 +234,8 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F);
 void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
 void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
 void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
+void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                       int gate_stride, int rows_per_gate);
 void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
 void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n);
 void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n);

@@ -305,6 +305,24 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
                  out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0, 0, epi == EPI_GELU);
 }
 
+// x += gate * bf16(y . W^T) (backend.h linear_gated): gemv.cu's epilogue for few rows, else the product into tmp
+// and the gated add (the same roundings either way)
+void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                       int gate_stride, int rows_per_gate) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    if (c->fused_small && M <= 16) {
+        gemv_args g = {};
+        g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
+        g.epi = GEMV_GATED_ADD;
+        g.y = (bf16 *)x.p; g.ldy = N;
+        g.gate = (const float *)gate.p; g.gate_stride = gate_stride; g.rows_per_gate = rows_per_gate;
+        if (cuda_gemv(c, &g, 0)) return;
+    }
+    cuda_linear(be, tmp, y, W, NULL, M, N, K, 0, EPI_STORE);
+    cuda_gated_add(be, x, tmp, gate, gate_stride, rows_per_gate, M, N);
+}
+
 // ---- fused projections: q|k|v and gate|up as one product when the weights are adjacent in the arena
 // (backend.cu places them so), then one kernel splits (q, k, v) or applies gelu(gate) * up. ----
 

@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             }
     }
     float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
-    if (a.epi == GEMV_ADD)
+    if (a.epi == GEMV_ADD || a.epi == GEMV_GATED_ADD)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int o = threadIdx.x + i * GW * 32, m = rank + ks * (o / R), n = b * R + o % R;
@@ -168,6 +168,9 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             float v = total(o / R, j) + (a.bias ? a.bias[n] : 0.0f);
             if (a.epi == GEMV_ADD) v += yold[o / (GW * 32)];
             else if (a.epi == GEMV_GELU) v = gelu_tanh(v);
+            else if (a.epi == GEMV_GATED_ADD)   // the product rounded as a stored one, then the gated add (gated_add_kernel)
+                v = yold[o / (GW * 32)] + a.gate[(size_t)(m / a.rows_per_gate) * a.gate_stride + n] *
+                                              __bfloat162float(__float2bfloat16(v));
             a.y[(size_t)m * a.ldy + n] = __float2bfloat16(v);
         }
     } else {
