@@ -25,14 +25,7 @@ static int cmp_end(const void *x, const void *y) {
 // One graph replay of step(what) with stamps; per kernel: the gap from the previous kernel's last block end to
 // this kernel's first wait release, then the phases of its blocks (means, clock64 at the measured rate).
 template <class F> static void prof_chain(const char *name, cudaStream_t st, int *capturing, F body) {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    *capturing = 1;
-    body();
-    *capturing = 0;
-    CK(cudaStreamEndCapture(st, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphExec_t exec = lab_capture(st, capturing, body);
     for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, st));
     CK(cudaStreamSynchronize(st));
     unsigned cap = 1 << 16;
@@ -77,7 +70,6 @@ template <class F> static void prof_chain(const char *name, cudaStream_t st, int
     CK(cudaFree(d));
     free(h);
     CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
 }
 #endif
 

@@ -8,8 +8,8 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
-// Captures body() on stream s (with *capturing = 1 during the capture) and returns the median replay time in ms.
-template <class F> static float lab_graph_median_ms(cudaStream_t s, int *capturing, F body) {
+// Captures body() on stream s (with *capturing = 1 during the capture) into an executable graph.
+template <class F> static cudaGraphExec_t lab_capture(cudaStream_t s, int *capturing, F body) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -18,6 +18,13 @@ template <class F> static float lab_graph_median_ms(cudaStream_t s, int *capturi
     *capturing = 0;
     CK(cudaStreamEndCapture(s, &graph));
     CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphDestroy(graph));
+    return exec;
+}
+
+// The median replay time in ms of body() captured as a graph (lab_capture).
+template <class F> static float lab_graph_median_ms(cudaStream_t s, int *capturing, F body) {
+    cudaGraphExec_t exec = lab_capture(s, capturing, body);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -36,6 +43,5 @@ template <class F> static float lab_graph_median_ms(cudaStream_t s, int *capturi
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
     return t[4];
 }
