@@ -456,6 +456,9 @@ static void op_tests(void) {
     t_linear(16, 2561, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);   /* few rows, odd N */
     t_linear(7, 1024, 4104, 0, 4104, 0, EPI_ADD, 0, 8e-3);     /* K not a multiple of 16 */
     t_linear(17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
+    t_linear(16, 1024, 3072, 0, 3072, 0, EPI_ADD, 0, 8e-3);    /* 3 K slices: rank 0 finishes 6 of the 16 rows */
+    t_linear(15, 1024, 7168, 0, 7168, 0, EPI_STORE, 0, 8e-3);  /* 7 K slices: 3 rows for ranks 0 and 1 */
+    t_linear(51, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);    /* 50-step horizon (51 rows): cuBLASLt */
     t_linear(1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
     t_linear(5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3);
     t_linear(10, 1024, 32, 0, 32, 1, EPI_STORE, 1, 1e-5);
@@ -472,12 +475,14 @@ static void op_tests(void) {
     t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
     t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert (gemv.cu: RoPE split and gelu * up epilogues) */
     t_fused(3, 1024, 2048, 256, 4096, 256);      /* few rows, most of the 16 padded */
+    t_fused(51, 1024, 2048, 256, 4096, 256);     /* 50-step horizon: cuBLASLt, then the split kernels */
     t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 1);
     t_prenorm(3, 1024, 2048, 256, 4096, 256, 1);
     t_prenorm(22, 1024, 2048, 256, 4096, 256, 0);   /* B = 2: norm kernel, then cuBLASLt */
+    t_prenorm(51, 1024, 2048, 256, 4096, 256, 1);
     t_prenorm(11, 2048, 2048, 256, 4096, 256, 0);   /* K != 1024: norm kernel, then the few-row product */
     t_norms(768, 1152);
     t_norms(788, 2048);
@@ -509,6 +514,8 @@ static void op_tests(void) {
     t_attention("suffix-tail-pi05", 1, tl5_q, tl5_k, 8, 1, 256, 0, 0, 10);
     int h50_q[1] = {51}, h50_k[1] = {839}, sh_q[1] = {3}, sh_k[1] = {40};
     t_attention("suffix-tail-h50", 1, h50_q, h50_k, 8, 1, 256, 0, 1, 51);   /* 408 query rows: 26 row tiles */
+    int o33_q[1] = {33}, o33_k[1] = {821};   /* 17 row tiles, 2 per block: the last block's second tile is empty */
+    t_attention("suffix-tail-33", 1, o33_q, o33_k, 8, 1, 256, 0, 1, 33);
     t_attention("decode-short", 1, sh_q, sh_k, 8, 1, 256, 0, 1, 3);       /* key chunks past the keys */
     /* flash attention (no second source, no tail; hd 256 MQA and hd 72 MHA): partial row and key tiles,
      * one query row, fewer or more queries than keys, equal segments in one launch. MQA segments of up to

@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     extern __shared__ __align__(16) unsigned char gsm[];
     unsigned char *Ws = gsm;
     float *red = (float *)gsm;                                  // [GW][NT][4][32] after the products
-    float *recv = (float *)(gsm + R * GEMV_LDS);                // [ks][16 / ks][R]: partial sums by K slice
-    float4 *nrm = (float4 *)(recv + 16 * R);                    // NORM: (1 + norm_a), norm_b [2][1024]
+    float *recv = (float *)(gsm + R * GEMV_LDS);                // [ks][rr][R]: partial sums by K slice
+    float4 *nrm = (float4 *)(recv + 24 * R);                   // NORM: (1 + norm_a), norm_b [2][1024]
     __shared__ __align__(8) uint64_t bar, rbar;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
     const int kb = blockIdx.y * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;   // k of this lane within the slice
@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     int nrow = tile_row<NT>(a, b, threadIdx.x >> 3) + (threadIdx.x & 7);   // the row thread t < R copies
     // K slices: the block of rank q of the cluster finishes output rows m with m % ks == q; the others send it
     // their partial sums of those rows (st.async, counted on its mbarrier rbar)
-    const int ks = gridDim.y, rank = blockIdx.y, own = rank < a.M ? (a.M - rank + ks - 1) / ks : 0;
+    // (rr = ceil(16 / ks) slots per rank: ks = 3 gives rank 0 six of 16 rows)
+    const int ks = gridDim.y, rank = blockIdx.y, own = rank < a.M ? (a.M - rank + ks - 1) / ks : 0, rr = (16 + ks - 1) / ks;
     if (threadIdx.x == 0) {   // rows past N only in the last row block (pair layouts need N % 2P == 0)
         int valid = a.pair ? R : min(R, a.N - b * R);
         mbar_init(&bar, 1);
@@ -149,7 +150,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         float s = 0;
 #pragma unroll
         for (int w = 0; w < GW; w++) s += red[((w * NT + t) * 4 + i) * 32 + l];
-        float *dst = recv + (rank * (16 / ks) + m / ks) * R + j;
+        float *dst = recv + (rank * rr + m / ks) * R + j;
         if (m % ks == rank) *dst = s;
         else st_async_f32(dst, m % ks, s, &rbar);
     }
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     // output (k, j) of this block: row m = rank + ks k, the K slices' partial sums added in rank order
     auto total = [&](int k, int j) {
         float s = 0;
-        for (int r = 0; r < ks; r++) s += recv[(r * (16 / ks) + k) * R + j];
+        for (int r = 0; r < ks; r++) s += recv[(r * rr + k) * R + j];
         return s;
     };
     if (!a.pair) {
@@ -201,8 +202,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     }
 }
 
-static size_t gemv_smem(int nt, bool norm) {
-    return (size_t)8 * nt * GEMV_LDS + 16 * 8 * nt * 4 + (norm ? 2 * GEMV_KC * 4 : 0);
+static size_t gemv_smem(int nt, bool norm) {   // recv: ks x ceil(16 / ks) <= 24 rows
+    return (size_t)8 * nt * GEMV_LDS + 24 * 8 * nt * 4 + (norm ? 2 * GEMV_KC * 4 : 0);
 }
 
 template <int NT, bool NORM>
