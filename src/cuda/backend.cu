@@ -415,6 +415,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     if (cudaHostAlloc((void **)&c->stage, (size_t)1 << 20, cudaHostAllocPortable) == cudaSuccess)
         c->stage_cap = (size_t)1 << 20;
     else { c->stage = NULL; cudaGetLastError(); }   // no ring: direct copies
+    CUDA_NOTE(c, cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device));
     cuda_attention_setup(c);
     cuda_gemv_setup(c);
     if (c->err) {

@@ -49,6 +49,7 @@ struct cuda_ctx {
     const void *carved[CUDA_MAX_CARVED];   // kernels whose shared memory carveout is set (cuda_prefer_smem)
     int ncarved;
     int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
+    int sms;                   // streaming multiprocessors of the device
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax)
