@@ -60,7 +60,7 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     if (tid == 0) {   // the other DA_SPLIT - 1 blocks' parts arrive on rbar (st.async)
         mbar_init(&rbar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        fence_barrier_init();
         mbar_expect_tx(&rbar, (DA_SPLIT - 1) * RECV * 4);
     }
     __syncthreads();

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         int valid = a.pair ? R : min(R, a.N - b * R);
         mbar_init(&bar, 1);
         mbar_init(&rbar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        fence_barrier_init();
         mbar_expect_tx(&bar, valid * GEMV_KC * 2);
         mbar_expect_tx(&rbar, (ks - 1) * own * R * 4);
     }
