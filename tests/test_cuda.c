@@ -532,27 +532,6 @@ static void op_tests(void) {
     t_misc();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);
-    /* wgemm.cu at each tile width (PI0_CUDA_WGMMA=128 / 256 forces it where it applies; by default the tuning
-     * picks it or cuBLASLt per shape) */
-    const char *widths[2] = {"128", "256"};
-    for (int i = 0; i < 2; i++) {
-        gpu->destroy(gpu);
-        setenv("PI0_CUDA_WGMMA", widths[i], 1);
-        int ok = cuda_backend_create(&gpu, 0) == PI0_OK;
-        unsetenv("PI0_CUDA_WGMMA");
-        if (!ok) { CHECK(0, "backend: %s", pi0_last_error()); return; }
-        gpu->reserve(gpu, 4096, 4096, 1, (size_t)788 * 32768);
-        printf("  PI0_CUDA_WGMMA=%s\n", widths[i]);
-        t_linear(788, 2048, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3);
-        t_linear(768, 4304, 1152, 0, 1152, 1, EPI_GELU, 0, 8e-3);
-        t_linear(768, 1152, 4304, 0, 4304, 1, EPI_ADD, 0, 8e-3);
-        t_linear(200, 328, 200, 0, 200, 1, EPI_ADD, 0, 8e-3);      /* partial row, column and k tiles */
-        t_linear(100, 264, 136, 8, 144, 0, EPI_GELU, 0, 8e-3);     /* weights from column 8 of 144 */
-        t_linear(17, 130, 64, 0, 64, 1, EPI_STORE, 0, 8e-3);
-        t_fused(300, 2048, 2048, 256, 4096, 256);
-        t_fused(130, 256, 512, 256, 320, 256);   /* gate|up tiles past F */
-        t_fused(768, 1152, 1152, 1152, 4304, 72);
-    }
     printf("worst op error / bound: %.2f\n", worst_ratio);
     cpu->destroy(cpu);
     gpu->destroy(gpu);

@@ -1,4 +1,4 @@
-// wgemm_lab.cu — the wgmma product (src/cuda/wgemm.cu) against cuBLASLt (tuned, as gemm.cu runs it) on the
+// wgemm_lab.cu — the wgmma product (wgemm.cuh) against cuBLASLt (tuned, as gemm.cu runs it) on the
 // products of pi0-3cam (SigLIP M = 768, prefix M = 788), the 50-step horizon (M = 51) and batch 8, in us per
 // product (10 products in a graph, median of 9 replays). Each wgmma result is checked against cuBLASLt's.
 // Build and run: sh bench/kernels/run_lab.sh build / run OUTDIR.
@@ -9,6 +9,7 @@
 
 #include "../../src/cuda/common.cuh"
 #include "lab.cuh"
+#include "wgemm.cuh"
 
 void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
                   const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
@@ -43,12 +44,9 @@ struct shape { const char *name; int M, N, K, bias, epi; };
 int main(int argc, char **argv) {
     const int once = argc == 4 && !strcmp(argv[1], "once"), once_i = once ? atoi(argv[2]) : -1,
               once_bn = once ? atoi(argv[3]) : 0;
-    setenv("PI0_CUDA_WGMMA", "0", 1);
-    pi0_backend *lt_be = NULL, *wg_be = NULL;
-    if (cuda_backend_create(&lt_be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
-    unsetenv("PI0_CUDA_WGMMA");
-    if (cuda_backend_create(&wg_be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
-    cuda_ctx *lt = CTX(lt_be), *wg = CTX(wg_be);
+    pi0_backend *be = NULL;
+    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    cuda_ctx *lt = CTX(be), *wg = lt;
     const shape shapes[] = {
         {"siglip qkv", 768, 3456, 1152, 1, WG_STORE},  {"siglip o", 768, 1152, 1152, 1, WG_ADD},
         {"siglip fc1", 768, 4304, 1152, 1, WG_GELU},   {"siglip fc2", 768, 1152, 4304, 1, WG_ADD},
@@ -133,7 +131,6 @@ int main(int argc, char **argv) {
         });
         printf("prefix gate|up M=%d with the gelu*up epilogue (wg256): %.2f us\n", M, tg * 1e3 / reps);
     }
-    lt_be->destroy(lt_be);
-    wg_be->destroy(wg_be);
+    be->destroy(be);
     return 0;
 }

@@ -404,8 +404,6 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->fused_small = !(small && !strcmp(small, "0"));
     const char *flash = getenv("PI0_CUDA_FLASH");
     c->flash = !(flash && !strcmp(flash, "0"));
-    const char *wgmma = getenv("PI0_CUDA_WGMMA");
-    c->wgmma = !wgmma ? 1 : !strcmp(wgmma, "0") ? 0 : !strcmp(wgmma, "128") ? 128 : !strcmp(wgmma, "256") ? 256 : 1;
     c->gemms = gemm_cache_new();
     if (!c->gemms) { cuda_destroy(be); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     if (CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
@@ -420,7 +418,6 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     CUDA_NOTE(c, cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device));
     cuda_attention_setup(c);
     cuda_gemv_setup(c);
-    if (c->wgmma) cuda_wgemm_setup(c);
     if (c->err) {
         st = report(c);
         cuda_destroy(be);

@@ -52,8 +52,6 @@ struct cuda_ctx {
     int sms;                   // streaming multiprocessors of the device
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
-    int wgmma;                 // wgemm.cu for many-row products (PI0_CUDA_WGMMA=0: cuBLASLt; =128 / =256: always
-                               // that tile width where it applies, for the tests)
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
@@ -222,24 +220,6 @@ int cuda_gemv_ok(const gemv_args *a, int nt);
 // per block / 8: 1, 2, 4, 8) is 0 for the default choice (the lab sets it).
 int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt);
 void cuda_gemv_setup(cuda_ctx *c);
-// wgemm.cu: Y = X W^T on wgmma for many rows. The halves of a B tile (BN / 2 weight rows each) are adjacent or, with
-// pair = P (WG_GELU_MUL), rows n and n + P, so that a thread holds columns j and j + BN / 2 together (gate and up;
-// for WG_ROPE with BN = hd the two halves of a head). Output column n of group n / group goes to y + (n / group) gy.
-enum wg_epi { WG_STORE, WG_ADD, WG_GELU, WG_GELU_MUL, WG_ROPE };
-struct wg_args {
-    bf16 *y, *yk, *yv;          // output (M, ldy); WG_ROPE: q (M, nq), k (M, nk), v (M, N - nq - nk)
-    const bf16 *bias;           // per output column (+ (n / group) gb), or NULL
-    const int32_t *pos;         // WG_ROPE: positions per row
-    int M, N, K, ldy;           // N: output columns (WG_GELU_MUL: F = the pair distance)
-    int epi, group;             // wg_epi; columns per output group (N: one group)
-    long long gy, gb;           // group strides of y and bias, in elements
-    int pair, nq, nk, hd;
-    int tiles_m, tiles_n;       // set by cuda_wgemm
-};
-// Launches on tiles of bn = 128 or 256 columns (16-byte aligned outputs, widths multiples of 8) (returns 1), or returns 0 when the operands do not suit the
-// tensor copies (16-byte aligned bases and row strides) or the kernel is off.
-int cuda_wgemm(cuda_ctx *c, int bn, const void *X, int ldx, const void *W, int wrows, int ldw, wg_args *a);
-void cuda_wgemm_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 void cuda_attention_setup(cuda_ctx *c);

@@ -12,7 +12,7 @@
 
 struct gemm_key {
     int trans_w, M, N, K, ldx, ldw, ldy, tx, tw, ty, has_bias, batch, gelu;
-    float alpha, beta;            // the tuning times the call's own (cuBLASLt has other kernels for beta != 0)
+    float alpha, beta;            // the tuning times the call's own (cuBLASLt runs other kernels for beta != 0)
     int al_x, al_w, al_y, al_b;   // pointer alignments in bytes (cuBLASLt assumes 256 unless told)
     long long sx, sw, sy, sb;   // batch strides in elements (sb: the bias)
 };
@@ -33,29 +33,7 @@ struct gemm_plan {
     cublasLtMatmulAlgo_t algo;                     // the fastest candidate (tune) or the heuristic's first
     cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
     int n_cand;
-    int wg_bn;                                     // > 0: wgemm.cu with tiles this wide is the fastest (tune)
 };
-
-// wgemm.cu's tile widths, timed by tune beside cuBLASLt's candidates for bf16 products of more than 16 rows
-static const int wg_bns[2] = {128, 256};
-
-static int wg_eligible(const gemm_key *k, float alpha, float beta) {
-    return k->trans_w && k->tx == CUDA_R_16BF && k->tw == CUDA_R_16BF && k->ty == CUDA_R_16BF && alpha == 1.0f &&
-           (beta == 0.0f || (beta == 1.0f && !k->gelu)) && k->M > 16 &&
-           (k->batch == 1 || (k->sx == 0 && k->sw == (long long)k->N * k->ldw));
-}
-
-// The product on wgemm.cu (a batch with one X and adjacent weights: one product over the batch's columns, each
-// batch's N columns to its own output and bias); 0 if it refused the operands.
-static int run_wg(cuda_ctx *c, const gemm_key *k, int bn, const void *X, const void *W, void *Y, const void *bias,
-                  float beta) {
-    wg_args a = {};
-    a.y = (bf16 *)Y; a.bias = (const bf16 *)bias;
-    a.M = k->M; a.N = k->N * k->batch; a.K = k->K; a.ldy = k->ldy;
-    a.epi = beta != 0.0f ? WG_ADD : k->gelu ? WG_GELU : WG_STORE;
-    a.group = k->N; a.gy = k->sy; a.gb = k->sb;
-    return cuda_wgemm(c, bn, X, k->ldx, W, k->N * k->batch, k->ldw, &a);
-}
 
 struct gemm_cache {
     gemm_plan *plans;
@@ -159,12 +137,10 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int *fresh) {
  * shape), so a new shape met outside graph capture times every candidate on the call's own operands
  * (into a scratch output, since beta may be 1) and keeps the fastest. One timing of 5 runs chose a 32 us
  * kernel over a 21 us one for SigLIP's fc2 in one of two processes (ncu, session 8): each candidate's time
- * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates. */
-static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes, float alpha,
-                 float beta) {
-    const int n_wg = c->wgmma && wg_eligible(&p->key, alpha, beta) ? 2 : 0, n = p->n_cand + n_wg;
-    if (n_wg && c->wgmma > 1) { p->wg_bn = c->wgmma; return; }
-    if (n < 2 || c->capturing || c->err) return;
+ * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates, with the call's alpha and beta (the
+ * output then holds garbage, which costs the same). */
+static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes) {
+    if (p->n_cand < 2 || c->capturing || c->err) return;
     if (ybytes > c->tune_cap) {
         cudaFree(c->tune_buf);
         c->tune_buf = NULL;
@@ -175,25 +151,20 @@ static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const 
     if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     cudaEvent_t e0, e1;
     if (CUDA_NOTE(c, cudaEventCreate(&e0)) || CUDA_NOTE(c, cudaEventCreate(&e1))) return;
+    const float alpha = p->key.alpha, beta = p->key.beta;
     float best = 1e30f;
-    for (int i = 0; i < n * GEMM_TUNE_ROUNDS; i++) {
-        const int ci = i % n;
-        const cublasLtMatmulAlgo_t *al = ci < p->n_cand ? &p->cand[ci] : NULL;
+    for (int i = 0; i < p->n_cand * GEMM_TUNE_ROUNDS; i++) {
+        const cublasLtMatmulAlgo_t *al = &p->cand[i % p->n_cand];
         float ms = 0;
-        int ok = 1;
-        for (int r = 0; ok && r < 6; r++) {   // one untimed run, then 5 timed
-            if (r == 1) cudaEventRecord(e0, c->stream);
-            ok = al ? cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, c->tune_buf, p->lc, c->tune_buf,
-                                     p->lc, al, c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS
-                    : run_wg(c, &p->key, wg_bns[ci - p->n_cand], X, W, c->tune_buf, bias, beta);
-        }
+        int ok = cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, c->tune_buf, p->lc, c->tune_buf,
+                                p->lc, al, c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS;
+        cudaEventRecord(e0, c->stream);
+        for (int r = 0; ok && r < 5; r++)
+            ok = cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, c->tune_buf, p->lc, c->tune_buf,
+                                p->lc, al, c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS;
         cudaEventRecord(e1, c->stream);
         cudaEventSynchronize(e1);
-        if (ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best) {
-            best = ms;
-            if (al) { p->algo = *al; p->wg_bn = 0; }
-            else p->wg_bn = wg_bns[ci - p->n_cand];
-        }
+        if (ok && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best) { best = ms; p->algo = *al; }
     }
     cudaGetLastError();   // a candidate that refused to run is simply skipped
     cudaEventDestroy(e0);
@@ -216,8 +187,7 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
     if (!p) return;
     if (fresh)
         tune(c, p, X, W, bias, ((batch > 1 ? (size_t)(batch - 1) * (size_t)sy : 0) + (size_t)M * ldy) *
-                                   (ty == CUDA_R_32F ? 4 : 2), alpha, beta);
-    if (p->wg_bn && run_wg(c, &p->key, p->wg_bn, X, W, Y, bias, beta)) return;
+                                   (ty == CUDA_R_32F ? 4 : 2));
     if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, Y, p->lc, Y, p->lc, &p->algo,
                                   c->workspace, c->ws_size, c->stream));
@@ -426,10 +396,6 @@ __global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
     stv<V>(out + r * F + col, g);
 }
 
-// Rows above which q|k|v + RoPE and gate|up + gelu * up run as one wgemm.cu product (fewer rows: cuBLASLt and the
-// split kernels; 16 or fewer: gemv.cu)
-enum { WG_FUSED_MIN_M = 64 };
-
 // The n weights are one [sum rows, K] matrix when each starts where the previous ends.
 int cuda_adjacent(const pi0_wt *const *w, int n) {
     if (!w[0]->dev) return 0;
@@ -489,12 +455,6 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (M > WG_FUSED_MIN_M && rope && !biased && cuda_adjacent(p->w, 3)) {   // product, RoPE and split in one kernel
-        wg_args a = {};
-        a.y = (bf16 *)q.p; a.yk = (bf16 *)k.p; a.yv = (bf16 *)v.p; a.pos = (const int32_t *)pos.p;
-        a.M = M; a.N = n; a.K = K; a.ldy = nq; a.epi = WG_ROPE; a.group = n; a.nq = nq; a.nk = nk; a.hd = hd;
-        if (cuda_wgemm(c, 256, y.p, K, p->w[0]->dev, n, K, &a)) return;
-    }
     if (!cuda_adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
         pt out[3] = {q, k, v};
         for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
@@ -543,11 +503,6 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (M > WG_FUSED_MIN_M && cuda_adjacent(w, 2)) {   // product and gelu(gate) * up in one kernel
-        wg_args a = {};
-        a.y = (bf16 *)out.p; a.M = M; a.N = F; a.K = K; a.ldy = F; a.epi = WG_GELU_MUL; a.group = F; a.pair = F;
-        if (cuda_wgemm(c, c->wgmma == 128 ? 128 : 256, y.p, K, L->gate.dev, 2 * F, K, &a)) return;
-    }
     if (!cuda_adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
         cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
         cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);

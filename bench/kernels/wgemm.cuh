@@ -1,6 +1,7 @@
-// wgemm.cu — Y = X W^T for many rows (prefill, SigLIP: M = 768-788, and batches) on the Hopper warpgroup MMA
+#pragma once
+// wgemm.cuh — (kernel lab; measured slower than cuBLASLt in the pipeline, see bench/RESULTS.md session 9) Y = X W^T for many rows (prefill, SigLIP: M = 768-788, and batches) on the Hopper warpgroup MMA
 // (wgmma) with tensor copies (TMA), and the epilogues cuBLASLt lacks: gelu(gate) * up from the fused gate|up
-// weights and q|k|v + RoPE into three outputs. CPU twins: cpu_linear, cpu_qkv, cpu_mlp_up (the ops that call it).
+// weights and q|k|v + RoPE into three outputs. Checked against cuBLASLt by wgemm_lab.cu.
 //
 // Tiles of WG_BM = 128 rows x BN columns, k in blocks of 64. A block is 3 warpgroups: warpgroup 0 is the
 // producer (one thread issues the tensor copies of A = X [128][64] and B = W [BN][64] into a ring of stages,
@@ -12,9 +13,85 @@
 #include <cudaTypedefs.h>
 #include <string.h>
 
-#include "mma.cuh"
+#include "../../src/cuda/mma.cuh"
 
 enum { WG_BM = 128, WG_BK = 64 };
+
+// ---- wgmma (sm_90a): warpgroup (4 warps, 128 threads) matrix products, both operands in shared memory ----
+// Operand tiles are K-major (k contiguous: A as [m][k], B as [n][k]) rows of 64 bf16 (128 bytes) in the 128-byte
+// swizzle that the tensor copies below write (16-byte chunk q of row r at chunk q ^ (r % 8)), 1024-byte aligned.
+// One m64nNk16 step starts at the tile's row 0 plus 32 bytes per 16 k; 8-row groups are 1024 bytes apart.
+// Matrix descriptor (PTX "matrix descriptor"): start address, leading / stride byte offsets (>> 4), 128B swizzle.
+__device__ __forceinline__ uint64_t wg_desc(const void *smem) {
+    return (uint64_t)((smem_u32(smem) & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving reads of accumulator registers above wg_wait (they change asynchronously).
+template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Warp-group register reallocation (setmaxnreg): producers give registers to the consumers' accumulators.
+template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+
+// D (64 x N, fp32) (+)= A . B^T for A [64][16] and B [N][16] (K-major descriptors); acc = 0: D = A B^T. Thread t of
+// the warpgroup holds rows 16 (t / 32) + (t % 32) / 4 (and + 8) at columns 8 i + 2 (t % 4) (and + 1): d[4 i], d[4 i + 1]
+// (and d[4 i + 2], d[4 i + 3] for the row + 8), the mma.sync C layout per 8 columns.
+#define WG_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_D32(d, i) WG_D8(d, i), WG_D8(d, i + 8), WG_D8(d, i + 16), WG_D8(d, i + 24)
+#define WG_D64(d) WG_D32(d, 0), WG_D32(d, 32)
+#define WG_D128(d) WG_D32(d, 0), WG_D32(d, 32), WG_D32(d, 64), WG_D32(d, 96)
+__device__ __forceinline__ void wg_ss_64x128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+                 "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 0; }"
+                 : WG_D64(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wg_ss_64x256(float (&d)[128], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+                 "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,"
+                 "%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,"
+                 "%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,"
+                 "%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, %128, %129, p, 1, 1, 0, 0; }"
+                 : WG_D128(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+// ---- tensor copies (TMA, cp.async.bulk.tensor): a box of a 2-D tensor map into shared memory ----
+// Box at (x, y) = (inner coordinate, row) of the map, counted (complete_tx) on mbarrier b; out-of-range elements
+// arrive as zeros and count.
+__device__ __forceinline__ void tma_load_2d(void *smem, const void *map, int x, int y, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(b)) : "memory");
+}
+
+// Y = X W^T on wgmma for many rows. The halves of a B tile (BN / 2 weight rows each) are adjacent or, with
+// pair = P (WG_GELU_MUL), rows n and n + P, so that a thread holds columns j and j + BN / 2 together (gate and up;
+// for WG_ROPE with BN = hd the two halves of a head). Output column n of group n / group goes to y + (n / group) gy.
+enum wg_epi { WG_STORE, WG_ADD, WG_GELU, WG_GELU_MUL, WG_ROPE };
+struct wg_args {
+    bf16 *y, *yk, *yv;          // output (M, ldy); WG_ROPE: q (M, nq), k (M, nk), v (M, N - nq - nk)
+    const bf16 *bias;           // per output column (+ (n / group) gb), or NULL
+    const int32_t *pos;         // WG_ROPE: positions per row
+    int M, N, K, ldy;           // N: output columns (WG_GELU_MUL: F = the pair distance)
+    int epi, group;             // wg_epi; columns per output group (N: one group)
+    long long gy, gb;           // group strides of y and bias, in elements
+    int pair, nq, nk, hd;
+    int tiles_m, tiles_n;       // set by cuda_wgemm
+};
 
 template <int BN> struct wg_cfg {
     static constexpr int stages = BN == 256 ? 4 : 6;
@@ -219,30 +296,32 @@ static int wg_map(CUtensorMap *m, const void *p, int rows, int cols, int ld, int
                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-void cuda_wgemm_setup(cuda_ctx *c) {
+static int wg_ready;
+static int cuda_wgemm_setup(cuda_ctx *c) {
     cudaDriverEntryPointQueryResult q;
     void *fn = NULL;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess || !fn) {
         cudaGetLastError();
-        c->wgmma = 0;   // no tensor maps: cuBLASLt does every product
-        return;
+        return 0;
     }
     encode_fn = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     CUDA_NOTE(c, cudaFuncSetAttribute(wg_gemm_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)wg_cfg<128>::smem));
     CUDA_NOTE(c, cudaFuncSetAttribute(wg_gemm_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)wg_cfg<256>::smem));
+    return wg_ready = !c->err;
 }
 
-// Y = X W^T (+ epilogue) on the wgmma kernel with BN-column tiles: X [M][K] (row stride ldx), W [wrows][K] (row
-// stride ldw). Returns 0 (nothing launched) when the operands do not meet the tensor copies' rules: 16-byte
-// aligned bases and row strides.
-int cuda_wgemm(cuda_ctx *c, int bn, const void *X, int ldx, const void *W, int wrows, int ldw, wg_args *a) {
+// Y = X W^T (+ epilogue) on the wgmma kernel with bn = 128 or 256 column tiles: X [M][K] (row stride ldx),
+// W [wrows][K] (row stride ldw). Returns 0 (nothing launched) when the operands do not meet the tensor copies' and
+// the 16-byte stores' rules: 16-byte aligned bases, row strides and widths multiples of 8.
+static int cuda_wgemm(cuda_ctx *c, int bn, const void *X, int ldx, const void *W, int wrows, int ldw, wg_args *a) {
     const uintptr_t al = (uintptr_t)X | (uintptr_t)W | (uintptr_t)a->y | (uintptr_t)a->yk | (uintptr_t)a->yv |
                          (uintptr_t)a->bias;
-    if (!c->wgmma || a->M <= 0 || a->N <= 0 || a->K <= 0 || (ldx | ldw | a->N | a->ldy | a->group) % 8 ||
-        a->gy % 8 || a->gb % 8 || al % 16 || (a->epi == WG_ROPE && (a->hd != bn || a->nq % bn || a->nk % bn || a->N % bn)))
+    if ((!wg_ready && !cuda_wgemm_setup(c)) || a->M <= 0 || a->N <= 0 || a->K <= 0 ||
+        (ldx | ldw | a->N | a->ldy | a->group) % 8 || a->gy % 8 || a->gb % 8 || al % 16 ||
+        (a->epi == WG_ROPE && (a->hd != bn || a->nq % bn || a->nk % bn || a->N % bn)))
         return 0;
     CUtensorMap tx, tw;
     if (!wg_map(&tx, X, a->M, a->K, ldx, WG_BM) || !wg_map(&tw, W, wrows, a->K, ldw, bn / 2)) return 0;
