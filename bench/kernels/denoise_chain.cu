@@ -18,8 +18,9 @@
 #ifdef GEMV_PROF   // gemv.cu built with -DGEMV_PROF: per-block phase stamps of the few-row products
 void gemv_prof_set(unsigned long long *buf, unsigned cap);
 unsigned gemv_prof_count(void);
+enum { NS = 10, RS = 4 + 2 * NS };   // stamps per block record (gemv_prof.patch), record size in words
 static int cmp_end(const void *x, const void *y) {
-    unsigned long long a = ((const unsigned long long *)x)[11], b = ((const unsigned long long *)y)[11];
+    unsigned long long a = ((const unsigned long long *)x)[3 + NS], b = ((const unsigned long long *)y)[3 + NS];
     return a < b ? -1 : a > b;
 }
 // One graph replay of step(what) with stamps; per kernel: the gap from the previous kernel's last block end to
@@ -29,39 +30,42 @@ template <class F> static void prof_chain(const char *name, cudaStream_t st, int
     for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, st));
     CK(cudaStreamSynchronize(st));
     unsigned cap = 1 << 16;
-    unsigned long long *d, *h = (unsigned long long *)malloc((size_t)cap * 20 * 8);
-    CK(cudaMalloc(&d, (size_t)cap * 20 * 8));
+    unsigned long long *d, *h = (unsigned long long *)malloc((size_t)cap * RS * 8);
+    CK(cudaMalloc(&d, (size_t)cap * RS * 8));
     gemv_prof_set(d, cap);
     CK(cudaGraphLaunch(exec, st));
     CK(cudaStreamSynchronize(st));
     unsigned n = gemv_prof_count();
     gemv_prof_set(NULL, 0);
     if (n > cap) n = cap;
-    CK(cudaMemcpy(h, d, (size_t)n * 20 * 8, cudaMemcpyDeviceToHost));
-    qsort(h, n, 20 * 8, cmp_end);
+    CK(cudaMemcpy(h, d, (size_t)n * RS * 8, cudaMemcpyDeviceToHost));
+    qsort(h, n, RS * 8, cmp_end);
     double sc = 0, sg = 0;
-    for (unsigned i = 0; i < n; i++) { sc += h[i * 20 + 19] - h[i * 20 + 12]; sg += h[i * 20 + 11] - h[i * 20 + 4]; }
+    for (unsigned i = 0; i < n; i++) {
+        sc += h[i * RS + RS - 1] - h[i * RS + 4 + NS];
+        sg += h[i * RS + 3 + NS] - h[i * RS + 4];
+    }
     double ghz = sc / sg;   // clock64 ticks per ns
     printf("%s: %u block records, SM clock %.2f GHz\n", name, n, ghz);
-    printf("  kernel   N blocks  launch-spread  gap(prev end->wait)  wait-spread  X  W  mma+red  csync  epi  csync2  span  (us)"
+    printf("  kernel   N blocks  launch-spread  gap(prev end->wait)  wait-spread  X  W  mma+red  csync  red  rbar  epi  tail  span  (us)"
            "  | first entry - prev trigger, first entry - prev end (us)\n");
     unsigned long long prev_end = 0, prev_trig = 0;
     for (unsigned i = 0; i < n;) {
-        unsigned g = (unsigned)h[i * 20 + 1], e = i + g > n ? n : i + g;
+        unsigned g = (unsigned)h[i * RS + 1], e = i + g > n ? n : i + g;
         unsigned long long e0 = ~0ull, e1 = 0, w0 = ~0ull, w1 = 0, end = 0;
-        double ph[6] = {0};
+        double ph[NS - 2] = {0};
         for (unsigned j = i; j < e; j++) {
-            unsigned long long *r = h + (size_t)j * 20;
+            unsigned long long *r = h + (size_t)j * RS;
             if (r[4] < e0) e0 = r[4];
             if (r[4] > e1) e1 = r[4];
             if (r[5] < w0) w0 = r[5];
             if (r[5] > w1) w1 = r[5];
-            if (r[11] > end) end = r[11];
-            for (int p = 0; p < 6; p++) ph[p] += (double)(r[14 + p] - r[13 + p]) / ghz / (e - i);
+            if (r[3 + NS] > end) end = r[3 + NS];
+            for (int p = 0; p < NS - 2; p++) ph[p] += (double)(r[6 + NS + p] - r[5 + NS + p]) / ghz / (e - i);
         }
-        printf("  %4u %5llu %4u %8.2f %10.2f %10.2f %6.2f %5.2f %6.2f %6.2f %5.2f %6.2f %6.2f | %6.2f %6.2f\n", i,
-               h[i * 20 + 3], g, (e1 - e0) * 1e-3, prev_end ? ((double)w0 - (double)prev_end) * 1e-3 : 0.0,
-               (w1 - w0) * 1e-3, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], (end - w0) * 1e-3,
+        printf("  %4u %5llu %4u %8.2f %10.2f %10.2f %6.2f %5.2f %6.2f %6.2f %6.2f %6.2f %6.2f %5.2f %6.2f | %6.2f %6.2f\n", i,
+               h[i * RS + 3], g, (e1 - e0) * 1e-3, prev_end ? ((double)w0 - (double)prev_end) * 1e-3 : 0.0,
+               (w1 - w0) * 1e-3, ph[0], ph[1], ph[2], ph[3], ph[4], ph[5], ph[6], ph[7], (end - w0) * 1e-3,
                prev_trig ? ((double)e0 - (double)prev_trig) * 1e-3 : 0.0, prev_end ? ((double)e0 - (double)prev_end) * 1e-3 : 0.0);
         prev_end = end;
         prev_trig = w1;
@@ -191,10 +195,9 @@ int main(void) {
         {"layer + L2 prefetch gate..down", 159 | 1024, 1, 1}, {"layer (norms fused), again", 159, 1, 1}};
 #ifdef GEMV_PROF
     if (getenv("LAB_PROF")) {
-        int whats[6] = {4, 16, 1, 8, 159, 159 | 512};
-        const char *names[6] = {"only o", "only down", "only q|k|v", "only gate|up", "layer (norms fused)",
-                                "layer + L2 prefetch o..down"};
-        for (int i = 0; i < 6; i++) {
+        int whats[5] = {4, 16, 1, 8, 159};
+        const char *names[5] = {"only o", "only down", "only q|k|v", "only gate|up", "layer (norms fused)"};
+        for (int i = 0; i < 5; i++) {
             step(whats[i]);
             CK(cudaStreamSynchronize(c->stream));
             prof_chain(names[i], c->stream, &c->capturing, [&] { step(whats[i]); });
