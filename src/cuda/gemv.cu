@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     constexpr int R = 8 * NT;
     extern __shared__ __align__(16) unsigned char gsm[];
     unsigned char *Ws = gsm;
+    float *red = (float *)gsm;                                  // [GW][NT][4][32] after the products
     float *recv = (float *)(gsm + R * GEMV_LDS);                // [ks][rr][R]: partial sums by K slice
     float4 *nrm = (float4 *)(recv + 24 * R);                   // NORM: (1 + norm_a), norm_b [2][1024]
     __shared__ __align__(8) uint64_t bar, rbar;
@@ -70,28 +71,9 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     if (ks > 1) cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
     if (threadIdx.x < R && nrow < a.N)   // one bulk copy (TMA) per weight row
         bulk_copy(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
-    // The outputs this thread finishes: columns on, on + 1 of rows om[0], om[1] (-1: none). K slices (ks > 1,
-    // never a pair layout): row slot tid / (R / 2) of this rank, column pair tid % (R / 2) (own <= 8 slots, so
-    // one pass of 256 threads covers them). One slice: the summed fragment (t, l) of thread tid = 32 t + l, rows
-    // l / 4 and l / 4 + 8, columns 8 t + 2 (l % 4) of the block's first rows (pair layouts: of both halves).
-    int om[2] = {-1, -1}, on = -1;
-    if (ks > 1) {
-        if (threadIdx.x < own * R / 2) {
-            om[0] = rank + ks * (threadIdx.x / (R / 2));
-            on = b * R + 2 * (threadIdx.x % (R / 2));
-        }
-    } else if (threadIdx.x < (a.pair ? NT / 2 : NT) * 32) {
-        om[0] = lane >> 2;
-        om[1] = om[0] + 8;
-        on = (a.pair ? tile_row<NT>(a, b, 0) : b * R) + 8 * warp + 2 * c;
-    }
-    for (int h = 0; h < 2; h++)
-        if (om[h] >= a.M) om[h] = -1;
-    if (on >= a.N) on = -1;   // N % 8 == 0: on + 1 < N otherwise
-    // RoPE angles of the two columns (same formula as rope_kernel / cpu rope1, spec 3.7)
-    float inv_freq[2] = {0.0f, 0.0f};
-    if (a.epi == GEMV_QKV_ROPE && on >= 0)
-        for (int e = 0; e < 2; e++) inv_freq[e] = (float)pow(10000.0, -2.0 * ((on + e) % a.hd) / a.hd);
+    // RoPE angle of this thread's epilogue column (same formula as rope_kernel / cpu rope1, spec 3.7)
+    const int rope_i = a.epi == GEMV_QKV_ROPE ? (tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2)) % a.hd : 0;
+    const float inv_freq = a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * rope_i / a.hd) : 0.0f;
     if (NORM)   // the norm's factors (constants) into shared memory; read after the block barrier below
         for (int i = threadIdx.x; i < GEMV_KC / 4; i += GW * 32) {
             float4 p = __ldg((const float4 *)a.norm_a + i);
@@ -134,19 +116,13 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
                 u4_set(xv[u][1], h, f2_to_bf2(f1.x * r1 * a0 + (x1ok ? b0 : 0.0f), f1.y * r1 * a1 + (x1ok ? b1 : 0.0f)));
             }
     }
-    // what the epilogue reads, read now rather than after the product: the residual (ADD, GATED_ADD), the gate
-    // (GATED_ADD), the positions (QKV_ROPE)
-    float2 yold[2] = {}, gt[2] = {};
-    float posf[2] = {};
+    float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
+    if (a.epi == GEMV_ADD || a.epi == GEMV_GATED_ADD)
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        if (om[h] < 0 || on < 0) continue;
-        if (a.epi == GEMV_ADD || a.epi == GEMV_GATED_ADD)
-            yold[h] = bf2_to_f2(__ldcg((const unsigned *)(a.y + (size_t)om[h] * a.ldy + on)));
-        if (a.epi == GEMV_GATED_ADD)
-            gt[h] = __ldcg((const float2 *)(a.gate + (size_t)(om[h] / a.rows_per_gate) * a.gate_stride + on));
-        if (a.epi == GEMV_QKV_ROPE) posf[h] = (float)__ldcg(a.pos + om[h]);
-    }
+        for (int i = 0; i < 4; i++) {
+            int o = threadIdx.x + i * GW * 32, m = rank + ks * (o / R), n = b * R + o % R;
+            if (o < own * R && n < a.N) yold[i] = __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n));
+        }
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
@@ -160,97 +136,69 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
         }
     __syncthreads();   // every warp is done with Ws: its space now holds the partial sums
-    float4 *red = (float4 *)gsm;   // [GW][NT][32]: the fragments of warp w, n-tile t, lane l
 #pragma unroll
-    for (int t = 0; t < NT; t++) red[(warp * NT + t) * 32 + lane] = make_float4(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
     __syncthreads();
-    // fragment (t, l) summed over the 8 warps in a fixed order: (row, column) (l / 4, 8 t + 2 (l % 4)) + (0, 0),
-    // (0, 1), (8, 0), (8, 1)
-    auto frag = [&](int t, int l) {
-        float4 s = red[t * 32 + l];
+    // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1);
+    // the sum goes to slot (m / ks, j) of recv[rank] in the owner of row m
+    if (ks > 1) cluster_wait();
+    for (int o = threadIdx.x; o < NT * 128; o += GW * 32) {
+        int t = o >> 7, i = (o >> 5) & 3, l = o & 31, m = (l >> 2) + (i >= 2 ? 8 : 0), j = 8 * t + 2 * (l & 3) + (i & 1);
+        if (m >= a.M) continue;
+        float s = 0;
 #pragma unroll
-        for (int w = 1; w < GW; w++) {
-            float4 v = red[(w * NT + t) * 32 + l];
-            s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
-        }
+        for (int w = 0; w < GW; w++) s += red[((w * NT + t) * 4 + i) * 32 + l];
+        float *dst = recv + (rank * rr + m / ks) * R + j;
+        if (m % ks == rank) *dst = s;
+        else st_async_f32(dst, m % ks, s, &rbar);
+    }
+    __syncthreads();
+    mbar_wait(&rbar, 0);
+    // output (k, j) of this block: row m = rank + ks k, the K slices' partial sums added in rank order
+    auto total = [&](int k, int j) {
+        float s = 0;
+        for (int r = 0; r < ks; r++) s += recv[(r * rr + k) * R + j];
         return s;
     };
-    float2 v[2], v2[2];   // this thread's outputs (rows om[h], columns on, on + 1); v2: the pair partners
-    if (ks == 1) {
-        if (on >= 0) {
-            float4 f = frag(warp, lane);
-            v[0] = make_float2(f.x, f.y);
-            v[1] = make_float2(f.z, f.w);
-            if (a.pair) {
-                f = frag(warp + NT / 2, lane);
-                v2[0] = make_float2(f.x, f.y);
-                v2[1] = make_float2(f.z, f.w);
+    if (!a.pair) {
+        for (int o = threadIdx.x; o < own * R; o += GW * 32) {
+            int m = rank + ks * (o / R), j = o % R, n = b * R + j;
+            if (n >= a.N) continue;
+            float v = total(o / R, j) + (a.bias ? a.bias[n] : 0.0f);
+            if (a.epi == GEMV_ADD) v += yold[o / (GW * 32)];
+            else if (a.epi == GEMV_GELU) v = gelu_tanh(v);
+            else if (a.epi == GEMV_GATED_ADD)   // the product rounded as a stored one, then the gated add (gated_add_kernel)
+                v = yold[o / (GW * 32)] + a.gate[(size_t)(m / a.rows_per_gate) * a.gate_stride + n] *
+                                              __bfloat162float(__float2bfloat16(v));
+            a.y[(size_t)m * a.ldy + n] = __float2bfloat16(v);
+        }
+    } else {
+        const int half = R / 2, n0 = tile_row<NT>(a, b, 0);
+        for (int o = threadIdx.x; o < own * half; o += GW * 32) {   // (GW * 32) % half == 0: one column per thread
+            int m = rank + ks * (o / half), j = o % half, col = n0 + j;
+            float x1 = total(o / half, j), x2 = total(o / half, half + j);
+            if (a.epi == GEMV_GELU_MUL) {
+                a.y[(size_t)m * a.ldy + col] = __float2bfloat16(gelu_tanh(x1) * x2);
+                continue;
             }
-        }
-    } else {   // K slices: row m's partial sums go to slot (m / ks, column) of recv[rank] in block m % ks
-        cluster_wait();
-        if (threadIdx.x < NT * 32) {
-            const int t = warp, j = 8 * t + 2 * c;
-            float4 f = frag(t, lane);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int m = g + 8 * h, q = m % ks;
-                if (m >= a.M) continue;
-                float *dst = recv + (rank * rr + m / ks) * R + j;
-                float x0 = h ? f.z : f.x, x1 = h ? f.w : f.y;
-                if (q == rank) { dst[0] = x0; dst[1] = x1; }
-                else st_async_f32x2(dst, q, x0, x1, &rbar);
+            // GEMV_QKV_ROPE: col is in the first half of a head; its partner is col + hd / 2
+            int nv = a.N - a.nq - a.nk, hh = a.pair;
+            bf16 *dst;
+            if (col < a.nq) dst = a.q + (size_t)m * a.nq + col;
+            else if (col < a.nq + a.nk) dst = a.k + (size_t)m * a.nk + col - a.nq;
+            else {
+                dst = a.v + (size_t)m * nv + col - a.nq - a.nk;
+                dst[0] = __float2bfloat16(x1);
+                dst[hh] = __float2bfloat16(x2);
+                continue;
             }
+            float th = (float)a.pos[m] * inv_freq, cs, sn;
+            sincosf(th, &sn, &cs);
+            dst[0] = __float2bfloat16(x1 * cs - x2 * sn);
+            dst[hh] = __float2bfloat16(x2 * cs + x1 * sn);
         }
-        __syncthreads();
-        mbar_wait(&rbar, 0);
-        if (on >= 0) {   // the slices' partial sums added in rank order
-            const int k = threadIdx.x / (R / 2), j = 2 * (threadIdx.x % (R / 2));
-            v[0] = make_float2(0.0f, 0.0f);
-            for (int r = 0; r < ks; r++) {
-                float2 p = *(const float2 *)(recv + (r * rr + k) * R + j);
-                v[0].x += p.x; v[0].y += p.y;
-            }
-        }
-    }
-    if (on < 0) return;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int m = om[h];
-        if (m < 0) continue;
-        float x0 = v[h].x, x1 = v[h].y;
-        if (!a.pair) {
-            if (a.bias) { x0 += a.bias[on]; x1 += a.bias[on + 1]; }
-            if (a.epi == GEMV_ADD) { x0 += yold[h].x; x1 += yold[h].y; }
-            else if (a.epi == GEMV_GELU) { x0 = gelu_tanh(x0); x1 = gelu_tanh(x1); }
-            else if (a.epi == GEMV_GATED_ADD) {   // the product rounded as a stored one, then the gated add (gated_add_kernel)
-                x0 = yold[h].x + gt[h].x * __bfloat162float(__float2bfloat16(x0));
-                x1 = yold[h].y + gt[h].y * __bfloat162float(__float2bfloat16(x1));
-            }
-            *(unsigned *)(a.y + (size_t)m * a.ldy + on) = f2_to_bf2(x0, x1);
-            continue;
-        }
-        const float y0 = v2[h].x, y1 = v2[h].y;   // the partners, columns on + P, on + P + 1
-        if (a.epi == GEMV_GELU_MUL) {
-            *(unsigned *)(a.y + (size_t)m * a.ldy + on) = f2_to_bf2(gelu_tanh(x0) * y0, gelu_tanh(x1) * y1);
-            continue;
-        }
-        // GEMV_QKV_ROPE: on is in the first half of a head; its partner is on + hd / 2
-        const int nv = a.N - a.nq - a.nk, hh = a.pair;
-        bf16 *dst;
-        if (on < a.nq) dst = a.q + (size_t)m * a.nq + on;
-        else if (on < a.nq + a.nk) dst = a.k + (size_t)m * a.nk + on - a.nq;
-        else {
-            dst = a.v + (size_t)m * nv + on - a.nq - a.nk;
-            *(unsigned *)dst = f2_to_bf2(x0, x1);
-            *(unsigned *)(dst + hh) = f2_to_bf2(y0, y1);
-            continue;
-        }
-        float s0, c0, s1, c1;
-        sincosf(posf[h] * inv_freq[0], &s0, &c0);
-        sincosf(posf[h] * inv_freq[1], &s1, &c1);
-        *(unsigned *)dst = f2_to_bf2(x0 * c0 - y0 * s0, x1 * c1 - y1 * s1);
-        *(unsigned *)(dst + hh) = f2_to_bf2(y0 * c0 + x0 * s0, y1 * c1 + x1 * s1);
     }
 }
 
@@ -301,11 +249,7 @@ int cuda_gemv_ok(const gemv_args *a, int nt) {
     if (a->M < 1 || a->M > 16 || a->K % GEMV_KC || a->K > 8 * GEMV_KC || a->N % 8 || a->ldx % 8 || a->ldw % 8 ||
         (al & 15))
         return 0;
-    if (a->pair && (nt < 2 || a->bias || a->K != GEMV_KC || a->N % (2 * a->pair) || a->pair % (4 * nt))) return 0;
-    // the epilogue stores (and reads) two adjacent columns at once
-    if (a->y && (((uintptr_t)a->y & 3) || (a->ldy & 1))) return 0;
-    if (a->epi == GEMV_QKV_ROPE && (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 3)) return 0;
-    if (a->epi == GEMV_GATED_ADD && (((uintptr_t)a->gate & 7) || (a->gate_stride & 1))) return 0;
+    if (a->pair && (nt < 2 || a->bias || a->N % (2 * a->pair) || a->pair % (4 * nt))) return 0;
     if (a->epi == GEMV_QKV_ROPE && (a->hd != 2 * a->pair || a->nq % a->hd || a->nk % a->hd)) return 0;
     if (a->norm_a && (a->K != GEMV_KC || ((uintptr_t)a->norm_a | (uintptr_t)a->norm_b) & 15)) return 0;
     return 1;
