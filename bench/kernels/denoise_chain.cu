@@ -4,7 +4,9 @@
 // timed with CUDA events: the cost of a layer in the real chain of kernels, and of each op kind by
 // leaving it out. Random weights (18 x 34.6 MB, more than the L2), prefix of 788 cached keys. Also the
 // persistent-kernel experiment (expert_persist.cuh): checked against the per-op chain, timed, and its
-// per-phase profile (clock64 stamps of every block).
+// per-phase profile (clock64 stamps of every block). Built as chain_prof (run_lab.sh) with LAB_PROF=1: per-block
+// phase stamps of the few-row products in the chain, also with their weight copies switched off (wrong results:
+// the chain's latency alone).
 // Build and run: sh bench/kernels/run_lab.sh build / run OUTDIR.
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #ifdef GEMV_PROF   // gemv.cu built with -DGEMV_PROF: per-block phase stamps of the few-row products
 void gemv_prof_set(unsigned long long *buf, unsigned cap);
 unsigned gemv_prof_count(void);
+void gemv_prof_nowt_set(int v);
 enum { NS = 10, RS = 4 + 2 * NS };   // stamps per block record (gemv_prof.patch), record size in words
 static int cmp_end(const void *x, const void *y) {
     unsigned long long a = ((const unsigned long long *)x)[3 + NS], b = ((const unsigned long long *)y)[3 + NS];
@@ -71,6 +74,7 @@ template <class F> static void prof_chain(const char *name, cudaStream_t st, int
         prev_trig = w1;
         i = e;
     }
+    printf("  first wait release to last end: %.2f us\n", ((double)h[(size_t)(n - 1) * RS + 3 + NS] - (double)h[5]) * 1e-3);
     CK(cudaFree(d));
     free(h);
     CK(cudaGraphExecDestroy(exec));
@@ -195,9 +199,12 @@ int main(void) {
         {"layer + L2 prefetch gate..down", 159 | 1024, 1, 1}, {"layer (norms fused), again", 159, 1, 1}};
 #ifdef GEMV_PROF
     if (getenv("LAB_PROF")) {
-        int whats[5] = {4, 16, 1, 8, 159};
-        const char *names[5] = {"only o", "only down", "only q|k|v", "only gate|up", "layer (norms fused)"};
-        for (int i = 0; i < 5; i++) {
+        int whats[7] = {4, 16, 1, 8, 159, 159, 157};
+        const char *names[7] = {"only o", "only down", "only q|k|v", "only gate|up", "layer (norms fused)",
+                                "layer (norms fused), no weight copies (wrong results: the chain's latency)",
+                                "layer without attention, no weight copies"};
+        for (int i = 0; i < 7; i++) {
+            gemv_prof_nowt_set(i >= 5);
             step(whats[i]);
             CK(cudaStreamSynchronize(c->stream));
             prof_chain(names[i], c->stream, &c->capturing, [&] { step(whats[i]); });
