@@ -481,6 +481,9 @@ static void op_tests(void) {
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 1);
     t_prenorm(3, 1024, 2048, 256, 4096, 256, 1);
+    t_prenorm(15, 1024, 2048, 256, 4096, 256, 1);   /* the adaRMS shift as X row 15, the last one */
+    t_prenorm(16, 1024, 2048, 256, 4096, 256, 1);   /* no row left for it: norm kernel, then the product */
+    t_prenorm(16, 1024, 2048, 256, 4096, 256, 0);
     t_prenorm(22, 1024, 2048, 256, 4096, 256, 0);   /* B = 2: norm kernel, then cuBLASLt */
     t_prenorm(51, 1024, 2048, 256, 4096, 256, 1);
     t_prenorm(11, 2048, 2048, 256, 4096, 256, 0);   /* K != 1024: norm kernel, then the few-row product */

@@ -12,6 +12,8 @@ if [ "$1" = build ]; then
             bench/kernels/$k.cu $B/libpi0.a -o $B/$k /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp \
             -lcublasLt -lgomp || exit 1
     done
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc bench/kernels/lt_search.cu -o $B/lt_search \
+        -lcublasLt || exit 1
     # denoise_chain with per-block phase stamps in the few-row products (LAB_PROF=1 prints them)
     patch -s -o $B/gemv_prof.cu src/cuda/gemv.cu bench/kernels/gemv_prof.patch || exit 1
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
@@ -27,6 +29,7 @@ $B/denoise_chain | tee "$out/denoise_chain.txt"
 $B/gelu_epilogue | tee "$out/gelu_epilogue.txt"
 $B/pdl_drain | tee "$out/pdl_drain.txt"
 $B/wgemm_lab | tee "$out/wgemm_lab.txt"
+$B/lt_search | tee "$out/lt_search.txt"
 LAB_PROF=1 $B/chain_prof | tee "$out/chain_prof.txt"
 if [ -n "$NCU" ] && command -v ncu >/dev/null; then   # NCU=1: DRAM throughput of each version (slow)
     ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \

@@ -209,7 +209,8 @@ struct gemv_args {
     int nq, nk, hd;
     const int32_t *pos;
     const float *norm_a;      // non-NULL: X rows are normalised first, x rsqrt(mean(x^2) + eps) (1 + norm_a[k])
-    const float *norm_b;      //   (+ norm_b[k] if not NULL): RMSNorm (w) or adaRMS (scale, shift); K = 1024 only
+    const float *norm_b;      //   (+ norm_b[k] if not NULL): RMSNorm (w) or adaRMS (scale, shift); K = 1024 only,
+                              //   M <= 15 with norm_b
     float eps;
     const float *gate;        // GATED_ADD: y += gate[m / rows_per_gate, n] * bf16(product); rows of gate_stride
     int gate_stride, rows_per_gate;

@@ -3,9 +3,12 @@
 // epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
 // block: gelu(gate) * up (P = F, spec 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
 // pair), which writes k and v straight into the KV cache rows. For K = 1024 (the expert's q|k|v and gate|up)
-// the RMSNorm / adaRMS before the product runs in the prologue: each block holds whole X rows, so the row
-// statistics take one block reduction, and the norm's factors are read before the PDL wait (denoise chain
-// lab: the two separate norm kernels cost 5.6 of 38.7 us per expert layer).
+// the RMSNorm / adaRMS before the product is folded in (the two separate norm kernels cost 5.6 of 38.7 us
+// per expert layer, denoise chain lab): norm(x) . W = r (x * (1 + a)) . W + b . W with r = rsqrt(mean(x^2) +
+// eps). X rows go into the product scaled by (1 + a) only, the row's r multiplies its sum in the reduction
+// (each block holds whole rows; the warps' sums of squares travel with their partial sums), and the adaRMS
+// shift b is one more X row (row M, M <= 15) whose product is added to every row. So the row statistics are
+// off the path from X to the MMAs (RESULTS.md session 11); the factors a and b are read before the PDL wait.
 // Why: at M = 11 cuBLASLt streams the expert weights at ~1 TB/s and adds a split-K reduce kernel;
 // this is one launch per product (numbers in bench/RESULTS.md, lab: bench/kernels/gemv_smallm.cu).
 // Layout: a block owns R = 8 NT output rows and 1024 columns of K; the K / 1024 blocks of a row block form
@@ -15,7 +18,8 @@
 // barrier the blocks of o and down waited 1-4 us while the next product's weights streamed in (lab profile,
 // bench/RESULTS.md session 7). The block's weight rows are fetched with one bulk copy (TMA) per row into
 // padded shared memory, issued before the programmatic-launch wait (common.cuh): weights are constants,
-// so the copy overlaps the previous kernel. 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16
+// so the copy overlaps the previous kernel. The copies mark their lines evict-first in L2, so the 0.6 GB
+// stream per step leaves the KV cache and the activations there (session 11: 29.8 -> 28.8 us per layer). 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16
 // zero-padded X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8
 // consecutive k) of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted
 // order for A and B, which leaves every dot product unchanged.
@@ -38,8 +42,7 @@ __device__ __forceinline__ int tile_row(const gemv_args &a, int b, int t) {
 // Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024).
 // Shared memory: W rows (R x 1024 bf16, row stride GEMV_LDS bytes: 64 bytes of padding put rows g and
 // g + 1 in different bank halves, so the 16-byte reads of a warp are conflict-free), later reused for
-// the 8 warps' partial sums; recv, the cluster's partial sums of the rows this block finishes; the norm's
-// factors (NORM).
+// the 8 warps' partial sums; recv, the cluster's partial sums of the rows this block finishes.
 enum { GEMV_KC = 1024, GEMV_LDS = GEMV_KC * 2 + 64 };
 
 template <int NT, bool NORM>
@@ -49,8 +52,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     unsigned char *Ws = gsm;
     float *red = (float *)gsm;                                  // [GW][NT][4][32] after the products
     float *recv = (float *)(gsm + R * GEMV_LDS);                // [ks][rr][R]: partial sums by K slice
-    float4 *nrm = (float4 *)(recv + 24 * R);                   // NORM: (1 + norm_a), norm_b [2][1024]
     __shared__ __align__(8) uint64_t bar, rbar;
+    __shared__ float nss[GW][16];                                // NORM: the warps' sums of x^2 by row
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
     const int kb = blockIdx.y * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;   // k of this lane within the slice
     // ---- before the PDL wait: only constants (weights) ----
@@ -70,50 +73,53 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     __syncthreads();
     if (ks > 1) cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
     if (threadIdx.x < R && nrow < a.N)   // one bulk copy (TMA) per weight row
-        bulk_copy(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
+        bulk_copy_stream(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
     // RoPE angle of this thread's epilogue column (same formula as rope_kernel / cpu rope1, spec 3.7)
     const int rope_i = a.epi == GEMV_QKV_ROPE ? (tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2)) % a.hd : 0;
     const float inv_freq = a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * rope_i / a.hd) : 0.0f;
-    if (NORM)   // the norm's factors (constants) into shared memory; read after the block barrier below
-        for (int i = threadIdx.x; i < GEMV_KC / 4; i += GW * 32) {
-            float4 p = __ldg((const float4 *)a.norm_a + i);
-            nrm[i] = make_float4(1.0f + p.x, 1.0f + p.y, 1.0f + p.z, 1.0f + p.w);
-            nrm[GEMV_KC / 4 + i] = a.norm_b ? __ldg((const float4 *)a.norm_b + i) : make_float4(0, 0, 0, 0);
-        }
-    pdl_wait();
-    pdl_trigger();
-    // ---- activations: X rows g and g + 8, this lane's 4 x 8 k ----
+    // X rows g and g + 8, this lane's 4 x 8 k; padded rows stay zero, except the adaRMS shift's row M (NORM)
     const bool x0ok = g < a.M, x1ok = g + 8 < a.M;
-    const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
-    const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const int srow = NORM && a.norm_b ? a.M : -1;
     uint4 xv[4][2];
+    float na[4][8];   // NORM: (1 + a) of this lane's k (K = 1024: one slice, kb = 0)
 #pragma unroll
     for (int u = 0; u < 4; u++) {
-        xv[u][0] = x0ok ? __ldcg((const uint4 *)(xp0 + 32 * u)) : zero;
-        xv[u][1] = x1ok ? __ldcg((const uint4 *)(xp1 + 32 * u)) : zero;
+        xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int h = 0; NORM && h < 2; h++) {
+            float4 p = __ldg((const float4 *)(a.norm_a + kw + 32 * u + 4 * h));
+            na[u][4 * h] = 1.0f + p.x; na[u][4 * h + 1] = 1.0f + p.y; na[u][4 * h + 2] = 1.0f + p.z; na[u][4 * h + 3] = 1.0f + p.w;
+        }
+        if (NORM && (srow == g || srow == g + 8)) {
+            const float4 *bp = (const float4 *)(a.norm_b + kw + 32 * u);
+            float4 p0 = __ldg(bp), p1 = __ldg(bp + 1);
+            uint4 b = make_uint4(f2_to_bf2(p0.x, p0.y), f2_to_bf2(p0.z, p0.w), f2_to_bf2(p1.x, p1.y), f2_to_bf2(p1.z, p1.w));
+            if (srow == g) xv[u][0] = b;
+            else xv[u][1] = b;
+        }
     }
-    if (NORM) {   // the block holds whole rows (K = 1024): RMS of rows g, g + 8 over the 8 warps' slices
-        __shared__ float nss[GW][16];
+    pdl_wait();
+    pdl_trigger();
+    // ---- activations ----
+    const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
+    const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        if (x0ok) xv[u][0] = __ldcg((const uint4 *)(xp0 + 32 * u));
+        if (x1ok) xv[u][1] = __ldcg((const uint4 *)(xp1 + 32 * u));
+    }
+    if (NORM) {   // sums of x^2 of rows g, g + 8 over this warp's slice (read after the MMAs); x * (1 + a)
         float s0, s1;
         quad_sumsq(xv, s0, s1);
         if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
-        __syncthreads();
-        s0 = s1 = 0;
-#pragma unroll
-        for (int w = 0; w < GW; w++) { s0 += nss[w][g]; s1 += nss[w][g + 8]; }
-        // padded rows (x0ok / x1ok false) stay zero
-        const float r0 = x0ok ? rsqrtf(s0 / a.K + a.eps) : 0.0f, r1 = x1ok ? rsqrtf(s1 / a.K + a.eps) : 0.0f;
 #pragma unroll
         for (int u = 0; u < 4; u++)
 #pragma unroll
             for (int h = 0; h < 4; h++) {
                 float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
-                int k4 = (kw + 32 * u + 2 * h) / 4, e = (2 * h) & 3;   // float4 k4 holds k and k + 1 at e, e + 1
-                const float *fa = (const float *)&nrm[k4], *fb = (const float *)&nrm[GEMV_KC / 4 + k4];
-                float a0 = fa[e], a1 = fa[e + 1], b0 = fb[e], b1 = fb[e + 1];
-                u4_set(xv[u][0], h, f2_to_bf2(f0.x * r0 * a0 + (x0ok ? b0 : 0.0f), f0.y * r0 * a1 + (x0ok ? b1 : 0.0f)));
-                u4_set(xv[u][1], h, f2_to_bf2(f1.x * r1 * a0 + (x1ok ? b0 : 0.0f), f1.y * r1 * a1 + (x1ok ? b1 : 0.0f)));
+                float a0 = na[u][2 * h], a1 = na[u][2 * h + 1];
+                if (x0ok) u4_set(xv[u][0], h, f2_to_bf2(f0.x * a0, f0.y * a1));
+                if (x1ok) u4_set(xv[u][1], h, f2_to_bf2(f1.x * a0, f1.y * a1));
             }
     }
     float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
@@ -142,25 +148,35 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         for (int i = 0; i < 4; i++) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
     __syncthreads();
     // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1);
-    // the sum goes to slot (m / ks, j) of recv[rank] in the owner of row m
+    // the sum goes to slot (m / ks, j) of recv[rank] in the owner of row m (NORM: ks = 1), times the row's r
     if (ks > 1) cluster_wait();
+    float r0 = 1.0f, r1 = 1.0f;   // NORM: r of rows g and g + 8, the only rows this thread's fragments hold
+    if (NORM) {
+        float s0 = 0, s1 = 0;
+#pragma unroll
+        for (int w = 0; w < GW; w++) { s0 += nss[w][g]; s1 += nss[w][g + 8]; }
+        r0 = rsqrtf(s0 * (1.0f / GEMV_KC) + a.eps);
+        r1 = rsqrtf(s1 * (1.0f / GEMV_KC) + a.eps);
+    }
     for (int o = threadIdx.x; o < NT * 128; o += GW * 32) {
         int t = o >> 7, i = (o >> 5) & 3, l = o & 31, m = (l >> 2) + (i >= 2 ? 8 : 0), j = 8 * t + 2 * (l & 3) + (i & 1);
-        if (m >= a.M) continue;
+        if (m >= a.M && m != srow) continue;
         float s = 0;
 #pragma unroll
         for (int w = 0; w < GW; w++) s += red[((w * NT + t) * 4 + i) * 32 + l];
+        if (NORM && m < a.M) s *= i >= 2 ? r1 : r0;   // (o % 32 is this thread's lane)
         float *dst = recv + (rank * rr + m / ks) * R + j;
         if (m % ks == rank) *dst = s;
         else st_async_f32(dst, m % ks, s, &rbar);
     }
     __syncthreads();
     mbar_wait(&rbar, 0);
-    // output (k, j) of this block: row m = rank + ks k, the K slices' partial sums added in rank order
+    // output (k, j) of this block: row m = rank + ks k, the K slices' partial sums added in rank order (+ the
+    // shift's product, NORM)
     auto total = [&](int k, int j) {
         float s = 0;
         for (int r = 0; r < ks; r++) s += recv[(r * rr + k) * R + j];
-        return s;
+        return srow >= 0 ? s + recv[srow * R + j] : s;
     };
     if (!a.pair) {
         for (int o = threadIdx.x; o < own * R; o += GW * 32) {
@@ -202,8 +218,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     }
 }
 
-static size_t gemv_smem(int nt, bool norm) {   // recv: ks x ceil(16 / ks) <= 24 rows
-    return (size_t)8 * nt * GEMV_LDS + 24 * 8 * nt * 4 + (norm ? 2 * GEMV_KC * 4 : 0);
+static size_t gemv_smem(int nt) {   // recv: ks x ceil(16 / ks) <= 24 rows
+    return (size_t)8 * nt * GEMV_LDS + 24 * 8 * nt * 4;
 }
 
 template <int NT, bool NORM>
@@ -213,7 +229,7 @@ static void launch(cuda_ctx *c, const gemv_args &a) {
     cudaLaunchAttribute at[2];
     cfg.gridDim = dim3(cdiv(a.N, 8 * NT), ks);
     cfg.blockDim = dim3(GW * 32);
-    cfg.dynamicSmemBytes = gemv_smem(NT, NORM);
+    cfg.dynamicSmemBytes = gemv_smem(NT);
     cfg.stream = c->stream;
     at[0].id = cudaLaunchAttributeClusterDimension;
     at[0].val.clusterDim.x = 1;
@@ -233,9 +249,9 @@ template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
 
 template <int NT> static void setup(cuda_ctx *c) {
     CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)gemv_smem(NT, false)));
+                                      (int)gemv_smem(NT)));
     CUDA_NOTE(c, cudaFuncSetAttribute(gemv_kernel<NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)gemv_smem(NT, true)));
+                                      (int)gemv_smem(NT)));
 }
 void cuda_gemv_setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shared memory (per device)
     setup<1>(c);
@@ -251,7 +267,8 @@ int cuda_gemv_ok(const gemv_args *a, int nt) {
         return 0;
     if (a->pair && (nt < 2 || a->bias || a->N % (2 * a->pair) || a->pair % (4 * nt))) return 0;
     if (a->epi == GEMV_QKV_ROPE && (a->hd != 2 * a->pair || a->nq % a->hd || a->nk % a->hd)) return 0;
-    if (a->norm_a && (a->K != GEMV_KC || ((uintptr_t)a->norm_a | (uintptr_t)a->norm_b) & 15)) return 0;
+    if (a->norm_a && (a->K != GEMV_KC || (a->norm_b && a->M > 15) || ((uintptr_t)a->norm_a | (uintptr_t)a->norm_b) & 15))
+        return 0;   // (the adaRMS shift takes X row M)
     return 1;
 }
 

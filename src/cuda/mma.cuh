@@ -83,6 +83,13 @@ __device__ __forceinline__ void bulk_copy(void *smem, const void *gmem, unsigned
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                  ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory");
 }
+// The same for data read once per pass (the denoise's weight stream): the lines are marked evict-first in L2,
+// so the stream replaces its own earlier lines rather than what is reused (the KV cache, activations).
+__device__ __forceinline__ void bulk_copy_stream(void *smem, const void *gmem, unsigned bytes, uint64_t *b) {
+    asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+                 "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], pol; }"
+                 ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory");
+}
 
 // ---- thread-block clusters ----
 // Arrive without ordering (a fence such as fence.mbarrier_init orders what must be seen) / wait (acquire).
