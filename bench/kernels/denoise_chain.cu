@@ -21,6 +21,8 @@
 void gemv_prof_set(unsigned long long *buf, unsigned cap);
 unsigned gemv_prof_count(void);
 void gemv_prof_nowt_set(int v);
+void da_prof_set(unsigned long long *buf, unsigned cap);   // attention.cu patched with attn_prof.patch
+unsigned da_prof_count(void);
 enum { NS = 10, RS = 4 + 2 * NS };   // stamps per block record (gemv_prof.patch), record size in words
 static int cmp_end(const void *x, const void *y) {
     unsigned long long a = ((const unsigned long long *)x)[3 + NS], b = ((const unsigned long long *)y)[3 + NS];
@@ -28,6 +30,8 @@ static int cmp_end(const void *x, const void *y) {
 }
 // One graph replay of step(what) with stamps; per kernel: the gap from the previous kernel's last block end to
 // this kernel's first wait release, then the phases of its blocks (means, clock64 at the measured rate).
+// Decode attention's rows (N = 0) have their own phases: X = loads, W = S + row max, mma+red = P + sums,
+// csync = P V, red = cluster wait, rbar = sends, epi = receive wait, tail = merge + store.
 template <class F> static void prof_chain(const char *name, cudaStream_t st, int *capturing, F body) {
     cudaGraphExec_t exec = lab_capture(st, capturing, body);
     for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, st));
@@ -35,19 +39,25 @@ template <class F> static void prof_chain(const char *name, cudaStream_t st, int
     unsigned cap = 1 << 16;
     unsigned long long *d, *h = (unsigned long long *)malloc((size_t)cap * RS * 8);
     CK(cudaMalloc(&d, (size_t)cap * RS * 8));
-    gemv_prof_set(d, cap);
+    gemv_prof_set(d, cap / 2);
+    da_prof_set(d + (size_t)cap / 2 * RS, cap / 2);
     CK(cudaGraphLaunch(exec, st));
     CK(cudaStreamSynchronize(st));
-    unsigned n = gemv_prof_count();
+    unsigned n = gemv_prof_count(), na = da_prof_count();
     gemv_prof_set(NULL, 0);
-    if (n > cap) n = cap;
+    da_prof_set(NULL, 0);
+    if (n > cap / 2) n = cap / 2;
+    if (na > cap / 2) na = cap / 2;
     CK(cudaMemcpy(h, d, (size_t)n * RS * 8, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(h + (size_t)n * RS, d + (size_t)cap / 2 * RS, (size_t)na * RS * 8, cudaMemcpyDeviceToHost));
+    n += na;
     qsort(h, n, RS * 8, cmp_end);
     double sc = 0, sg = 0;
     for (unsigned i = 0; i < n; i++) {
         sc += h[i * RS + RS - 1] - h[i * RS + 4 + NS];
         sg += h[i * RS + 3 + NS] - h[i * RS + 4];
     }
+    if (!n) { printf("%s: no block records\n", name); CK(cudaFree(d)); free(h); CK(cudaGraphExecDestroy(exec)); return; }
     double ghz = sc / sg;   // clock64 ticks per ns
     printf("%s: %u block records, SM clock %.2f GHz\n", name, n, ghz);
     printf("  kernel   N blocks  launch-spread  gap(prev end->wait)  wait-spread  X  W  mma+red  csync  red  rbar  epi  tail  span  (us)"

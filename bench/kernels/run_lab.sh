@@ -16,8 +16,9 @@ if [ "$1" = build ]; then
         -lcublasLt || exit 1
     # denoise_chain with per-block phase stamps in the few-row products (LAB_PROF=1 prints them)
     patch -s -o $B/gemv_prof.cu src/cuda/gemv.cu bench/kernels/gemv_prof.patch || exit 1
+    patch -s -o $B/attention_prof.cu src/cuda/attention.cu bench/kernels/attn_prof.patch || exit 1
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
-        -DGEMV_PROF bench/kernels/denoise_chain.cu $B/gemv_prof.cu $B/libpi0.a -o $B/chain_prof \
+        -DGEMV_PROF bench/kernels/denoise_chain.cu $B/gemv_prof.cu $B/attention_prof.cu $B/libpi0.a -o $B/chain_prof \
         /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
     exit 0
 fi
