@@ -133,6 +133,9 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 if (c == 0) wmx[warp * NR + 16 * r + g + 8 * h] = mx;
             }
+    } else if (c == 0) {   // a warp without keys: the neutral maximum and sum, so the loops below have fixed bounds
+#pragma unroll
+        for (int r = 0; r < 2 * RT; r++) { wmx[warp * NR + 8 * r + g] = -INFINITY; wsum[warp * NR + 8 * r + g] = 0.0f; }
     }
     __syncthreads();
     if (nt < ntiles) {   // P = exp(s - m) with m the chunk's row maximum; the warp's row sums of the fp32 values
@@ -141,8 +144,9 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int row = 16 * r + g + 8 * h;
-                float m = -INFINITY;
-                for (int w = 0; w < ntiles; w++) m = fmaxf(m, wmx[w * NR + row]);
+                float m = -INFINITY;   // (all DA_WARPS, unrolled: the loads go out together, not as a chain)
+#pragma unroll
+                for (int w = 0; w < DA_WARPS; w++) m = fmaxf(m, wmx[w * NR + row]);
                 float e0 = m == -INFINITY ? 0.0f : expf(s[r][2 * h] - m);
                 float e1 = m == -INFINITY ? 0.0f : expf(s[r][2 * h + 1] - m);
                 *(__nv_bfloat162 *)(Ps + row * ldP + nt * 8 + 2 * c) = __floats2bfloat162_rn(e0, e1);
@@ -158,12 +162,15 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
     __syncthreads();
     if (tid < NR) {   // the chunk's row sums, in warp order
         float l = 0;
-        for (int w = 0; w < ntiles; w++) l += wsum[w * NR + tid];
+#pragma unroll
+        for (int w = 0; w < DA_WARPS; w++) l += wsum[w * NR + tid];
         ml[NR + tid] = l;
     }
     // O = P V: warp w takes head-dim columns [16 w, 16 w + 16) = 2 n-tiles, for every row tile
     float o[RT][2][4] = {};
-    for (int kk = 0; kk < chunk / 16; kk++) {
+#pragma unroll
+    for (int kk = 0; kk < DA_MAX_CHUNK / 16; kk++) {
+        if (kk >= chunk / 16) break;
         uint32_t vb[4];   // vb: (keys kk*16 .. +15) x (the 2 n-tiles), transposed
         int mi = lane >> 3;
         ldsm_x4_t(vb, Vs + (kk * 16 + (mi & 1) * 8 + (lane & 7)) * DA_LD + warp * 16 + (mi >> 1) * 8);
