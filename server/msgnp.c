@@ -453,6 +453,7 @@ static pi0_status parse_noise(msgnp_request *r, const msgpack_object *v, const m
 static pi0_status walk_map(msgnp_request *r, const msgpack_object *m, const char *prefix, int level,
                            const msgnp_limits *lim, char *err, size_t errlen) {
     char key[MSGNP_MAX_KEY], tmp[64];
+    int seen_prompt = 0, seen_noise = 0; /* level 0 only; a second one would leak or silently win */
     for (uint32_t i = 0; i < m->via.map.size; i++) {
         const msgpack_object *k = &m->via.map.ptr[i].key, *v = &m->via.map.ptr[i].val;
         if (!is_text(k)) return fail(err, errlen, PI0_ERR_FORMAT, "%smap key of msgpack type %d: keys must be strings",
@@ -466,8 +467,10 @@ static pi0_status walk_map(msgnp_request *r, const msgpack_object *m, const char
         key[pl + kl] = 0;
         pi0_status st = PI0_OK;
         if (level == 0 && strcmp(key, "prompt") == 0) {
+            if (seen_prompt++) return fail(err, errlen, PI0_ERR_FORMAT, "prompt: duplicate key");
             st = parse_prompt(r, v, err, errlen);
         } else if (level == 0 && strcmp(key, "noise") == 0) {
+            if (seen_noise++) return fail(err, errlen, PI0_ERR_FORMAT, "noise: duplicate key");
             st = parse_noise(r, v, lim, err, errlen);
         } else if (v->type == MSGPACK_OBJECT_MAP && map_get(v, "__ndarray__")) {
             np_array a;

@@ -33,3 +33,9 @@ os.makedirs(sys.argv[1], exist_ok=True)
 for name, obs in seeds.items():
     with open(os.path.join(sys.argv[1], name + ".msgpack"), "wb") as f:
         f.write(msgpack.packb(obs, default=pack_array))
+# Keys given twice (a dict cannot hold them): once leaked the first prompt.
+with open(os.path.join(sys.argv[1], "twice.msgpack"), "wb") as f:
+    pk = msgpack.Packer(default=pack_array)
+    pairs = [("prompt", "cup"), ("prompt", b"bowl"), ("noise", np.zeros((2, 3), np.float32)),
+             ("noise", np.ones((2, 3), np.float32)), ("observation/state", np.ones(8))]
+    f.write(pk.pack_map_header(len(pairs)) + b"".join(pk.pack(k) + pk.pack(v) for k, v in pairs))

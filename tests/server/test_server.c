@@ -269,6 +269,19 @@ static void x_noisebig(mp *m) {
 }
 static void x_noiselist(mp *m) { mp_str(m, "noise"); msgpack_pack_array(&m->pk, 1); msgpack_pack_int(&m->pk, 1); }
 static void x_dup(mp *m) { mp_str(m, "observation/state"); mp_nd(m, "|u1", 1, (uint64_t[]){1}, "x", 1); }
+static void x_dupprompt(mp *m) {
+    mp_str(m, "prompt");
+    msgpack_pack_nil(&m->pk);
+    mp_str(m, "prompt");
+    mp_str(m, "a");
+}
+static void x_dupnoise(mp *m) {
+    float n[12] = {0};
+    for (int i = 0; i < 2; i++) {
+        mp_str(m, "noise");
+        mp_nd(m, "<f4", 2, (uint64_t[]){3, 4}, n, sizeof n);
+    }
+}
 static void x_intkey(mp *m) { msgpack_pack_int(&m->pk, 5); msgpack_pack_int(&m->pk, 5); }
 static void x_longkey(mp *m) {
     char k[301];
@@ -326,8 +339,15 @@ static void test_decode_bad(void) {
         expect_fail(cases[i].what, m.sb.data, m.sb.size, cases[i].want);
         msgpack_sbuffer_destroy(&m.sb);
     }
-    /* data shorter than its shape, under a fresh key */
+    /* prompt or noise given twice: refused, not the last one silently winning (and nothing leaks) */
     mp m;
+    build(&m, 2, x_dupprompt, st, 8);
+    expect_fail("prompt twice (nil, then str)", m.sb.data, m.sb.size, "prompt: duplicate key");
+    msgpack_sbuffer_destroy(&m.sb);
+    build(&m, 2, x_dupnoise, st, 8);
+    expect_fail("noise twice", m.sb.data, m.sb.size, "noise: duplicate key");
+    msgpack_sbuffer_destroy(&m.sb);
+    /* data shorter than its shape, under a fresh key */
     mp_init(&m);
     msgpack_pack_map(&m.pk, 1);
     mp_str(&m, "s");
