@@ -524,12 +524,13 @@ static void op_tests(void) {
      * one query row, fewer or more queries than keys, equal segments in one launch. MQA segments of up to
      * 128 queries (1024 rows) and 1024 keys take the decode kernel instead, so the flash cases use more */
     int fo_q[3] = {1, 17, 130}, fx_q[2] = {5, 200}, fx_k[2] = {200, 40}, fe[4] = {130, 130, 130, 50};
-    int so_q[3] = {100, 37, 256}, sx_q[2] = {3, 64}, sx_k[2] = {65, 1};
+    int so_q[3] = {100, 37, 256}, sx_q[2] = {3, 64}, sx_k[2] = {65, 1}, st_q[2] = {20, 70}, st_k[2] = {150, 300};
     t_attention("flash-mqa-odd", 3, fo_q, fo_q, 8, 1, 256, 0, 0, 0);
     t_attention("flash-mqa-cross", 2, fx_q, fx_k, 8, 1, 256, 0, 0, 0);
     t_attention("flash-mqa-equal", 4, fe, fe, 8, 1, 256, 0, 0, 0);
     t_attention("flash-mha-odd", 3, so_q, so_q, 16, 16, 72, 0, 0, 0);
     t_attention("flash-mha-cross", 2, sx_q, sx_k, 16, 16, 72, 0, 0, 0);
+    t_attention("flash-mha-3-5-tiles", 2, st_q, st_k, 16, 16, 72, 0, 0, 0);   /* odd key tile counts (2 groups) */
     t_attention_ramp("flash-mqa-ramp", 1, p1, p1, 8, 1, 256, 0, 0, 0, 6.0f);   /* the running max moves late */
     t_attention_ramp("flash-mha-ramp", 3, v_q, v_q, 16, 16, 72, 0, 0, 0, 6.0f);
     t_misc();
