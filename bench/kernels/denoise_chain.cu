@@ -168,12 +168,14 @@ int main(void) {
     cudaEvent_t evf[18], evj;
     for (int l = 0; l < L; l++) CK(cudaEventCreateWithFlags(&evf[l], cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&evj, cudaEventDisableTiming));
+    int nl = L;   // layers per step (the persistent kernel is also checked over one layer)
     auto step = [&](int what) {
+        ex.depth = nl;
         if (what & 256) {   // the persistent kernel (expert_persist.cuh)
             if (!xlab_step(&xl, c->stream, &ex)) { printf("the persistent kernel refused the shape\n"); exit(1); }
             return;
         }
-        for (int l = 0; l < L; l++) {
+        for (int l = 0; l < nl; l++) {
             pi0_gemma_layer *Ly = &ly[l];
             pi0_proj3 pj = {{&Ly->q, &Ly->k, &Ly->v}, {NULL, NULL, NULL}};
             pt sk = pt_at(be, kc[l], (size_t)P * hd), sv = pt_at(be, vc[l], (size_t)P * hd);
@@ -222,10 +224,11 @@ int main(void) {
         return 0;
     }
 #endif
-    {   // the persistent kernel against the production chain (per-op, norms fused) from the same s
+    for (int depth = 1; depth <= L; depth += L - 1) {   // the persistent kernel against the production chain
         pt s0 = be->alloc(be, (size_t)M * D, PT_ACT);
         CK(cudaMemcpy(s0.p, s.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));
         float *h[2];
+        nl = depth;
         for (int v = 0; v < 2; v++) {
             CK(cudaMemcpy(s.p, s0.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));
             c->fused_small = 1;
@@ -234,56 +237,71 @@ int main(void) {
             h[v] = (float *)malloc((size_t)M * D * 4);
             if (be->download(be, h[v], s, (size_t)M * D) != PI0_OK) { printf("download failed\n"); return 1; }
         }
+        nl = L;
         double num = 0, den = 0;
         for (int i = 0; i < M * D; i++) { num += (h[1][i] - h[0][i]) * (h[1][i] - h[0][i]); den += h[0][i] * h[0][i]; }
         // both are bf16 chains that round in different orders; 18 layers of random weights amplify that
-        // (measured 1.27e-2; two layers against the CPU reference: 4.6e-3, session 4)
-        printf("persistent kernel vs per-op chain, residual rows after 18 layers: rel L2 %.2e %s\n", sqrt(num / den),
-               sqrt(num / den) < 2e-2 ? "OK" : "FAIL");
+        // (session 4's version: 1.27e-2 after 18 layers; two layers against the CPU reference: 4.6e-3)
+        const double bound = depth == 1 ? 5e-3 : 2e-2;
+        printf("persistent kernel vs per-op chain, residual rows after %d layer(s): rel L2 %.2e %s\n", depth, sqrt(num / den),
+               sqrt(num / den) < bound ? "OK" : "FAIL");
         CK(cudaMemcpy(s.p, s0.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));
         free(h[0]); free(h[1]);
+        be->release(be, s0);
     }
-    {   // where the persistent kernel's time goes: per phase, the work (from the previous barrier) and the barrier wait
+    for (int mode = 0; mode <= 3; mode += 3) {   // where the persistent kernel's time goes, per phase (mode 3: no weights)
         int G = xl.blocks;
+        size_t n = (size_t)G * L * XPH * XST;
         long long *prof;
-        CK(cudaMalloc(&prof, (size_t)G * L * 12 * 8));
+        CK(cudaMalloc(&prof, n * 8));
+        CK(cudaMemset(prof, 0, n * 8));   // stamps a block does not reach stay 0
         xl.prof = prof;
+        xl.mode = mode;
         step(256);
         CK(cudaStreamSynchronize(c->stream));
         xl.prof = NULL;
-        long long *h = (long long *)malloc((size_t)G * L * 12 * 8);
-        CK(cudaMemcpy(h, prof, (size_t)G * L * 12 * 8, cudaMemcpyDeviceToHost));
+        xl.mode = 0;
+        long long *h = (long long *)malloc(n * 8);
+        CK(cudaMemcpy(h, prof, n * 8, cudaMemcpyDeviceToHost));
         int khz = 0;
         CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-        const char *names[6] = {"q|k|v", "attention", "merge", "o", "gate|up", "down"};
-        printf("persistent kernel, %d blocks, layers 1..%d (us at %d MHz): work mean / max over blocks, barrier wait mean\n",
-               G, L - 1, khz / 1000);
-        for (int p = 0; p < 6; p++) {
-            double wm = 0, wx = 0, bw = 0;
+        const char *names[XPH] = {"q|k|v", "attention", "o", "gate|up", "down"};
+        printf("persistent kernel%s, %d blocks, layers 1..%d (us at %d MHz), means over the blocks that have the stamp:\n"
+               "  phase        X/S   MMAs/P  reduced/headwait  work-end  barrier | work mean / max   per layer\n",
+               mode ? " without weight traffic (wrong results)" : "", G, L - 1, khz / 1000);
+        double total = 0;
+        for (int p = 0; p < XPH; p++) {
+            double d[XST] = {0}, wm = 0, wx = 0;
+            int cnt[XST] = {0};
             for (int l = 1; l < L; l++) {
                 double mx = 0;
                 for (int b = 0; b < G; b++) {
-                    long long *r = h + ((size_t)b * L + l) * 12;
-                    long long prev = p ? r[2 * (p - 1) + 1] : r[-12 + 11];
-                    double w = (double)(r[2 * p] - prev) / khz * 1e3;
-                    wm += w; bw += (double)(r[2 * p + 1] - r[2 * p]) / khz * 1e3;
+                    const long long *r = h + ((size_t)b * L + l) * XPH * XST + p * XST;
+                    long long prev = r[0];
+                    for (int k = 1; k < XST; k++)
+                        if (r[k] && prev) { d[k] += (double)(r[k] - prev) / khz * 1e3; cnt[k]++; prev = r[k]; }
+                    double w = (double)(r[4] - r[0]) / khz * 1e3;
+                    wm += w;
                     if (w > mx) mx = w;
                 }
                 wx += mx;
             }
-            int n = (L - 1) * G;
-            printf("  %-10s work %6.2f / %6.2f   barrier %6.2f\n", names[p], wm / n, wx / (L - 1), bw / n);
+            printf("  %-10s", names[p]);
+            for (int k = 1; k < XST; k++) printf(" %8.2f", cnt[k] ? d[k] / cnt[k] : 0.0);
+            printf(" | %6.2f / %6.2f\n", wm / ((L - 1) * G), wx / (L - 1));
+            total += d[5] / (cnt[5] ? cnt[5] : 1) + wm / ((L - 1) * G);
         }
+        printf("  sum of phase means (work + barrier): %.2f us per layer\n", total);
         free(h);
         CK(cudaFree(prof));
     }
-    for (int mode = 1; mode <= 2; mode++) {   // the persistent kernel's bounds: the weight stream alone, no barriers
+    for (int mode = 1; mode <= 3; mode++) {   // the persistent kernel's bounds: the weight stream alone, no barriers, no weights
         xl.mode = mode;
         step(256);
         CK(cudaStreamSynchronize(c->stream));
         float med = lab_graph_median_ms(c->stream, &c->capturing, [&] { step(256); });
-        printf("persistent kernel, %s: %.2f us per layer\n", mode == 1 ? "weight stream only" : "no grid barriers",
-               med * 1e3 / L);
+        printf("persistent kernel, %s: %.2f us per layer\n",
+               mode == 1 ? "weight stream only" : mode == 2 ? "no grid barriers" : "no weight traffic", med * 1e3 / L);
         xl.mode = 0;
     }
     printf("%-24s %12s\n", "18 layers, one step", "us per layer");
