@@ -33,8 +33,8 @@ enum pi0_act { ACT_NONE, ACT_SWISH };
  * instead and follow the same rule: query j sees the first n1 - tail keys and then
  * [0, j < block0 ? block0 : tail) of the tail.
  * Heads: query head h reads kv head h / (heads / kv_heads). Logits scaled by `scale`, softmax in fp32.
- * With tail > 0 the first n1 - tail keys are a cache that the op just before did not write (a backend
- * may start reading them before that op finishes).
+ * With tail > 0 the first n1 - tail keys, and with a second source all source-1 keys, are a cache that the op
+ * just before did not write (a backend may start reading them before that op finishes).
  * The offsets are HOST arrays: backends launch per segment (a CUDA graph bakes them in). */
 typedef struct {
     int nseg, heads, kv_heads, head_dim;

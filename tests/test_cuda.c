@@ -512,6 +512,11 @@ static void op_tests(void) {
     t_attention("suffix-batched", 6, e_q, e_k, 8, 1, 256, 1, 1, 0);   /* 5 equal segments batched, then 1 */
     t_attention("prefix-batched", 3, pe, pe, 4, 1, 16, 0, 0, 0);
     t_attention("tiny", 2, t_q, t_k, 4, 1, 16, 1, 1, 0);
+    int h2_q[2] = {51, 51}, h2_k[2] = {600, 600};   /* B = 2, 50-step horizon: 2 x 408 rows with a second source */
+    t_attention("suffix-h50-b2", 2, h2_q, h2_k, 8, 1, 256, 1, 1, 0);
+    int m_q[40], m_k[40];   /* more equal segments than the decode kernel takes in two waves: the GEMM path */
+    for (int i = 0; i < 40; i++) { m_q[i] = 11; m_k[i] = 100; }
+    t_attention("suffix-many", 40, m_q, m_k, 8, 1, 256, 1, 1, 0);
     int tl_q[1] = {11}, tl_k[1] = {799}, tl5_q[1] = {10}, tl5_k[1] = {978};
     t_attention("suffix-tail-pi0", 1, tl_q, tl_k, 8, 1, 256, 0, 1, 11);    /* B = 1: suffix K/V after the cache */
     t_attention("suffix-tail-pi05", 1, tl5_q, tl5_k, 8, 1, 256, 0, 0, 10);

@@ -8,16 +8,19 @@
 //  - A second key source (the suffix's own K/V, spec 3.10) fills logits columns [n1, n1+n2); P.V then
 //    accumulates both parts in fp32 and rounds once.
 // The softmax is one warp per logits row.
-// Few query rows against one key range (the denoise suffix at B = 1: 11 queries x 8 heads = 88 rows,
-// ~800 keys, MQA, head_dim 256) go to decode_attn_kernel instead: one launch, see below.
+// Few query rows against one key range (the denoise suffix: 11 queries x 8 heads = 88 rows, ~800 keys, MQA,
+// head_dim 256; at B = 1 the suffix keys are the range's tail, at B > 1 a second source) go to decode_attn_kernel
+// instead: one launch for all equal segments, see below. At B = 8 the GEMM path took ~53 us per expert layer
+// (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, RESULTS.md session 14).
 #include <math.h>
 
 #include "common.cuh"
 #include "mma.cuh"
 
 // ---- decode attention: flash-decoding over a cluster of DA_SPLIT blocks ----
-// Query rows r = j * H + h (row-major (rows, HD) = the q buffer as is; query j = r / H). Block (x, y) of
-// the grid takes RT row tiles from 16 RT y (16 rows each) and key chunk x (DA_SPLIT chunks of `chunk` keys, a
+// Query rows r = j * H + h (row-major (rows, HD) = the q buffer as is; query j = r / H). Block (x, y, z) of
+// the grid takes segment z (q, out, kc, vc, k2, v2 advanced by its strides sq, sq, sk, sk, s2), RT row tiles
+// from 16 RT y (16 rows each) and key chunk x (DA_SPLIT chunks of `chunk` keys, a
 // multiple of 16); the DA_SPLIT chunk blocks of a row group form one thread-block cluster. Per block: Q rows
 // and the K/V chunk to shared memory (cp.async; prefix keys before the PDL wait: the cache's prefix rows were
 // written before the predecessor started, common.cuh), S = scale Q K^T on the tensor cores (mma m16n8k16
@@ -31,7 +34,8 @@
 // RT = 2 when one row tile per block would need more than one wave of clusters (the 50-step horizon: 51 x 8
 // rows, 26 clusters of 126 KB blocks): the blocks then share each K/V chunk between two row tiles.
 // Mask (backend.h `tail`): key t is seen by query j iff t < n1 - tail, or t - (n1 - tail) <
-// (j < block0 ? block0 : tail).
+// (j < block0 ? block0 : tail). With k2 != NULL the tail keys are rows t - (n1 - tail) of k2 / v2 (backend.h's
+// second source: the same mask with tail = its row count).
 // 16 warps: with 4 (one per scheduler) the kernel issued an instruction every 6.4 cycles and took ~12 us
 enum { DA_SPLIT = 8, DA_HD = 256, DA_LD = DA_HD + 8, DA_WARPS = 16, DA_THREADS = 32 * DA_WARPS, DA_MAX_CHUNK = 128 };
 
@@ -47,8 +51,9 @@ static size_t da_smem(int chunk, int rt) {
 
 template <int RT>
 __global__ void __cluster_dims__(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
-decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int rows, int H, int n1, int tail,
-                   int block0, int chunk, float scale) {
+decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
+                   long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
+                   float scale) {
     constexpr int NR = 16 * RT, RECV = da_recv(RT);
     extern __shared__ __align__(16) unsigned char da_sm[];
     bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + NR * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
@@ -58,6 +63,11 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
     float *recv = ml + 2 * NR;                        // [DA_SPLIT][m NR | l NR | O NR x DA_OC]
     __shared__ __align__(8) uint64_t rbar;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    q += blockIdx.z * sq;   // segment z of a batch of equal segments
+    out += blockIdx.z * sq;
+    kc += blockIdx.z * sk;
+    vc += blockIdx.z * sk;
+    if (k2) { k2 += blockIdx.z * s2; v2 += blockIdx.z * s2; }
     if (tid == 0) {   // the other DA_SPLIT - 1 blocks' parts arrive on rbar (st.async)
         mbar_init(&rbar, 1);
         fence_barrier_init();
@@ -74,9 +84,11 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
             bf16 *kd = Ks + row * DA_LD + col, *vd = Vs + row * DA_LD + col;
             if (t >= n1) {
                 if (pass == 0) { *(uint4 *)kd = make_uint4(0, 0, 0, 0); *(uint4 *)vd = make_uint4(0, 0, 0, 0); }
-            } else if ((t < early) == (pass == 0)) {
-                cp_async16(kd, kc + (size_t)t * DA_HD + col);
-                cp_async16(vd, vc + (size_t)t * DA_HD + col);
+            } else if ((t < early) == (pass == 0)) {   // tail keys from the second source when there is one
+                const bool second = k2 && t >= nvis;
+                const size_t off = (size_t)(second ? t - nvis : t) * DA_HD + col;
+                cp_async16(kd, (second ? k2 : kc) + off);
+                cp_async16(vd, (second ? v2 : vc) + off);
             }
         }
         if (pass == 0) {
@@ -223,20 +235,30 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, int
     }
 }
 
-// Launches decode attention for one segment when it applies (returns 1), else returns 0. With tail > 0
-// the first n1 - tail keys are the cached prefix and are read before the PDL wait (backend.h).
-static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int nq,
-                            const pi0_attn *a, int n1) {
-    int rows = nq * a->heads, chunk = (cdiv(n1, DA_SPLIT) + 15) / 16 * 16;
-    if (!c->fused_small || a->kv_heads != 1 || a->head_dim != DA_HD || a->k2.p || rows > 16 * 64 || n1 < 1 ||
-        chunk > DA_MAX_CHUNK || ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) & 15)
+// Launches decode attention for g equal segments when it applies (returns 1), else returns 0: nq queries and n1
+// source-1 keys each, packed one after the other (q, out: nq rows apart; k, v: n1 rows; k2, v2: nq rows). With a
+// second source its nq keys count as the tail of an n1 + nq key range (the same mask, backend.h); its rows are
+// read after the PDL wait like the tail's, the first n1 - tail cached keys before it.
+static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
+                            const bf16 *v2, int g, int nq, const pi0_attn *a, int n1) {
+    int rows = nq * a->heads, nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail;
+    int chunk = (cdiv(nk, DA_SPLIT) + 15) / 16 * 16;
+    if (!c->fused_small || a->kv_heads != 1 || a->head_dim != DA_HD || (k2 && a->tail) || rows > 16 * 64 || nk < 1 ||
+        chunk > DA_MAX_CHUNK || g < 1 || g > 65535 ||
+        ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
-    if (cdiv(rows, 16) * DA_SPLIT > c->sms)
-        cuda_launch(c, decode_attn_kernel<2>, dim3(DA_SPLIT, cdiv(rows, 32)), dim3(DA_THREADS), da_smem(chunk, 2), out, q,
-                    k, v, rows, a->heads, n1, a->tail, a->block0, chunk, a->scale);
+    // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
+    // blocks (~145 KB of shared memory, one per SM) are latency-bound, and at B = 64 (1536 blocks) the batched
+    // GEMM path is faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; RESULTS.md session 14)
+    const int rt = (long long)g * cdiv(rows, 16) * DA_SPLIT > c->sms ? 2 : 1;
+    if (g > 1 && (long long)g * cdiv(rows, 16 * rt) * DA_SPLIT > 2 * c->sms) return 0;
+    long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
+    if (rt == 2)
+        cuda_launch(c, decode_attn_kernel<2>, dim3(DA_SPLIT, cdiv(rows, 32), g), dim3(DA_THREADS), da_smem(chunk, 2), out,
+                    q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);
     else
-        cuda_launch(c, decode_attn_kernel<1>, dim3(DA_SPLIT, cdiv(rows, 16)), dim3(DA_THREADS), da_smem(chunk, 1), out, q,
-                    k, v, rows, a->heads, n1, a->tail, a->block0, chunk, a->scale);
+        cuda_launch(c, decode_attn_kernel<1>, dim3(DA_SPLIT, cdiv(rows, 16), g), dim3(DA_THREADS), da_smem(chunk, 1), out,
+                    q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);
     return 1;
 }
 
@@ -471,10 +493,16 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = a->k_off[s + 1] - k0;
         int n2 = K2 ? nq : 0, nk = n1 + n2, ld = (nk + 7) & ~7;   // rows padded to 16-byte multiples
         int rows = nq * H;
-        if (nq && decode_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw,
-                                   V1 + (size_t)k0 * kvw, nq, a, n1)) {
-            s++;
-            continue;
+        if (nq) {   // decode attention over this and the following equal, consecutively packed segments
+            int g = 1;
+            while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
+                   a->k_off[s + g + 1] - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1)
+                g++;
+            if (decode_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
+                                 K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, g, nq, a, n1)) {
+                s += g;
+                continue;
+            }
         }
         if (nq && !K2) {   // flash attention over this and the following equal segments
             int g = 1;
