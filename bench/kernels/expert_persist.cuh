@@ -273,6 +273,13 @@ __device__ __forceinline__ void prenorm_x(uint4 (&xv)[4][2], const xargs &a, con
             }
         }
 }
+// X = s for a normed product (norm 0: attention, 1: MLP), the factors loaded with it.
+__device__ __forceinline__ void normed_x(uint4 (&xv)[4][2], const xargs &a, const xlayer &L, int k, const xctx &x) {
+    float4 na4[4][2];
+    load_na(na4, L.na[k], x);
+    load_x(xv, a.s, XK, a.M, x.g, x.kw);
+    prenorm_x(xv, a, na4, L.nb[k], x);
+}
 // rsqrt(mean(x^2) + eps) of row m (after the barrier that follows prenorm_x).
 __device__ __forceinline__ float row_r(const xctx &x, int m, float eps) {
     const float *nss = (const float *)(x.sm + XS_NSS);
@@ -319,10 +326,7 @@ template <int T> __device__ __forceinline__ float normed_sum(const float *red, i
 __device__ __forceinline__ void ph_qkv(const xargs &a, const xlayer &L, xring &R, const xplan &p, const xctx &x) {
     const int M = a.M, QW = a.heads * XHD, nvis = a.n1 - M, srow = L.nb[0] ? M : -1;
     uint4 xv[4][2];
-    float4 na4[4][2];
-    load_na(na4, L.na[0], x);
-    load_x(xv, a.s, XK, M, x.g, x.kw);
-    prenorm_x(xv, a, na4, L.nb[0], x);
+    normed_x(xv, a, L, 0, x);
     x.stamp(0, 1);
     float acc[XQU][4] = {};
 #pragma unroll
@@ -395,10 +399,7 @@ __device__ __forceinline__ void ph_rows(const xargs &a, xring &R, const xplan &p
 __device__ __forceinline__ void ph_gateup(const xargs &a, const xlayer &L, xring &R, const xplan &p, const xctx &x) {
     const int M = a.M, srow = L.nb[1] ? M : -1;
     uint4 xv[4][2];
-    float4 na4[4][2];
-    load_na(na4, L.na[1], x);
-    load_x(xv, a.s, XK, M, x.g, x.kw);
-    prenorm_x(xv, a, na4, L.nb[1], x);
+    normed_x(xv, a, L, 1, x);
     x.stamp(3, 1);
     float acc[2 * XGU][4] = {};
 #pragma unroll
