@@ -514,9 +514,18 @@ static void op_tests(void) {
     t_attention("tiny", 2, t_q, t_k, 4, 1, 16, 1, 1, 0);
     int h2_q[2] = {51, 51}, h2_k[2] = {600, 600};   /* B = 2, 50-step horizon: 2 x 408 rows with a second source */
     t_attention("suffix-h50-b2", 2, h2_q, h2_k, 8, 1, 256, 1, 1, 0);
-    int m_q[40], m_k[40];   /* more equal segments than the decode kernel takes in two waves: the GEMM path */
-    for (int i = 0; i < 40; i++) { m_q[i] = 11; m_k[i] = 100; }
+    /* more equal segments than the decode kernel takes in two waves: flash attention with a second source (the
+     * tail keys straddle a key tile), for π0 (block0 = 1) and π0.5, with a late-moving maximum, at the 50-step
+     * horizon (7 row blocks per segment); and with a tail of the range (1040 rows: past the decode kernel) */
+    int m_q[40], m_k[40], m5_q[40], m5_k[40], r_q[20], r_k[20], fh_q[3] = {51, 51, 51}, fh_k[3] = {600, 600, 600};
+    for (int i = 0; i < 40; i++) { m_q[i] = 11; m_k[i] = 100; m5_q[i] = 10; m5_k[i] = 120; }
+    for (int i = 0; i < 20; i++) { r_q[i] = 11; r_k[i] = 300; }
     t_attention("suffix-many", 40, m_q, m_k, 8, 1, 256, 1, 1, 0);
+    t_attention("flash-suffix-pi05", 40, m5_q, m5_k, 8, 1, 256, 1, 0, 0);
+    t_attention_ramp("flash-suffix-ramp", 20, r_q, r_k, 8, 1, 256, 1, 1, 0, 6.0f);
+    t_attention("flash-suffix-h50", 3, fh_q, fh_k, 8, 1, 256, 1, 1, 0);
+    int ft_q[1] = {130}, ft_k[1] = {1100};
+    t_attention("flash-tail-pi0", 1, ft_q, ft_k, 8, 1, 256, 0, 1, 130);
     int tl_q[1] = {11}, tl_k[1] = {799}, tl5_q[1] = {10}, tl5_k[1] = {978};
     t_attention("suffix-tail-pi0", 1, tl_q, tl_k, 8, 1, 256, 0, 1, 11);    /* B = 1: suffix K/V after the cache */
     t_attention("suffix-tail-pi05", 1, tl5_q, tl5_k, 8, 1, 256, 0, 0, 10);

@@ -1,5 +1,7 @@
 // attention.cu — softmax attention over segments (backend.h `attention`, CPU twin cpu_attention).
-// Per segment: logits = scale * Q.K^T by cuBLASLt into fp32 (`scores`), a masked softmax in fp32 that
+// Three paths, tried in this order: decode attention (few query rows, below), flash attention (below), and the
+// generic one for what neither takes (other head sizes, unaligned rows, PI0_CUDA_FLASH=0):
+// per segment: logits = scale * Q.K^T by cuBLASLt into fp32 (`scores`), a masked softmax in fp32 that
 // writes bf16 probabilities (the PT reference rounds probabilities to bf16 before P.V), then P.V.
 //  - MQA (kv_heads == 1, Gemma): the query rows (token, head) form one [nq*H, hd] matrix, since all
 //    heads share K and V, so each product is a single GEMM.
@@ -10,8 +12,9 @@
 // The softmax is one warp per logits row.
 // Few query rows against one key range (the denoise suffix: 11 queries x 8 heads = 88 rows, ~800 keys, MQA,
 // head_dim 256; at B = 1 the suffix keys are the range's tail, at B > 1 a second source) go to decode_attn_kernel
-// instead: one launch for all equal segments, see below. At B = 8 the GEMM path took ~53 us per expert layer
-// (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, RESULTS.md session 14).
+// first: one launch for all equal segments, see below. At B = 8 the GEMM path took ~53 us per expert layer
+// (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, RESULTS.md session 14). Batches past the decode
+// kernel's two waves take flash attention.
 #include <math.h>
 
 #include "common.cuh"
@@ -248,8 +251,9 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
     // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
-    // blocks (~145 KB of shared memory, one per SM) are latency-bound, and at B = 64 (1536 blocks) the batched
-    // GEMM path is faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; RESULTS.md session 14)
+    // blocks (~145 KB of shared memory, one per SM) are latency-bound: at B = 64 (1536 blocks) even the GEMM path
+    // was faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; RESULTS.md session 14), and
+    // flash attention takes such batches
     const int rt = (long long)g * cdiv(rows, 16) * DA_SPLIT > c->sms ? 2 : 1;
     if (g > 1 && (long long)g * cdiv(rows, 16 * rt) * DA_SPLIT > 2 * c->sms) return 0;
     long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
@@ -263,8 +267,10 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 }
 
 // ---- flash attention: prefix (MQA, head_dim 256) and SigLIP (MHA, head_dim 72) segments ----
-// For segments whose queries see every key of their own range (no second source, no tail: the compacted
-// prefix, spec 3.6, and SigLIP's images, 3.4). FlashAttention-2 order: a block owns FA_BM = 64 query rows
+// For segments whose queries see every key of their own range (the compacted prefix, spec 3.6, and SigLIP's
+// images, 3.4), and for MQA suffix segments that decode attention does not take (batches past its two waves:
+// at B = 64 the GEMM path took ~92 us per expert layer under ncu, RESULTS.md session 15).
+// FlashAttention-2 order: a block owns FA_BM = 64 query rows
 // (4 warps x 16), walks the segment's keys in tiles of FA_BN = 64 (K/V double-buffered through cp.async),
 // S = Q K^T on mma m16n8k16 (ldmatrix from shared memory), an online softmax in fp32 (running row max m
 // and sum l, base-2 exponentials of scale * log2(e) * S), P rounded to bf16 straight from the S registers
@@ -279,7 +285,13 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 //    by more than FA_SLACK (base-2 units), decided per warp; otherwise P = 2^(s - m) <= 2^FA_SLACK, which
 //    bf16 and the fp32 sums hold exactly as well. Keys past the segment are masked in the last tile only.
 // Query rows: MQA stacks (token, head) as rows of HD (all heads share K/V), MHA takes one head per block
-// (grid y) with rows = tokens. Grid z: equal-length consecutive segments. HD is padded to HDP (a multiple
+// (grid y) with rows = tokens. Grid z: equal-length consecutive segments. Suffix mask (backend.h, MQA only): the
+// last `tail` of the nk keys are suffix keys, seen by query j = row / H iff their index in the tail is below
+// (j < block0 ? block0 : tail); with a second source (k2, v2: rows aligned with the queries) they are its rows,
+// otherwise the range's. Tiles that reach past the nk - tail keys seen by every row are masked per row (every
+// row sees key 0, so the first tile's maxima are finite). SFX: the mask and the second source are compiled in,
+// for suffixes only (without them the prefix kernel keeps 235 registers instead of 242 and took 5% less time at
+// B = 64, and the head_dim-72 kernel 127 registers: 4 blocks per SM). HD is padded to HDP (a multiple
 // of 16) with zero columns in shared memory for the k-dimension of Q K^T; P V computes HDP columns and
 // stores HD. Rounding differs from the PT reference (unnormalised probabilities in bf16 instead of
 // normalised ones): within the attention op test's bound.
@@ -288,10 +300,11 @@ enum { FA_BM = 64, FA_BN = 64 };
 
 template <int HD, int HDP> static size_t fa_smem() { return (size_t)(FA_BM + 4 * FA_BN) * (HDP + 8) * 2; }
 
-template <int HD, int HDP>
+template <int HD, int HDP, bool SFX>
 __global__ void __launch_bounds__(128, 1)
-flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int rows, int n1, int q_rs, int kv_rs,
-                  long long q_seg, long long kv_seg, int kv_hs, float sl2) {
+flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2, const bf16 *v2, int rows,
+                  int nk, int tail, int block0, int H, int q_rs, int kv_rs, long long q_seg, long long kv_seg,
+                  long long k2_seg, int kv_hs, float sl2) {
     constexpr int LD = HDP + 8, CH = HD / 8, CHP = HDP / 8, NT = HDP / 8, THREADS = 128;
     extern __shared__ __align__(16) unsigned char fa_sm[];
     bf16 *Qs = (bf16 *)fa_sm, *Ks = Qs + FA_BM * LD, *Vs = Ks + 2 * FA_BN * LD;
@@ -300,6 +313,8 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     const size_t qo = (size_t)blockIdx.z * q_seg + (size_t)blockIdx.y * HD;
     const size_t ko = (size_t)blockIdx.z * kv_seg + (size_t)blockIdx.y * kv_hs;
     q += qo; out += qo; k += ko; v += ko;
+    if (SFX && k2) { k2 += (size_t)blockIdx.z * k2_seg; v2 += (size_t)blockIdx.z * k2_seg; }
+    const int nvis = SFX ? nk - tail : nk;
     if constexpr (CHP > CH)   // zero pad columns of Q and of both K/V buffers (never written by the copies)
         for (int i = tid; i < (FA_BM + 4 * FA_BN) * (CHP - CH); i += THREADS)
             *(uint4 *)(Qs + (i / (CHP - CH)) * LD + (CH + i % (CHP - CH)) * 8) = make_uint4(0, 0, 0, 0);
@@ -311,13 +326,15 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
         if (r0 + row < rows) cp_async16(d, q + (size_t)(r0 + row) * q_rs + col);
         else *(uint4 *)d = make_uint4(0, 0, 0, 0);
     }
-    auto load_kv = [&](int j, int buf) {   // key tile j into buffer buf; rows past n1 are zeros
+    auto load_kv = [&](int j, int buf) {   // key tile j into buffer buf; rows past nk are zeros
         bf16 *kd = Ks + buf * FA_BN * LD, *vd = Vs + buf * FA_BN * LD;
         for (int i = tid; i < FA_BN * CH; i += THREADS) {
             int row = i / CH, col = (i % CH) * 8, t = j * FA_BN + row;
-            if (t < n1) {
-                cp_async16(kd + row * LD + col, k + (size_t)t * kv_rs + col);
-                cp_async16(vd + row * LD + col, v + (size_t)t * kv_rs + col);
+            if (t < nk) {
+                const bool second = SFX && k2 && t >= nvis;
+                const size_t off = (size_t)(second ? t - nvis : t) * kv_rs + col;
+                cp_async16(kd + row * LD + col, (second ? k2 : k) + off);
+                cp_async16(vd + row * LD + col, (second ? v2 : v) + off);
             } else {
                 *(uint4 *)(kd + row * LD + col) = make_uint4(0, 0, 0, 0);
                 *(uint4 *)(vd + row * LD + col) = make_uint4(0, 0, 0, 0);
@@ -329,7 +346,10 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     float o[NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
-    const int ntiles = (n1 + FA_BN - 1) / FA_BN;
+    const int ntiles = (nk + FA_BN - 1) / FA_BN;
+    int lim[2];   // tail keys seen by this thread's rows g, g + 8
+#pragma unroll
+    for (int r = 0; r < 2; r++) lim[r] = SFX && (r0 + warp * 16 + g + 8 * r) / H < block0 ? block0 : tail;
     for (int j = 0; j < ntiles; j++) {
         if (j + 1 < ntiles) {
             load_kv(j + 1, (j + 1) & 1);
@@ -355,14 +375,15 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
             }
         }
         // online softmax: this thread holds rows g (e = 0, 1) and g + 8 (e = 2, 3) of the warp's 16
-        const bool tail = (j + 1) * FA_BN > n1;   // block-uniform
+        const bool edge = (j + 1) * FA_BN > nvis;   // block-uniform: keys past those every row sees
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < FA_BN / 8; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 s[n][e] *= sl2;
-                if (tail && j * FA_BN + n * 8 + 2 * c + (e & 1) >= n1) s[n][e] = -INFINITY;
+                const int t = j * FA_BN + n * 8 + 2 * c + (e & 1);
+                if (edge && t >= nvis && (t >= nk || (SFX && t - nvis >= lim[e >> 1]))) s[n][e] = -INFINITY;
                 mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
             }
 #pragma unroll
@@ -426,23 +447,27 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int ro
     }
 }
 
-// Launches flash attention for segments [s, s + g) of equal lengths when it applies (returns 1).
-static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const pi0_attn *a,
-                           int g, int nq, int n1) {
+// Launches flash attention for segments [s, s + g) of equal lengths when it applies (returns 1): nq queries and
+// n1 source-1 keys each; with a second source (k2, v2: nq rows per segment) its keys are the tail of n1 + nq.
+static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
+                           const bf16 *v2, const pi0_attn *a, int g, int nq, int n1) {
     int H = a->heads, hd = a->head_dim, mqa = a->kv_heads == 1, kvw = a->kv_heads * hd;
-    if (!c->flash || a->k2.p || a->tail || (hd != 72 && hd != 256) || (!mqa && a->kv_heads != H) || nq < 1 ||
-        n1 < 1 || ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)out) & 15)
+    int nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail;
+    if (!c->flash || (hd != 72 && hd != 256) || (!mqa && a->kv_heads != H) || (hd != 256 && tail) || (k2 && a->tail) ||
+        nq < 1 || n1 < 1 || tail > nk ||
+        ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
     int rows = mqa ? nq * H : nq, q_rs = mqa ? hd : H * hd;
     dim3 grid(cdiv(rows, FA_BM), mqa ? 1 : H, g);
     float sl2 = a->scale * 1.4426950408889634f;
-    long long q_seg = (long long)nq * H * hd, kv_seg = (long long)n1 * kvw;
+    long long q_seg = (long long)nq * H * hd, kv_seg = (long long)n1 * kvw, k2_seg = (long long)nq * kvw;
     if (hd == 256)
-        cuda_launch(c, flash_attn_kernel<256, 256>, grid, dim3(128), fa_smem<256, 256>(), out, q, k, v, rows, n1,
-                    q_rs, kvw, q_seg, kv_seg, mqa ? 0 : hd, sl2);
+        cuda_launch(c, tail ? flash_attn_kernel<256, 256, true> : flash_attn_kernel<256, 256, false>, grid, dim3(128),
+                    fa_smem<256, 256>(), out, q, k, v, k2, v2, rows, nk, tail, a->block0, H, q_rs, kvw, q_seg, kv_seg,
+                    k2_seg, mqa ? 0 : hd, sl2);
     else
-        cuda_launch(c, flash_attn_kernel<72, 80>, grid, dim3(128), fa_smem<72, 80>(), out, q, k, v, rows, n1,
-                    q_rs, kvw, q_seg, kv_seg, mqa ? 0 : hd, sl2);
+        cuda_launch(c, flash_attn_kernel<72, 80, false>, grid, dim3(128), fa_smem<72, 80>(), out, q, k, v, k2, v2, rows, nk,
+                    tail, a->block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mqa ? 0 : hd, sl2);
     return 1;
 }
 
@@ -452,9 +477,11 @@ void cuda_attention_setup(cuda_ctx *c) {
                                       (int)da_smem(DA_MAX_CHUNK, 1)));
     CUDA_NOTE(c, cudaFuncSetAttribute(decode_attn_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)da_smem(DA_MAX_CHUNK, 2)));
-    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<256, 256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<256, 256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)fa_smem<256, 256>()));
-    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<72, 80>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<256, 256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)fa_smem<256, 256>()));
+    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<72, 80, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)fa_smem<72, 80>()));
 }
 
@@ -504,13 +531,13 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
                 continue;
             }
         }
-        if (nq && !K2) {   // flash attention over this and the following equal segments
+        if (nq) {   // flash attention over this and the following equal segments
             int g = 1;
             while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
                    a->k_off[s + g + 1] - a->k_off[s + g] == n1)   // grid.z <= 65535
                 g++;
             if (flash_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
-                                a, g, nq, n1)) {
+                                K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, a, g, nq, n1)) {
                 s += g;
                 continue;
             }
