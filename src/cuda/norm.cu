@@ -4,8 +4,8 @@
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
 // row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
 // the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm:
-// 6.95 us under ncu with them read after the statistics, RESULTS.md session 4). Others: one block of 256
-// threads a row.
+// 6.95 us under ncu with them read after the statistics, RESULTS.md session 4): LayerNorm's into the block's
+// shared memory, the others' into registers. Others: one block of 256 threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
 #include "common.cuh"
@@ -25,21 +25,41 @@ template <int MODE>
 __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, const bf16 *x, const float *w, const float *b,
                                                                    const float *mod, int rows_per_mod, int M, int D,
                                                                    float eps) {
+    extern __shared__ float4 norm_sm[];   // LayerNorm: the block's factors [w | b], D each
     int row = blockIdx.x * NORM_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     float v[NORM_NC][8], wv[NORM_NC][8], bv[NORM_NC][8], s = 0;
     // the row's factors and shifts are constants (weights, or modulations computed at session create): fetched
-    // before the programmatic-launch wait (common.cuh)
-    const float *fa = MODE == NORM_ADA ? mod + (size_t)(row < M ? row / rows_per_mod : 0) * 3 * D : w;
-    const float *fb = MODE == NORM_ADA ? fa + D : b;
+    // before the programmatic-launch wait (common.cuh). LayerNorm's weights and shifts go to the block's shared
+    // memory (in registers: 228 registers, 8 warps per SM, 1.7 TB/s for SigLIP at B = 64; RESULTS.md session 15);
+    // RMSNorm (1 + w only: 164 registers, 2.9 TB/s) and adaRMS (rows of one block may take different modulation
+    // rows) keep them in registers.
+    if (MODE == NORM_LN) {   // all loads first (one round trip), then the stores
+        constexpr int NF = NORM_NC * 8 / NORM_ROWS / 4;   // float4 per thread and vector at the widest D
+        float4 fw[NF], fb[NF];
+        float *f = (float *)norm_sm;
 #pragma unroll
-    for (int j = 0; j < NORM_NC; j++) {
-        int i = (j * 32 + lane) * 8;
-        if (i < D) {
-            float4 p = __ldg((const float4 *)(fa + i)), q = __ldg((const float4 *)(fa + i) + 1);
-            float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+        for (int u = 0; u < NF; u++) {
+            int i = (u * 32 * NORM_ROWS + threadIdx.x) * 4;
+            if (i < D) { fw[u] = __ldg((const float4 *)(w + i)); fb[u] = __ldg((const float4 *)(b + i)); }
+        }
 #pragma unroll
-            for (int e = 0; e < 8; e++) wv[j][e] = MODE == NORM_LN ? t[e] : 1.0f + t[e];
-            if (MODE != NORM_RMS) {
+        for (int u = 0; u < NF; u++) {
+            int i = (u * 32 * NORM_ROWS + threadIdx.x) * 4;
+            if (i < D) { *(float4 *)(f + i) = fw[u]; *(float4 *)(f + D + i) = fb[u]; }
+        }
+        __syncthreads();
+    } else {
+        const float *fa = MODE == NORM_ADA ? mod + (size_t)(row < M ? row / rows_per_mod : 0) * 3 * D : w;
+        const float *fb = fa + D;
+#pragma unroll
+        for (int j = 0; j < NORM_NC; j++) {
+            int i = (j * 32 + lane) * 8;
+            if (i < D) {
+                float4 p = __ldg((const float4 *)(fa + i)), q = __ldg((const float4 *)(fa + i) + 1);
+                float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) wv[j][e] = 1.0f + t[e];
+                if (MODE == NORM_RMS) continue;
                 p = __ldg((const float4 *)(fb + i)); q = __ldg((const float4 *)(fb + i) + 1);
                 float u[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -79,6 +99,17 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
     for (int j = 0; j < NORM_NC; j++) {
         int i = (j * 32 + lane) * 8;
         if (i < D) {
+            if (MODE == NORM_LN) {
+                const float *f = (const float *)norm_sm + i;
+                float4 p = *(const float4 *)f, q = *(const float4 *)(f + 4);
+                float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) wv[j][e] = t[e];
+                p = *(const float4 *)(f + D); q = *(const float4 *)(f + D + 4);
+                float u[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) bv[j][e] = u[e];
+            }
             float o[8];
 #pragma unroll
             for (int e = 0; e < 8; e++)   // norm_out with the fetched factors
@@ -126,7 +157,8 @@ static void launch_norm(pi0_backend *be, pt out, pt x, const float *w, const flo
     if (D % 8 == 0 && D <= 32 * 8 * NORM_NC && aligned16(y) && aligned16(xp) && aligned16(fa) && aligned16(fb))
         cuda_launch(c, mode == NORM_LN ? norm_warp_kernel<NORM_LN> : mode == NORM_RMS ? norm_warp_kernel<NORM_RMS>
                                                                                       : norm_warp_kernel<NORM_ADA>,
-                    dim3(cdiv(M, NORM_ROWS)), dim3(32 * NORM_ROWS), 0, y, xp, w, b, mod, rows_per_mod, M, D, eps);
+                    dim3(cdiv(M, NORM_ROWS)), dim3(32 * NORM_ROWS), (size_t)D * (mode == NORM_LN ? 8 : 0),
+                    y, xp, w, b, mod, rows_per_mod, M, D, eps);
     else
         cuda_launch(c, norm_block_kernel, dim3(M), dim3(256), 0, y, xp, w, b, mod, rows_per_mod, mode, D, eps);
 }
