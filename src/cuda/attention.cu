@@ -271,7 +271,7 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 // images, 3.4), and for MQA suffix segments that decode attention does not take (batches past its two waves:
 // at B = 64 the GEMM path took ~92 us per expert layer under ncu, RESULTS.md session 15).
 // FlashAttention-2 order: a block owns FA_BM = 64 query rows
-// (4 warps x 16), walks the segment's keys in tiles of FA_BN = 64 (K/V double-buffered through cp.async),
+// (4 warps x 16), walks the segment's keys in tiles of FA_BN = 64 or 32 (K/V double-buffered through cp.async),
 // S = Q K^T on mma m16n8k16 (ldmatrix from shared memory), an online softmax in fp32 (running row max m
 // and sum l, base-2 exponentials of scale * log2(e) * S), P rounded to bf16 straight from the S registers
 // into the A operand of O += P V, and O / l rounded to bf16 at the end. The logits never reach memory:
@@ -279,7 +279,8 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 // 53 us per SigLIP layer (3 images) under ncu on the H100.
 //  - Limits (ncu, H100, head_dim 256): one block of 4 warps per SM (225 registers, 169 KB of shared
 //    memory), 3.3 cycles between a warp's instructions, shared-memory (ldmatrix) traffic at 55% of its
-//    peak: 42 us per prefix layer. Splitting each key tile over 8 warps (two (m, l, O) merged at the end)
+//    peak: 42 us per prefix layer. With more blocks than SMs (batches) the 32-key tiles (101 KB) let two
+//    blocks share an SM (RESULTS.md session 15). Splitting each key tile over 8 warps (two (m, l, O) merged at the end)
 //    measured 45 us: the Q and K/V fragments' shared-memory traffic, not the issue rate, is the next bound.
 //  - Lazy rescaling: the running max moves (and O, l are rescaled) only when a row's tile max exceeds it
 //    by more than FA_SLACK (base-2 units), decided per warp; otherwise P = 2^(s - m) <= 2^FA_SLACK, which
@@ -295,12 +296,12 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 // of 16) with zero columns in shared memory for the k-dimension of Q K^T; P V computes HDP columns and
 // stores HD. Rounding differs from the PT reference (unnormalised probabilities in bf16 instead of
 // normalised ones): within the attention op test's bound.
-enum { FA_BM = 64, FA_BN = 64 };
+enum { FA_BM = 64 };
 #define FA_SLACK 8.0f
 
-template <int HD, int HDP> static size_t fa_smem() { return (size_t)(FA_BM + 4 * FA_BN) * (HDP + 8) * 2; }
+template <int HD, int HDP, int BN> static size_t fa_smem() { return (size_t)(FA_BM + 4 * BN) * (HDP + 8) * 2; }
 
-template <int HD, int HDP, bool SFX>
+template <int HD, int HDP, bool SFX, int FA_BN>
 __global__ void __launch_bounds__(128, 1)
 flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2, const bf16 *v2, int rows,
                   int nk, int tail, int block0, int H, int q_rs, int kv_rs, long long q_seg, long long kv_seg,
@@ -461,14 +462,23 @@ static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k,
     dim3 grid(cdiv(rows, FA_BM), mqa ? 1 : H, g);
     float sl2 = a->scale * 1.4426950408889634f;
     long long q_seg = (long long)nq * H * hd, kv_seg = (long long)n1 * kvw, k2_seg = (long long)nq * kvw;
+    // head_dim 256: 64-key tiles (169 KB: one block per SM) for one wave of blocks, 32-key tiles (101 KB: two
+    // blocks per SM hide each other's latency) for more (batches)
+    const int many = (long long)grid.x * grid.y * grid.z > c->sms;
     if (hd == 256)
-        cuda_launch(c, tail ? flash_attn_kernel<256, 256, true> : flash_attn_kernel<256, 256, false>, grid, dim3(128),
-                    fa_smem<256, 256>(), out, q, k, v, k2, v2, rows, nk, tail, a->block0, H, q_rs, kvw, q_seg, kv_seg,
-                    k2_seg, mqa ? 0 : hd, sl2);
+        cuda_launch(c, tail ? (many ? flash_attn_kernel<256, 256, true, 32> : flash_attn_kernel<256, 256, true, 64>)
+                            : (many ? flash_attn_kernel<256, 256, false, 32> : flash_attn_kernel<256, 256, false, 64>),
+                    grid, dim3(128), many ? fa_smem<256, 256, 32>() : fa_smem<256, 256, 64>(), out, q, k, v, k2, v2, rows,
+                    nk, tail, a->block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mqa ? 0 : hd, sl2);
     else
-        cuda_launch(c, flash_attn_kernel<72, 80, false>, grid, dim3(128), fa_smem<72, 80>(), out, q, k, v, k2, v2, rows, nk,
-                    tail, a->block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mqa ? 0 : hd, sl2);
+        cuda_launch(c, flash_attn_kernel<72, 80, false, 64>, grid, dim3(128), fa_smem<72, 80, 64>(), out, q, k, v, k2, v2,
+                    rows, nk, tail, a->block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mqa ? 0 : hd, sl2);
     return 1;
+}
+
+template <int HD, int HDP, bool SFX, int BN> static void fa_opt_in(cuda_ctx *c) {
+    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<HD, HDP, SFX, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)fa_smem<HD, HDP, BN>()));
 }
 
 // The opt-in for more than 48 KB of shared memory (per device: called at backend create).
@@ -477,12 +487,11 @@ void cuda_attention_setup(cuda_ctx *c) {
                                       (int)da_smem(DA_MAX_CHUNK, 1)));
     CUDA_NOTE(c, cudaFuncSetAttribute(decode_attn_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)da_smem(DA_MAX_CHUNK, 2)));
-    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<256, 256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)fa_smem<256, 256>()));
-    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<256, 256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)fa_smem<256, 256>()));
-    CUDA_NOTE(c, cudaFuncSetAttribute(flash_attn_kernel<72, 80, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)fa_smem<72, 80>()));
+    fa_opt_in<256, 256, true, 64>(c);
+    fa_opt_in<256, 256, true, 32>(c);
+    fa_opt_in<256, 256, false, 64>(c);
+    fa_opt_in<256, 256, false, 32>(c);
+    fa_opt_in<72, 80, false, 64>(c);
 }
 
 // Row r (of seg_rows per segment; several equal segments may be batched): query j = (r % seg_rows) /
