@@ -126,6 +126,7 @@ static const char *ename(enum pi0_epi e) { return e == EPI_ADD ? "add" : e == EP
 
 static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
     hwt W = mkw(N, kcols, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
+    W.w.want32 = f32 == 2;   /* an fp32 copy, as cuda_weights_upload keeps for the fp32 products */
     hwt *ws[2] = {&W, &b};
     void *ar = upload_wts(ws, 2);
     int kind = f32 ? PT_F32 : PT_ACT;
@@ -135,8 +136,8 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
     cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
     gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
     char shape[80];
-    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 ? "f32" : "bf16", M, N, K, k0, ename(epi),
-             bias ? "+b" : "");
+    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 == 2 ? "f32c" : f32 ? "f32" : "bf16", M, N, K, k0,
+             ename(epi), bias ? "+b" : "");
     compare("linear", shape, &y, bound);
     rel(&x); rel(&y);
     free_wts(ar, ws, 2);
@@ -468,6 +469,12 @@ static void op_tests(void) {
     t_linear(17, 40, 2056, 0, 2056, 1, EPI_ADD, 1, 1e-5);    /* fp32 x in 3 shared-memory chunks, 3 row blocks */
     t_linear(3, 17, 1500, 0, 1500, 0, EPI_STORE, 1, 1e-5);   /* K % 8 != 0: scalar path, 2 chunks */
     t_linear(9, 20, 64, 0, 64, 1, EPI_GELU, 1, 1e-5);
+    /* 64 rows and more with the fp32 copy (f32 = 2): cuBLASLt in fp32; B = 64 shapes, a K offset, GELU, no bias */
+    t_linear(640, 1024, 1024, 1024, 2048, 1, EPI_STORE, 2, 1e-5);
+    t_linear(640, 32, 1024, 0, 1024, 1, EPI_ADD, 2, 1e-5);
+    t_linear(130, 40, 300, 0, 300, 1, EPI_GELU, 2, 1e-5);
+    t_linear(64, 17, 1500, 0, 1500, 0, EPI_STORE, 2, 1e-5);
+    t_linear(640, 1024, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);   /* no fp32 copy: the kernel */
     t_linear_gated(10, 1024, 2048, 10);   /* π0.5 expert o and down at B = 1: gemv.cu epilogue (K slices) */
     t_linear_gated(10, 1024, 4096, 10);
     t_linear_gated(16, 1000, 1024, 5);    /* partial row block, several gate rows */

@@ -3,7 +3,9 @@
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
 // once per shape and cached. Linear with fp32 input (the small head projections and time
-// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead (bf16 weights widened to fp32). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
+// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead (bf16 weights widened to fp32), or for 64 rows
+// and more cuBLASLt in fp32 on the weights' fp32 copies (at B = 64 the kernel took 460 us per denoise step: each x
+// value it reads from shared memory feeds two FMAs; RESULTS.md session 15). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,6 +292,12 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
     const bf16 *w = (const bf16 *)W->dev + k0;
     if (x.kind == PT_F32) {
         PI0_ASSERT(out.kind == PT_F32);
+        if (M >= 64 && W->dev32) {   // batches: cuBLASLt in fp32 (CUBLAS_COMPUTE_32F, no TF32) on the fp32 copy
+            cuda_gemm_ex(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_32F, (const float *)W->dev32 + k0, (int)W->cols, CUDA_R_32F,
+                         epi == EPI_ADD ? 1.0f : 0.0f, out.p, N, CUDA_R_32F, b ? b->dev32 : NULL, 1, 0, 0, 0, 0,
+                         epi == EPI_GELU);
+            return;
+        }
         dim3 grid(cdiv(N, LF_N), cdiv(M, LF_M));
         int vec = K % 8 == 0 && W->cols % 8 == 0 && k0 % 8 == 0 && !((uintptr_t)x.p & 15);
         cuda_launch(c, linear_f32_kernel, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w,
