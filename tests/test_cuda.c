@@ -533,7 +533,7 @@ static void op_tests(void) {
     t_attention("flash-suffix-h50", 3, fh_q, fh_k, 8, 1, 256, 1, 1, 0);
     int ft_q[1] = {130}, ft_k[1] = {1100};
     t_attention("flash-tail-pi0", 1, ft_q, ft_k, 8, 1, 256, 0, 1, 130);
-    /* more than a wave of blocks (on a GPU of up to 140 SMs): the 32-key tiles, with and without a suffix */
+    /* more than a wave of blocks (on a GPU of up to 139 SMs): the 32-key tiles, with and without a suffix */
     int w_q[3] = {400, 400, 400}, ws_q[20], ws_k[20];
     for (int i = 0; i < 20; i++) { ws_q[i] = 51; ws_k[i] = 300; }
     t_attention("flash-mqa-waves", 3, w_q, w_q, 8, 1, 256, 0, 0, 0);

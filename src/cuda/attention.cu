@@ -454,8 +454,9 @@ static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k,
                            const bf16 *v2, const pi0_attn *a, int g, int nq, int n1) {
     int H = a->heads, hd = a->head_dim, mqa = a->kv_heads == 1, kvw = a->kv_heads * hd;
     int nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail;
-    if (!c->flash || (hd != 72 && hd != 256) || (!mqa && a->kv_heads != H) || (hd != 256 && tail) || (k2 && a->tail) ||
-        nq < 1 || n1 < 1 || tail > nk ||
+    // a tail or second source only for MQA at head_dim 256 (the suffix kernel reads query j as row / H)
+    if (!c->flash || (hd != 72 && hd != 256) || (!mqa && a->kv_heads != H) || (tail && (!mqa || hd != 256)) ||
+        (k2 && a->tail) || nq < 1 || n1 < 1 || tail > nk ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
     int rows = mqa ? nq * H : nq, q_rs = mqa ? hd : H * hd;

@@ -2,10 +2,12 @@
 // Row-major Y[M,N] = X[M,K] . W^T is computed by cuBLASLt (column-major) as Y^T = W . X^T: A = W with
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
-// once per shape and cached. Linear with fp32 input (the small head projections and time
-// MLPs, spec 1.5: computed in fp32) uses linear_f32_kernel instead (bf16 weights widened to fp32), or for 64 rows
-// and more cuBLASLt in fp32 on the weights' fp32 copies (at B = 64 the kernel took 460 us per denoise step: each x
-// value it reads from shared memory feeds two FMAs; RESULTS.md session 15). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
+// once per shape and cached. Linear with fp32 input (the small head projections and time MLPs, spec 1.5:
+// computed in fp32) uses linear_f32_kernel (bf16 weights widened to fp32), or for 64 rows and more cuBLASLt in fp32
+// on the weights' fp32 copies (at B = 64 the kernel took 460 us per denoise step: each x value it reads from shared
+// memory feeds two FMAs; RESULTS.md session 15). The copies hold the file's values: for an F32 checkpoint they keep
+// the fp32 weights that the PT reference uses, which the kernel's bf16 copies round. Few bf16 rows (M <= 16) go to
+// gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
