@@ -107,6 +107,19 @@ static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
     return h;
 }
 
+/* The same from an F32 file whose values bf16 cannot hold (the fp32 products read them from the fp32 copy). */
+static hwt mkw_f32(int64_t rows, int64_t cols, float scale) {
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 4)};
+    float *f = (float *)h.data;
+    for (int64_t i = 0; i < rows * cols; i++) f[i] = (float)(scale * pi0_rng_normal(&rng));
+    h.w.data = h.data;
+    h.w.dtype = PI0_DT_F32;
+    h.w.rows = rows;
+    h.w.cols = cols;
+    h.w.want32 = 1;
+    return h;
+}
+
 static void *upload_wts(hwt **ws, int n) {
     pi0_wt *list[8];
     PI0_ASSERT(n <= 8);
@@ -125,8 +138,9 @@ static void free_wts(void *arena, hwt **ws, int n) {
 static const char *ename(enum pi0_epi e) { return e == EPI_ADD ? "add" : e == EPI_GELU ? "gelu" : "store"; }
 
 static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
-    hwt W = mkw(N, kcols, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
-    W.w.want32 = f32 == 2;   /* an fp32 copy, as cuda_weights_upload keeps for the fp32 products */
+    hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)K)) : mkw(N, kcols, 1.0f / sqrtf((float)K), 0);
+    hwt b = mkw(N, 1, 0.1f, 0);
+    W.w.want32 = f32 >= 2;   /* an fp32 copy, as cuda_weights_upload keeps for the fp32 products */
     hwt *ws[2] = {&W, &b};
     void *ar = upload_wts(ws, 2);
     int kind = f32 ? PT_F32 : PT_ACT;
@@ -136,7 +150,7 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
     cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
     gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
     char shape[80];
-    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 == 2 ? "f32c" : f32 ? "f32" : "bf16", M, N, K, k0,
+    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 == 3 ? "f32w" : f32 == 2 ? "f32c" : f32 ? "f32" : "bf16", M, N, K, k0,
              ename(epi), bias ? "+b" : "");
     compare("linear", shape, &y, bound);
     rel(&x); rel(&y);
@@ -473,6 +487,10 @@ static void op_tests(void) {
     t_linear(640, 1024, 1024, 1024, 2048, 1, EPI_STORE, 2, 1e-5);
     t_linear(640, 32, 1024, 0, 1024, 1, EPI_ADD, 2, 1e-5);
     t_linear(130, 40, 300, 0, 300, 1, EPI_GELU, 2, 1e-5);
+    /* an F32 file's fp32 weights (not bf16-representable) at few rows and at many: 1e-5 fails if they are rounded */
+    t_linear(10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 3, 1e-5);
+    t_linear(3, 17, 1500, 0, 1500, 1, EPI_ADD, 3, 1e-5);
+    t_linear(640, 32, 1024, 0, 1024, 1, EPI_ADD, 3, 1e-5);
     t_linear(64, 17, 1500, 0, 1500, 0, EPI_STORE, 2, 1e-5);
     t_linear(640, 1024, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5);   /* no fp32 copy: the kernel */
     t_linear_gated(10, 1024, 2048, 10);   /* π0.5 expert o and down at B = 1: gemv.cu epilogue (K slices) */

@@ -3,11 +3,11 @@
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
 // once per shape and cached. Linear with fp32 input (the small head projections and time MLPs, spec 1.5:
-// computed in fp32) uses linear_f32_kernel (bf16 weights widened to fp32), or for 64 rows and more cuBLASLt in fp32
-// on the weights' fp32 copies (at B = 64 the kernel took 460 us per denoise step: each x value it reads from shared
-// memory feeds two FMAs; RESULTS.md session 15). The copies hold the file's values: for an F32 checkpoint they keep
-// the fp32 weights that the PT reference uses, which the kernel's bf16 copies round. Few bf16 rows (M <= 16) go to
-// gemv.cu. CPU twin: cpu_linear.
+// computed in fp32) uses linear_f32_kernel, or for 64 rows and more cuBLASLt in fp32 on the weights' fp32 copies (at
+// B = 64 the kernel took 460 us per denoise step: each x value it reads from shared memory feeds two FMAs; RESULTS.md
+// session 15). The copies hold the file's values: for an F32 checkpoint the fp32 weights that the PT reference uses
+// (spec 1.5), which the kernel reads too, so that every batch size computes with them; for a BF16 one the kernel
+// reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,18 +210,31 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
 // per call at M = 10, K = 1024 under ncu on the H100, for N = 1024 and for N = 32 alike: the 4 such
 // products of every denoise step (action_in, action_time_mlp in/out, action_out) cost ~0.7 ms a run.
 enum { LF_N = 16, LF_M = 8, LF_K = 1024 };
-__global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *x, const bf16 *w, const float *b, int M,
+// Eight consecutive weights: bf16 (one 16-byte load) or, for F32 checkpoints, fp32 (two).
+template <typename WT> struct w8 {
+    uint4 raw[sizeof(WT) / 2];
+    __device__ __forceinline__ void load(const WT *p) {
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(WT) / 2); i++) raw[i] = __ldg((const uint4 *)p + i);
+    }
+    __device__ __forceinline__ float operator[](int e) const {
+        if constexpr (sizeof(WT) == 2) return __bfloat162float(((const bf16 *)raw)[e]);
+        else return ((const float *)raw)[e];
+    }
+};
+template <typename WT>
+__global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *x, const WT *w, const float *b, int M,
                                                          int N, int K, int ldw, int epi, int vec) {
     __shared__ __align__(16) float xs[LF_M][LF_K];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = blockIdx.y * LF_M, n0 = blockIdx.x * LF_N + 2 * warp;
-    const bf16 *wr[2] = {w + (size_t)(n0 < N ? n0 : N - 1) * ldw, w + (size_t)(n0 + 1 < N ? n0 + 1 : N - 1) * ldw};
+    const WT *wr[2] = {w + (size_t)(n0 < N ? n0 : N - 1) * ldw, w + (size_t)(n0 + 1 < N ? n0 + 1 : N - 1) * ldw};
     // the first chunk's weights are constants: loaded before the programmatic-launch wait (common.cuh)
-    uint4 w0[LF_K / 256][2];
+    w8<WT> w0[LF_K / 256][2];
 #pragma unroll
     for (int it = 0; it < LF_K / 256; it++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
-            if (vec && lane * 8 + it * 256 < (K < LF_K ? K : LF_K)) w0[it][j] = __ldg((const uint4 *)(wr[j] + lane * 8 + it * 256));
+            if (vec && lane * 8 + it * 256 < (K < LF_K ? K : LF_K)) w0[it][j].load(wr[j] + lane * 8 + it * 256);
     pdl_wait();
     pdl_trigger();
     const int rows = M - m0 < LF_M ? M - m0 : LF_M;
@@ -245,9 +258,10 @@ __global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *
                 float wf[2][8];
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
-                    uint4 wq = kc == 0 ? w0[it][j] : __ldg((const uint4 *)(wr[j] + kc + k));
+                    w8<WT> wq = w0[it][j];
+                    if (kc) wq.load(wr[j] + kc + k);
 #pragma unroll
-                    for (int e = 0; e < 8; e++) wf[j][e] = __bfloat162float(((const bf16 *)&wq)[e]);
+                    for (int e = 0; e < 8; e++) wf[j][e] = wq[e];
                 }
 #pragma unroll
                 for (int i = 0; i < LF_M; i++) {
@@ -264,7 +278,7 @@ __global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *
             for (int k = lane; k < kn; k += 32)
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
-                    float wv = __bfloat162float(wr[j][kc + k]);
+                    float wv = ldf(wr[j], kc + k);
 #pragma unroll
                     for (int i = 0; i < LF_M; i++)
                         if (i < rows) acc[i][j] += xs[i][k] * wv;
@@ -302,8 +316,13 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
         }
         dim3 grid(cdiv(N, LF_N), cdiv(M, LF_M));
         int vec = K % 8 == 0 && W->cols % 8 == 0 && k0 % 8 == 0 && !((uintptr_t)x.p & 15);
-        cuda_launch(c, linear_f32_kernel, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w,
-                    b ? (const float *)b->dev32 : NULL, M, N, K, (int)W->cols, (int)epi, vec);
+        const float *bp = b ? (const float *)b->dev32 : NULL;
+        if (W->dev32 && W->dtype != PI0_DT_BF16)   // F32 / F16 file: its own values, as at 64 rows and more
+            cuda_launch(c, linear_f32_kernel<float>, grid, dim3(256), 0, (float *)out.p, (const float *)x.p,
+                        (const float *)W->dev32 + k0, bp, M, N, K, (int)W->cols, (int)epi, vec);
+        else
+            cuda_launch(c, linear_f32_kernel<bf16>, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w, bp, M, N, K,
+                        (int)W->cols, (int)epi, vec);
         return;
     }
     PI0_ASSERT(x.kind == PT_ACT && out.kind == PT_ACT);
