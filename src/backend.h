@@ -155,6 +155,8 @@ pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c
 /* The same for a list of tensors (op tests); free with cuda_weights_free. */
 pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 void cuda_weights_free(void *arena);
+/* Launches of gemv.cu's warpgroup kernel (17 to 64 rows) in this process: the op tests check that it ran. */
+long cuda_gemv_wg_launches(void);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);

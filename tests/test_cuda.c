@@ -137,6 +137,12 @@ static void free_wts(void *arena, hwt **ws, int n) {
 
 static const char *ename(enum pi0_epi e) { return e == EPI_ADD ? "add" : e == EPI_GELU ? "gelu" : "store"; }
 
+/* 17 to 64 bf16 rows run on gemv.cu's warpgroup kernel: `before` is cuda_gemv_wg_launches() before the op
+ * (a silent fallback to cuBLASLt would pass the value check without testing the kernel). */
+static void want_wg(const char *op, const char *shape, int M, long before) {
+    if (M > 16 && M <= 64) CHECK(cuda_gemv_wg_launches() > before, "%s %s: the warpgroup kernel did not run", op, shape);
+}
+
 static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
     hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)K)) : mkw(N, kcols, 1.0f / sqrtf((float)K), 0);
     hwt b = mkw(N, 1, 0.1f, 0);
@@ -148,10 +154,12 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
     set_rand(&x, 1.0f);
     if (epi == EPI_ADD) set_rand(&y, 1.0f); else poison(&y);
     cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
+    long n0 = cuda_gemv_wg_launches();
     gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
     char shape[80];
     snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 == 3 ? "f32w" : f32 == 2 ? "f32c" : f32 ? "f32" : "bf16", M, N, K, k0,
              ename(epi), bias ? "+b" : "");
+    if (!f32) want_wg("linear", shape, M, n0);
     compare("linear", shape, &y, bound);
     rel(&x); rel(&y);
     free_wts(ar, ws, 2);
@@ -169,9 +177,11 @@ static void t_linear_gated(int M, int N, int K, int per) {
     set_rand(&mod, 0.5f);
     poison(&tmp);
     cpu->linear_gated(cpu, x.c, tmp.c, y.c, &W.w, M, N, K, pt_at(cpu, mod.c, 2 * (size_t)N), 3 * N, per);
+    long n0 = cuda_gemv_wg_launches();
     gpu->linear_gated(gpu, x.g, tmp.g, y.g, &W.w, M, N, K, pt_at(gpu, mod.g, 2 * (size_t)N), 3 * N, per);
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d rows/gate=%d", M, N, K, per);
+    want_wg("linear_gated", shape, M, n0);
     compare("linear_gated", shape, &x, 8e-3);
     rel(&x); rel(&tmp); rel(&y); rel(&mod);
     free_wts(ar, ws, 1);
@@ -197,12 +207,16 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     free(pv);
     pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
     cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
-    rel(&pos);
-    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
-    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
     char shape[80];
     snprintf(shape, sizeof shape, "M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    long n0 = cuda_gemv_wg_launches();
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
+    if (hd % 64 == 0) want_wg("qkv", shape, M, n0);
+    rel(&pos);
+    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
+    n0 = cuda_gemv_wg_launches();
+    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
+    if (F % 32 == 0 && K % 8 == 0) want_wg("mlp_up", shape, M, n0);
     compare("qkv.q", shape, &oq, 8e-3);
     compare("qkv.k", shape, &ok, 8e-3);
     compare("qkv.v", shape, &ov, 8e-3);
@@ -261,12 +275,15 @@ static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
     pi0_prenorm pc = {.eps = 1e-6f, .out = tmp.c}, pg = {.eps = 1e-6f, .out = tmp.g};
     if (ada) { pc.mod = mod.c; pg.mod = mod.g; pc.rows_per_mod = pg.rows_per_mod = M; }
     else { pc.w = pg.w = &nw.w; }
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d K=%d q=%d kv=%d", ada ? "adarms" : "rms", M, K, nq, nkv);
+    long n0 = cuda_gemv_wg_launches();
     cpu->qkv(cpu, oq.c, ok.c, ov.c, x.c, &pj, M, K, pos.c, hd, &pc);
     gpu->qkv(gpu, oq.g, ok.g, ov.g, x.g, &pj, M, K, pos.g, hd, &pg);
     cpu->mlp_up(cpu, og.c, ot.c, x.c, &L, M, F, K, &pc);
     gpu->mlp_up(gpu, og.g, ot.g, x.g, &L, M, F, K, &pg);
-    char shape[80];
-    snprintf(shape, sizeof shape, "%s M=%d K=%d q=%d kv=%d", ada ? "adarms" : "rms", M, K, nq, nkv);
+    if (M > 16 && M <= 64) CHECK(cuda_gemv_wg_launches() == n0 + 2, "norm+qkv/mlp_up %s: %ld warpgroup launches, want 2",
+                                 shape, cuda_gemv_wg_launches() - n0);
     compare("norm+qkv.q", shape, &oq, 8e-3);
     compare("norm+qkv.k", shape, &ok, 8e-3);
     compare("norm+qkv.v", shape, &ov, 8e-3);
@@ -473,7 +490,17 @@ static void op_tests(void) {
     t_linear(17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);
     t_linear(16, 1024, 3072, 0, 3072, 0, EPI_ADD, 0, 8e-3);    /* 3 K slices: rank 0 finishes 6 of the 16 rows */
     t_linear(15, 1024, 7168, 0, 7168, 0, EPI_STORE, 0, 8e-3);  /* 7 K slices: 3 rows for ranks 0 and 1 */
-    t_linear(51, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);    /* 50-step horizon (51 rows): cuBLASLt */
+    /* 17 to 64 rows: gemv.cu's warpgroup kernel (K slices over a cluster: 8 for o / down, 3 uneven for q|k|v, 1 for
+     * gate|up); a K tail past the 64-column tensor boxes; a column offset; N not a multiple of the 64-row tile */
+    t_linear(51, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3);    /* 50-step horizon: down */
+    t_linear(51, 1024, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3);    /* o */
+    t_linear(51, 2560, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);  /* q|k|v as one product */
+    t_linear(51, 8192, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3);  /* gate|up */
+    t_linear(64, 1000, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3);
+    t_linear(33, 1024, 1048, 0, 1048, 0, EPI_ADD, 0, 8e-3);
+    t_linear(22, 1024, 1024, 1024, 2048, 1, EPI_STORE, 0, 8e-3);
+    t_linear(63, 72, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
+    t_linear(65, 1024, 1024, 0, 1024, 0, EPI_ADD, 0, 8e-3);    /* past 64 rows: cuBLASLt */
     t_linear(1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
     t_linear(5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3);
     t_linear(10, 1024, 32, 0, 32, 1, EPI_STORE, 1, 1e-5);
@@ -496,11 +523,16 @@ static void op_tests(void) {
     t_linear_gated(10, 1024, 2048, 10);   /* π0.5 expert o and down at B = 1: gemv.cu epilogue (K slices) */
     t_linear_gated(10, 1024, 4096, 10);
     t_linear_gated(16, 1000, 1024, 5);    /* partial row block, several gate rows */
-    t_linear_gated(20, 1024, 2048, 10);   /* B = 2: product, then the gated add */
+    t_linear_gated(20, 1024, 2048, 10);   /* B = 2: the warpgroup kernel's epilogue */
+    t_linear_gated(51, 1024, 4096, 17);
+    t_linear_gated(80, 1024, 2048, 10);   /* B = 8: product, then the gated add */
     t_fused(788, 2048, 2048, 256, 16384, 256);   /* PaliGemma layer */
     t_fused(11, 1024, 2048, 256, 4096, 256);     /* action expert (gemv.cu: RoPE split and gelu * up epilogues) */
     t_fused(3, 1024, 2048, 256, 4096, 256);      /* few rows, most of the 16 padded */
-    t_fused(51, 1024, 2048, 256, 4096, 256);     /* 50-step horizon: cuBLASLt, then the split kernels */
+    t_fused(51, 1024, 2048, 256, 4096, 256);     /* 50-step horizon: the warpgroup kernel's pair epilogues */
+    t_fused(64, 1024, 2048, 256, 4096, 256);
+    t_fused(17, 2048, 2048, 256, 16384, 256);
+    t_fused(88, 1024, 2048, 256, 4096, 256);     /* B = 8: cuBLASLt, then the split kernels */
     t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
@@ -510,7 +542,8 @@ static void op_tests(void) {
     t_prenorm(16, 1024, 2048, 256, 4096, 256, 1);   /* no row left for it: norm kernel, then the product */
     t_prenorm(16, 1024, 2048, 256, 4096, 256, 0);
     t_prenorm(22, 1024, 2048, 256, 4096, 256, 0);   /* B = 2: norm kernel, then cuBLASLt */
-    t_prenorm(51, 1024, 2048, 256, 4096, 256, 1);
+    t_prenorm(51, 1024, 2048, 256, 4096, 256, 1);   /* norm kernel, then the warpgroup kernel */
+    t_prenorm(51, 1024, 2048, 256, 4096, 256, 0);
     t_prenorm(11, 2048, 2048, 256, 4096, 256, 0);   /* K != 1024: norm kernel, then the few-row product */
     t_norms(768, 1152);
     t_norms(788, 2048);

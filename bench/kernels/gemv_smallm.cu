@@ -8,7 +8,8 @@
 // replays of a graph of 64 back-to-back launches that rotate over >= 256 MB of weights (so the 50 MB L2
 // serves nothing twice). Prints microseconds per launch and the weight stream in TB/s.
 // Build and run: sh bench/kernels/run_lab.sh OUTDIR (device machine; libpi0.a from `make BUILD=build-gpu`).
-// `gemv_smallm once` runs every version 3 times without graphs (for ncu).
+// `gemv_smallm M` takes M rows (default 11; 17 to 64 run gemv.cu's warpgroup kernel, whatever the block shape);
+// `gemv_smallm once [SHAPE VERSION [M]]` runs every version (or one) 3 times without graphs (for ncu).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +34,13 @@ struct shape { const char *name; int N, K; int fused; };   // fused: 1 qkv+rope,
 int main(int argc, char **argv) {
     // `once [SHAPE VERSION]`: untimed single launches (for ncu), optionally of one shape / version index
     int once = argc > 1 && !strcmp(argv[1], "once");
+    const int M = !once && argc > 1 ? atoi(argv[1]) : once && argc > 4 ? atoi(argv[4]) : 11, REP = 64;
+    if (M < 1 || M > 64) { printf("M must be 1 to 64\n"); return 1; }
     const char *only_shape = once && argc > 3 ? argv[2] : NULL;
     int only_v = once && argc > 3 ? atoi(argv[3]) : -1;
     pi0_backend *be = NULL;
     if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
     cuda_ctx *c = CTX(be);
-    const int M = 11, REP = 64;
     shape shapes[] = {{"qkv", 2560, 1024, 1}, {"o", 1024, 2048, 0}, {"gate|up", 8192, 1024, 2}, {"down", 1024, 4096, 0}};
     struct { const char *name; int nt, pdl, fused; } vers[] = {
         {"v0 cuBLASLt", 0, 0, 0}, {"v1 nt1", 1, 0, 0},     {"v2 nt2", 2, 0, 0},     {"v3 nt4", 4, 0, 0},
@@ -59,7 +61,7 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&Kc, (size_t)M * 256 * 2));
         CK(cudaMalloc(&V, (size_t)M * 256 * 2));
         CK(cudaMalloc(&pos, M * 4));
-        int32_t hp[16];
+        int32_t hp[64];
         for (int i = 0; i < M; i++) hp[i] = 788 + i;
         CK(cudaMemcpy(pos, hp, M * 4, cudaMemcpyHostToDevice));
         fill_kernel<<<1024, 256>>>(W, wbytes / 2 * nbuf, 1234, 1.0f / sqrtf((float)sh.K));

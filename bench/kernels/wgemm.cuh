@@ -17,33 +17,11 @@
 
 enum { WG_BM = 128, WG_BK = 64 };
 
-// ---- wgmma (sm_90a): warpgroup (4 warps, 128 threads) matrix products, both operands in shared memory ----
-// Operand tiles are K-major (k contiguous: A as [m][k], B as [n][k]) rows of 64 bf16 (128 bytes) in the 128-byte
-// swizzle that the tensor copies below write (16-byte chunk q of row r at chunk q ^ (r % 8)), 1024-byte aligned.
-// One m64nNk16 step starts at the tile's row 0 plus 32 bytes per 16 k; 8-row groups are 1024 bytes apart.
-// Matrix descriptor (PTX "matrix descriptor"): start address, leading / stride byte offsets (>> 4), 128B swizzle.
-__device__ __forceinline__ uint64_t wg_desc(const void *smem) {
-    return (uint64_t)((smem_u32(smem) & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
-// Keeps the compiler from moving reads of accumulator registers above wg_wait (they change asynchronously).
-template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
+// wgmma and tensor-copy helpers: src/cuda/mma.cuh.
 // Warp-group register reallocation (setmaxnreg): producers give registers to the consumers' accumulators.
 template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
 template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
 
-// D (64 x N, fp32) (+)= A . B^T for A [64][16] and B [N][16] (K-major descriptors); acc = 0: D = A B^T. Thread t of
-// the warpgroup holds rows 16 (t / 32) + (t % 32) / 4 (and + 8) at columns 8 i + 2 (t % 4) (and + 1): d[4 i], d[4 i + 1]
-// (and d[4 i + 2], d[4 i + 3] for the row + 8), the mma.sync C layout per 8 columns.
-#define WG_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                    "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WG_D32(d, i) WG_D8(d, i), WG_D8(d, i + 8), WG_D8(d, i + 16), WG_D8(d, i + 24)
 #define WG_D64(d) WG_D32(d, 0), WG_D32(d, 32)
 #define WG_D128(d) WG_D32(d, 0), WG_D32(d, 32), WG_D32(d, 64), WG_D32(d, 96)
 __device__ __forceinline__ void wg_ss_64x128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
@@ -68,14 +46,6 @@ __device__ __forceinline__ void wg_ss_64x256(float (&d)[128], uint64_t da, uint6
                  "}, %128, %129, p, 1, 1, 0, 0; }"
                  : WG_D128(d)
                  : "l"(da), "l"(db), "r"(acc));
-}
-
-// ---- tensor copies (TMA, cp.async.bulk.tensor): a box of a 2-D tensor map into shared memory ----
-// Box at (x, y) = (inner coordinate, row) of the map, counted (complete_tx) on mbarrier b; out-of-range elements
-// arrive as zeros and count.
-__device__ __forceinline__ void tma_load_2d(void *smem, const void *map, int x, int y, uint64_t *b) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(b)) : "memory");
 }
 
 // Y = X W^T on wgmma for many rows. The halves of a B tile (BN / 2 weight rows each) are adjacent or, with
@@ -284,28 +254,13 @@ __global__ void __launch_bounds__(384, 1) wg_gemm_kernel(const __grid_constant__
 
 // ---- host side ----
 
-static PFN_cuTensorMapEncodeTiled_v12000 encode_fn;
-
-// A 2-D bf16 tensor map of `rows` x `cols` (row stride ld elements) read in boxes of box_rows x 64 with the
-// 128-byte swizzle; 0 if the driver refuses it (the caller falls back to cuBLASLt).
+// A tensor map of boxes of box_rows x 64 with the 128-byte swizzle (gemv.cu's cuda_tensor_map).
 static int wg_map(CUtensorMap *m, const void *p, int rows, int cols, int ld, int box_rows) {
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
-    cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows}, es[2] = {1, 1};
-    return encode_fn(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return cuda_tensor_map(m, p, rows, cols, ld, box_rows);
 }
 
 static int wg_ready;
 static int cuda_wgemm_setup(cuda_ctx *c) {
-    cudaDriverEntryPointQueryResult q;
-    void *fn = NULL;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !fn) {
-        cudaGetLastError();
-        return 0;
-    }
-    encode_fn = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     CUDA_NOTE(c, cudaFuncSetAttribute(wg_gemm_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)wg_cfg<128>::smem));
     CUDA_NOTE(c, cudaFuncSetAttribute(wg_gemm_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,

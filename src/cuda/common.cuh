@@ -48,7 +48,7 @@ struct cuda_ctx {
     int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
     const void *carved[CUDA_MAX_CARVED];   // kernels whose shared memory carveout is set (cuda_prefer_smem)
     int ncarved;
-    int fused_small;           // the M <= 16 kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
+    int fused_small;           // the few-row kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
     int sms;                   // streaming multiprocessors of the device
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
@@ -193,7 +193,8 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                  const pi0_prenorm *pre);
 int cuda_adjacent(const pi0_wt *const *w, int n);   // the n weights follow each other in the arena, equal widths
-// gemv.cu: Y = X . W^T for M <= 16 rows with fused epilogues (see gemv.cu)
+// gemv.cu: Y = X . W^T for M <= GEMV_ROWS rows with fused epilogues (see gemv.cu)
+enum { GEMV_ROWS = 64 };
 enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE, GEMV_GATED_ADD };
 struct gemv_args {
     const bf16 *x;            // (M, K) rows, stride ldx
@@ -209,8 +210,8 @@ struct gemv_args {
     int nq, nk, hd;
     const int32_t *pos;
     const float *norm_a;      // non-NULL: X rows are normalised first, x rsqrt(mean(x^2) + eps) (1 + norm_a[k])
-    const float *norm_b;      //   (+ norm_b[k] if not NULL): RMSNorm (w) or adaRMS (scale, shift); K = 1024 only,
-                              //   M <= 15 with norm_b
+    const float *norm_b;      //   (+ norm_b[k] if not NULL): RMSNorm (w) or adaRMS (scale, shift); K = 1024 and
+                              //   M <= 16 only, M <= 15 with norm_b
     float eps;
     const float *gate;        // GATED_ADD: y += gate[m / rows_per_gate, n] * bf16(product); rows of gate_stride
     int gate_stride, rows_per_gate;
@@ -221,6 +222,10 @@ int cuda_gemv_ok(const gemv_args *a, int nt);
 // per block / 8: 1, 2, 4, 8) is 0 for the default choice (the lab sets it).
 int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt);
 void cuda_gemv_setup(cuda_ctx *c);
+struct CUtensorMap_st;
+// A 2-D bf16 tensor map (rows x cols, row stride ld elements) for boxes of box_rows x 64 with the 128-byte swizzle
+// (the wgmma operand layout, mma.cuh); 0 if the driver refuses it.
+int cuda_tensor_map(struct CUtensorMap_st *m, const void *p, int rows, int cols, int ld, int box_rows);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 void cuda_attention_setup(cuda_ctx *c);

@@ -7,7 +7,7 @@
 // B = 64 the kernel took 460 us per denoise step: each x value it reads from shared memory feeds two FMAs; RESULTS.md
 // session 15). The copies hold the file's values: for an F32 checkpoint the fp32 weights that the PT reference uses
 // (spec 1.5), which the kernel reads too, so that every batch size computes with them; for a BF16 one the kernel
-// reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= 16) go to gemv.cu. CPU twin: cpu_linear.
+// reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= GEMV_ROWS) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,7 +326,7 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
         return;
     }
     PI0_ASSERT(x.kind == PT_ACT && out.kind == PT_ACT);
-    if (c->fused_small && M <= 16) {   // few rows: gemv.cu streams the weights in one launch
+    if (c->fused_small && M <= GEMV_ROWS) {   // few rows: gemv.cu streams the weights in one launch
         gemv_args g = {};
         g.x = (const bf16 *)x.p; g.w = w; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
         g.epi = epi == EPI_ADD ? GEMV_ADD : epi == EPI_GELU ? GEMV_GELU : GEMV_STORE;
@@ -346,7 +346,7 @@ void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int
                        int gate_stride, int rows_per_gate) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    if (c->fused_small && M <= 16) {
+    if (c->fused_small && M <= GEMV_ROWS) {
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
         g.epi = GEMV_GATED_ADD;
@@ -460,6 +460,14 @@ __global__ void split3_bias_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, con
 
 static const float *b32(const pi0_wt *b) { return b ? (const float *)b->dev32 : NULL; }
 
+// Past 16 rows gemv.cu has no norm prologue: the norm kernel first (then *pre = NULL: nothing left to fold).
+static pt gemv_prenorm(pi0_backend *be, pt y, const pi0_prenorm **pre, int M, int K) {
+    if (M <= 16 || !*pre) return y;
+    y = prenorm_rows(be, y, *pre, M, K);
+    *pre = NULL;
+    return y;
+}
+
 // The pre-norm (backend.h pi0_prenorm) as gemv.cu's prologue: RMSNorm weights or one adaRMS row for all M.
 static void gemv_norm(gemv_args *g, const pi0_prenorm *pre, int M, int K) {
     if (!pre || (!pre->w && pre->rows_per_mod < M)) return;
@@ -474,7 +482,8 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     if (c->err || M <= 0) return;
     int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
     int rope = pos.p != NULL, biased = p->b[0] || p->b[1] || p->b[2];
-    if (c->fused_small && M <= 16 && rope && !biased && cuda_adjacent(p->w, 3)) {   // one launch: product, RoPE, split
+    if (c->fused_small && M <= GEMV_ROWS && rope && !biased && cuda_adjacent(p->w, 3)) {   // product, RoPE, split
+        y = gemv_prenorm(be, y, &pre, M, K);
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)p->w[0]->dev; g.M = M; g.N = n; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = hd / 2; g.epi = GEMV_QKV_ROPE;
@@ -524,7 +533,8 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[2] = {&L->gate, &L->up};
-    if (c->fused_small && M <= 16 && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
+    if (c->fused_small && M <= GEMV_ROWS && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
+        y = gemv_prenorm(be, y, &pre, M, K);
         gemv_args g = {};
         g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F;

@@ -1,6 +1,7 @@
 // mma.cuh — tensor-core and asynchronous-copy building blocks shared by the hand-written kernels
 // (gemv.cu, attention.cu): mma.m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async, the bulk copy (TMA)
-// with its mbarrier, bf16 pair packing, cluster barriers and st.async. PTX ISA names in the comments.
+// with its mbarrier, bf16 pair packing, cluster barriers and st.async; the warpgroup MMA (wgmma) and the
+// tensor copies that feed it. PTX ISA names in the comments.
 #pragma once
 
 #include "common.cuh"
@@ -111,6 +112,61 @@ __device__ __forceinline__ void st_async_f32x2(float *p, unsigned rank, float v0
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(ra),
                  "f"(v0), "f"(v1), "r"(rb) : "memory");
 }
+__device__ __forceinline__ void st_async_f32x4(float *p, unsigned rank, float4 v, uint64_t *b) {   // 16 bytes
+    unsigned ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(ra),
+                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rb) : "memory");
+}
 
 // Makes mbarrier initialisation visible to the asynchronous proxy (the tensor copies that complete on them).
 __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+// ---- wgmma (sm_90a): warpgroup (4 warps, 128 threads) matrix products, both operands in shared memory ----
+// Operand tiles are K-major (k contiguous: A as [m][k], B as [n][k]) rows of 64 bf16 (128 bytes) in the 128-byte
+// swizzle that the tensor copies below write (16-byte chunk q of row r at chunk q ^ (r % 8)), 1024-byte aligned.
+// One m64nNk16 step starts at the tile's row 0 plus 32 bytes per 16 k (+ 2 on the descriptor); 8-row groups are
+// 1024 bytes apart. Matrix descriptor (PTX "matrix descriptor"): start address, leading / stride byte offsets
+// (>> 4), 128B swizzle.
+__device__ __forceinline__ uint64_t wg_desc(const void *smem) {
+    return (uint64_t)((smem_u32(smem) & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving reads of accumulator registers above wg_wait (they change asynchronously).
+template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+// D (64 x N, fp32) (+)= A . B^T for A [64][16] and B [N][16] (K-major descriptors); acc = 0: D = A B^T. Thread t of
+// the warpgroup holds rows 16 (t / 32) + (t % 32) / 4 (and + 8) at columns 8 i + 2 (t % 4) (and + 1): d[4 i], d[4 i + 1]
+// (and d[4 i + 2], d[4 i + 3] for the row + 8), the mma.sync C layout per 8 columns.
+#define WG_D8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                    "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WG_D32(d, i) WG_D8(d, i), WG_D8(d, i + 8), WG_D8(d, i + 16), WG_D8(d, i + 24)
+__device__ __forceinline__ void wg_ss_64x64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0; }"
+                 : WG_D32(d, 0)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+
+// ---- tensor copies (TMA, cp.async.bulk.tensor): a box of a 2-D tensor map into shared memory ----
+// Box at (x, y) = (inner coordinate, row) of the map, counted (complete_tx) on mbarrier b; out-of-range elements
+// arrive as zeros and count.
+__device__ __forceinline__ void tma_load_2d(void *smem, const void *map, int x, int y, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(b)) : "memory");
+}
+// The same for the weight stream, its lines marked evict-first in L2 (as bulk_copy_stream).
+__device__ __forceinline__ void tma_load_2d_stream(void *smem, const void *map, int x, int y, uint64_t *b) {
+    asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+                 "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1, {%2, %3}], [%4], pol; }" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y),
+                 "r"(smem_u32(b)) : "memory");
+}
