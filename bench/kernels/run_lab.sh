@@ -20,11 +20,18 @@ if [ "$1" = build ]; then
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
         -DGEMV_PROF bench/kernels/denoise_chain.cu $B/gemv_prof.cu $B/attention_prof.cu $B/libpi0.a -o $B/chain_prof \
         /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
+    # gemv.cu's warpgroup kernel (17-64 rows) with per-block phase stamps
+    patch -s -o $B/gemv_wgprof.cu src/cuda/gemv.cu bench/kernels/wg_prof.patch || exit 1
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
+        bench/kernels/wg_prof.cu $B/gemv_wgprof.cu $B/libpi0.a -o $B/wg_prof /usr/lib/x86_64-linux-gnu/libjansson.a \
+        -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
     exit 0
 fi
 out=${2:-/tmp/lab}
 mkdir -p "$out"
 $B/gemv_smallm | tee "$out/gemv_smallm.txt"
+$B/gemv_smallm 51 | tee "$out/gemv_smallm51.txt"
+$B/wg_prof 51 | tee "$out/wg_prof.txt"
 { $B/decode_attn 11 788; $B/decode_attn 10 968; $B/decode_attn 51 788; } | tee "$out/decode_attn.txt"
 $B/denoise_chain | tee "$out/denoise_chain.txt"
 $B/gelu_epilogue | tee "$out/gelu_epilogue.txt"
