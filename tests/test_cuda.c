@@ -500,6 +500,11 @@ static void op_tests(void) {
     t_linear(33, 1024, 1048, 0, 1048, 0, EPI_ADD, 0, 8e-3);
     t_linear(22, 1024, 1024, 1024, 2048, 1, EPI_STORE, 0, 8e-3);
     t_linear(63, 72, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
+    t_linear(51, 1280, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3);    /* 7 K slices (on 132 SMs), */
+    t_linear(37, 1536, 2048, 0, 2048, 1, EPI_STORE, 0, 8e-3);  /* 6, */
+    t_linear(51, 1856, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3);    /* 5, */
+    t_linear(45, 2112, 2048, 0, 2048, 0, EPI_GELU, 0, 8e-3);   /* 4, */
+    t_linear(51, 4096, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3);    /* 2 */
     t_linear(65, 1024, 1024, 0, 1024, 0, EPI_ADD, 0, 8e-3);    /* past 64 rows: cuBLASLt */
     t_linear(1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3);
     t_linear(5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3);
@@ -541,7 +546,7 @@ static void op_tests(void) {
     t_prenorm(15, 1024, 2048, 256, 4096, 256, 1);   /* the adaRMS shift as X row 15, the last one */
     t_prenorm(16, 1024, 2048, 256, 4096, 256, 1);   /* no row left for it: norm kernel, then the product */
     t_prenorm(16, 1024, 2048, 256, 4096, 256, 0);
-    t_prenorm(22, 1024, 2048, 256, 4096, 256, 0);   /* B = 2: norm kernel, then cuBLASLt */
+    t_prenorm(22, 1024, 2048, 256, 4096, 256, 0);   /* B = 2: norm kernel, then the warpgroup kernel */
     t_prenorm(51, 1024, 2048, 256, 4096, 256, 1);   /* norm kernel, then the warpgroup kernel */
     t_prenorm(51, 1024, 2048, 256, 4096, 256, 0);
     t_prenorm(11, 2048, 2048, 256, 4096, 256, 0);   /* K != 1024: norm kernel, then the few-row product */

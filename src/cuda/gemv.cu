@@ -300,7 +300,8 @@ template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
 // this one (10 stages, one block per SM: 1.6-2x slower in a chain). Output rows: [r0, r0 + 32) and [r1, r1 + 32)
 // (r1 = r0 + 32, or r0 + pair for the pair epilogues). Block (x, y) takes k blocks of a cluster's K slice y; the
 // partial sums of X row m go to the block of rank m / tpr of the cluster (st.async into its recv, counted on its
-// mbarrier), which adds them in rank order (deterministic) and runs the epilogue on items of 8 columns
+// mbarrier), which adds its own and then the others' in rank order (deterministic for a given number of slices,
+// which follows the SM count) and runs the epilogue on items of 8 columns
 // (16-byte accesses). Per-block phase stamps (RESULTS.md session 17) set the shape: four accumulators (one wgmma
 // chain per stage took ~500 cycles), the partial sums staged in shared memory and sent in 16-byte pieces, and
 // the epilogue's global inputs read before the main loop. The pre-norm runs as its own kernel here.
@@ -396,6 +397,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     wg_wait<0>();
 #pragma unroll
     for (int u = 0; u < 4; u++) wg_hold(d[u]);
+    __syncthreads();   // every warp's products are done before the ring is reused for the staged sums
     // d[u][4 i + 2 h + e]: output row 16 warp + g + 8 h of the tile, X row 8 i + 2 c + e, into stg (the free ring) as
     // [X row][WGV_LDR] (a warp's 8 g and 4 c land in 32 banks); then the rows that other blocks finish go to their
     // recv in 16-byte pieces (st.async: no per-element owner arithmetic, which took ~2 us per block)
