@@ -157,6 +157,8 @@ pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 void cuda_weights_free(void *arena);
 /* Launches of gemv.cu's warpgroup kernel (17 to 64 rows) in this process: the op tests check that it ran. */
 long cuda_gemv_wg_launches(void);
+/* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
+long cuda_flash_wg_launches(void);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);

@@ -385,6 +385,14 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
     t_attention_ramp(what, nseg, nq, nk, heads, kv, hd, with_k2, block0, tail, 0);
 }
 
+/* hd-256 MQA segments without a suffix (the prefix) that the decode kernel does not take run on the wgmma flash
+ * kernel: the op is compared with the CPU twin, and the kernel must have run */
+static void t_attention_fw(const char *what, int nseg, const int *nq, const int *nk, float kramp) {
+    long n0 = cuda_flash_wg_launches();
+    t_attention_ramp(what, nseg, nq, nk, 8, 1, 256, 0, 0, 0, kramp);
+    CHECK(cuda_flash_wg_launches() > n0, "attention %s: the wgmma flash kernel did not run", what);
+}
+
 static void t_misc(void) {
     /* gelu_mul */
     int M = 788, F = 4096;
@@ -567,8 +575,8 @@ static void op_tests(void) {
     int v20[20];
     for (int i = 0; i < 20; i++) v20[i] = 64;
     t_attention("siglip-batched", 20, v20, v20, 16, 16, 72, 0, 0, 0);   /* >= heads images: batch over images */
-    t_attention("prefix", 1, p1, p1, 8, 1, 256, 0, 0, 0);
-    t_attention("prefix-b2", 2, p2q, p2q, 8, 1, 256, 0, 0, 0);
+    t_attention_fw("prefix", 1, p1, p1, 0);
+    t_attention_fw("prefix-b2", 2, p2q, p2q, 0);
     t_attention("suffix-pi0", 2, s_q, s_k, 8, 1, 256, 1, 1, 0);
     t_attention("suffix-pi05", 2, s5_q, s_k, 8, 1, 256, 1, 0, 0);
     int e_q[6] = {11, 11, 11, 11, 11, 7}, e_k[6] = {300, 300, 300, 300, 300, 300}, pe[3] = {40, 40, 40};
@@ -592,8 +600,8 @@ static void op_tests(void) {
     /* more than a wave of blocks (on a GPU of up to 139 SMs): the 32-key tiles, with and without a suffix */
     int w_q[3] = {400, 400, 400}, ws_q[20], ws_k[20];
     for (int i = 0; i < 20; i++) { ws_q[i] = 51; ws_k[i] = 300; }
-    t_attention("flash-mqa-waves", 3, w_q, w_q, 8, 1, 256, 0, 0, 0);
-    t_attention_ramp("flash-mqa-waves-ramp", 3, w_q, w_q, 8, 1, 256, 0, 0, 0, 6.0f);
+    t_attention_fw("flash-mqa-waves", 3, w_q, w_q, 0);
+    t_attention_fw("flash-mqa-waves-ramp", 3, w_q, w_q, 6.0f);
     t_attention("flash-suffix-waves", 20, ws_q, ws_k, 8, 1, 256, 1, 1, 0);
     int tl_q[1] = {11}, tl_k[1] = {799}, tl5_q[1] = {10}, tl5_k[1] = {978};
     t_attention("suffix-tail-pi0", 1, tl_q, tl_k, 8, 1, 256, 0, 1, 11);    /* B = 1: suffix K/V after the cache */
@@ -608,13 +616,15 @@ static void op_tests(void) {
      * 128 queries (1024 rows) and 1024 keys take the decode kernel instead, so the flash cases use more */
     int fo_q[3] = {1, 17, 130}, fx_q[2] = {5, 200}, fx_k[2] = {200, 40}, fe[4] = {130, 130, 130, 50};
     int so_q[3] = {100, 37, 256}, sx_q[2] = {3, 64}, sx_k[2] = {65, 1}, st_q[2] = {20, 70}, st_k[2] = {150, 300};
-    t_attention("flash-mqa-odd", 3, fo_q, fo_q, 8, 1, 256, 0, 0, 0);
-    t_attention("flash-mqa-cross", 2, fx_q, fx_k, 8, 1, 256, 0, 0, 0);
-    t_attention("flash-mqa-equal", 4, fe, fe, 8, 1, 256, 0, 0, 0);
+    t_attention_fw("flash-mqa-odd", 3, fo_q, fo_q, 0);
+    t_attention_fw("flash-mqa-cross", 2, fx_q, fx_k, 0);
+    int ft2_q[3] = {200, 200, 200}, ft2_k[3] = {64, 128, 193};   /* 1, 2 (whole) and 4 key tiles of 64 */
+    t_attention_fw("flash-mqa-tiles", 3, ft2_q, ft2_k, 0);
+    t_attention_fw("flash-mqa-equal", 4, fe, fe, 0);
     t_attention("flash-mha-odd", 3, so_q, so_q, 16, 16, 72, 0, 0, 0);
     t_attention("flash-mha-cross", 2, sx_q, sx_k, 16, 16, 72, 0, 0, 0);
     t_attention("flash-mha-3-5-tiles", 2, st_q, st_k, 16, 16, 72, 0, 0, 0);   /* odd key tile counts (2 groups) */
-    t_attention_ramp("flash-mqa-ramp", 1, p1, p1, 8, 1, 256, 0, 0, 0, 6.0f);   /* the running max moves late */
+    t_attention_fw("flash-mqa-ramp", 1, p1, p1, 6.0f);   /* the running max moves late */
     t_attention_ramp("flash-mha-ramp", 3, v_q, v_q, 16, 16, 72, 0, 0, 0, 6.0f);
     t_misc();
     t_patch(224, 14, 1152, 3);

@@ -14,7 +14,10 @@
 // head_dim 256; at B = 1 the suffix keys are the range's tail, at B > 1 a second source) go to decode_attn_kernel
 // first: one launch for all equal segments, see below. At B = 8 the GEMM path took ~53 us per expert layer
 // (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, RESULTS.md session 14). Batches past the decode
-// kernel's two waves take flash attention.
+// kernel's two waves take flash attention. Flash attention runs the prefix (head_dim 256, MQA, no suffix mask) on
+// flash_wg_kernel (wgmma + tensor copies) and the rest on flash_attn_kernel (mma.sync; PI0_CUDA_FLASH=mma sends the
+// prefix there too, as it does where a tensor map cannot be made).
+#include <cuda.h>
 #include <math.h>
 
 #include "common.cuh"
@@ -448,6 +451,228 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
     }
 }
 
+// ---- flash attention for the prefix on the warpgroup MMA (head_dim 256, MQA, no suffix mask) ----
+// flash_attn_kernel's algorithm and roundings with the products on wgmma (mma.cuh) and the operands brought by tensor
+// copies (TMA). A block is one warpgroup that owns FW_BM = 64 stacked query rows and walks the segment's keys in
+// tiles of FW_BN = 64. Q (64 x 256), the K tiles (FW_KB buffers) and the V tiles (FW_VB) sit in shared memory as
+// four 64-column slabs in the 128-byte swizzle, each tile filled by 4 tensor copies that complete on its buffer's
+// mbarrier.
+//  - S = Q K^T: 16 wgmma m64n64k16, both operands from shared memory. O += P V: 16 wgmma m64n64k16 (per 16 keys
+//    one per 64 output columns) with P from registers (S's accumulator layout is the A fragment layout) and V read
+//    MN-major.
+//  - Step i issues S of tile i and P V of tile i - 1, waits for S only and runs the softmax of tile i while P V is
+//    in the tensor cores (FlashAttention-3's overlap inside a warpgroup); a move of the running max (lazy, rare)
+//    rescales O once P V has landed. P alternates between two register sets, and the steps are written out (first /
+//    pairs / last) so that every wgmma wait is unconditional where ptxas sees it (session 13: waits under
+//    conditions serialise the products).
+//  - After step i the warpgroup meets at a barrier (each warp's wait covers its own share of a product) and thread
+//    0 refills the buffers of K tile i and V tile i - 1.
+//  - Keys past the segment (the last tile only) read the next segment's rows or zeros (past the map, whose rows end
+//    with the last segment): finite values, masked to -inf, so that their P is 0.
+// ncu, one prefix layer of pi0-3cam (99 blocks): 24.0 us against 41.2 for the mma.sync kernel, which reads every
+// K / V fragment once per warp through ldmatrix (RESULTS.md session 18). Queuing S of tile i + 1 behind P V of tile
+// i - 1 before that lands (a second S register set: 255 registers) took 29 us. Per 64-key step the warpgroup takes
+// ~3.3k cycles against ~1k of tensor work, with one warp per scheduler issuing every ~5 cycles.
+enum { FW_BM = 64, FW_BN = 64, FW_HD = 256, FW_SLAB = FW_BN * 128, FW_TILE = 4 * FW_SLAB, FW_KB = 2, FW_VB = 3 };
+static size_t fw_smem() { return (size_t)(1 + FW_KB + FW_VB) * FW_TILE + 1024 + 8 * (1 + FW_KB + FW_VB); }
+
+// 2^x in one MUFU.EX2 (exp2f adds a range check and two multiplies for results below 2^-126, which bf16 P and the
+// fp32 row sums do not need: they flush to 0 here).
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void wg_bar() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+__global__ void __launch_bounds__(128, 1)
+flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                const __grid_constant__ CUtensorMap tv, bf16 *out, int rows, int nk, float sl2) {
+    extern __shared__ unsigned char fw_raw[];
+    unsigned char *Qs = fw_raw + ((1024 - (smem_u32(fw_raw) & 1023)) & 1023);   // swizzle atoms: 1024-byte aligned
+    unsigned char *Ks = Qs + FW_TILE, *Vs = Ks + FW_KB * FW_TILE;
+    uint64_t *bar = (uint64_t *)(Vs + FW_VB * FW_TILE), *kbar = bar + 1, *vbar = kbar + FW_KB;   // bar[0]: Q
+    const int t = threadIdx.x, warp = t >> 5, g = (t & 31) >> 2, c = t & 3;
+    const int r0 = blockIdx.x * FW_BM, krow = blockIdx.z * nk, nt = (nk + FW_BN - 1) / FW_BN;
+    if (t == 0) {
+        for (int i = 0; i < 1 + FW_KB + FW_VB; i++) mbar_init(&bar[i], 1);
+        fence_barrier_init();
+    }
+    __syncthreads();
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    auto load = [&](unsigned char *dst, const CUtensorMap *m, int row, uint64_t *b) {
+        mbar_expect_tx(b, FW_TILE);
+#pragma unroll
+        for (int sl = 0; sl < 4; sl++) tma_load_2d(dst + sl * FW_SLAB, m, 64 * sl, row, b);
+    };
+    auto load_k = [&](int i) { load(Ks + i % FW_KB * FW_TILE, &tk, krow + i * FW_BN, &kbar[i % FW_KB]); };
+    auto load_v = [&](int i) { load(Vs + i % FW_VB * FW_TILE, &tv, krow + i * FW_BN, &vbar[i % FW_VB]); };
+    if (t == 0) {
+        load(Qs, &tq, blockIdx.z * rows + r0, &bar[0]);
+        for (int i = 0; i < FW_KB && i < nt; i++) load_k(i);
+        for (int i = 0; i < FW_VB && i < nt; i++) load_v(i);
+    }
+    float o[FW_HD / 8][4], s[FW_BN / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, alpha[2];
+#pragma unroll
+    for (int n = 0; n < FW_HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
+    float(*oc)[32] = (float(*)[32])o;   // oc[sl]: the accumulators of output columns [64 sl, 64 sl + 64)
+    float(*sc)[32] = (float(*)[32])s;
+    uint32_t pa[2][FW_BN / 16][4];   // P of the even / odd tiles (read by the tensor cores until waited for)
+    bool resc = false;               // the running max moved: O is multiplied by alpha once P V has landed
+    // descriptors (mma.cuh): a byte offset within shared memory moves the start address field by offset / 16
+    const uint64_t dq = wg_desc(Qs), dk0 = wg_desc(Ks), dv0 = wg_desc(Vs);
+    auto issue_s = [&](int i) {
+        mbar_wait(&kbar[i % FW_KB], (i / FW_KB) & 1);
+        const uint64_t dk = dk0 + (i % FW_KB) * (FW_TILE >> 4);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < FW_HD / 16; kk++) {   // slab kk / 4; 32 bytes per 16 columns within a slab
+            const int off = ((kk >> 2) * FW_SLAB + (kk & 3) * 32) >> 4;
+            wg_ss_64x64(sc[0], dq + off, dk + off, kk);
+        }
+        wg_commit();
+    };
+    auto issue_pv = [&](int i, const uint32_t(&pp)[FW_BN / 16][4]) {
+        mbar_wait(&vbar[i % FW_VB], (i / FW_VB) & 1);
+        const uint64_t dv = dv0 + (i % FW_VB) * (FW_TILE >> 4);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < FW_BN / 16; kk++)   // keys 16 kk ..: row 16 kk of each V slab
+#pragma unroll
+            for (int sl = 0; sl < FW_HD / 64; sl++) wg_rs_64x64_t(oc[sl], pp[kk], dv + ((sl * FW_SLAB + kk * 2048) >> 4));
+        wg_commit();
+    };
+    auto rescale_o = [&]() {   // P V of the last tile issued has landed: O is readable
+#pragma unroll
+        for (int sl = 0; sl < FW_HD / 64; sl++) wg_hold(oc[sl]);
+        if (resc)
+#pragma unroll
+            for (int n = 0; n < FW_HD / 8; n++) {
+                o[n][0] *= alpha[0];
+                o[n][1] *= alpha[0];
+                o[n][2] *= alpha[1];
+                o[n][3] *= alpha[1];
+            }
+        resc = false;
+    };
+    // online softmax of tile i into pn (flash_attn_kernel's, with the scale sl2 > 0 applied to the row maxima and
+    // inside the exponent): this thread holds rows g and g + 8 of its warp's 16
+    auto softmax = [&](int i, uint32_t(&pn)[FW_BN / 16][4]) {
+        wg_hold(sc[0]);
+        if ((i + 1) * FW_BN > nk)
+#pragma unroll
+            for (int n = 0; n < FW_BN / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (i * FW_BN + n * 8 + 2 * c + (e & 1) >= nk) s[n][e] = -INFINITY;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < FW_BN / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            mx[r] *= sl2;
+        }
+        resc = __any_sync(0xffffffffu, mx[0] > m[0] + FA_SLACK || mx[1] > m[1] + FA_SLACK);
+        if (resc)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float mn = fmaxf(m[r], mx[r]);   // tile 0 has key 0: mn is finite
+                alpha[r] = exp2f(m[r] - mn);
+                l[r] *= alpha[r];
+                m[r] = mn;
+            }
+#pragma unroll
+        for (int n = 0; n < FW_BN / 8; n++) {
+            const float p0 = ex2_ftz(fmaf(s[n][0], sl2, -m[0])), p1 = ex2_ftz(fmaf(s[n][1], sl2, -m[0]));
+            const float p2 = ex2_ftz(fmaf(s[n][2], sl2, -m[1])), p3 = ex2_ftz(fmaf(s[n][3], sl2, -m[1]));
+            l[0] += p0 + p1;
+            l[1] += p2 + p3;
+            pn[n >> 1][(n & 1) * 2] = f2_to_bf2(p0, p1);
+            pn[n >> 1][(n & 1) * 2 + 1] = f2_to_bf2(p2, p3);
+        }
+    };
+    auto refill = [&](int i) {   // after step i: K tile i and V tile i - 1 are done with
+        wg_bar();
+        if (t == 0) {
+            if (i + FW_KB < nt) load_k(i + FW_KB);
+            if (i >= 1 && i - 1 + FW_VB < nt) load_v(i - 1 + FW_VB);
+        }
+    };
+    auto free_p = [&](uint32_t(&pp)[FW_BN / 16][4]) {   // P of tile i - 1 stays in its registers until P V landed
+#pragma unroll
+        for (int kk = 0; kk < FW_BN / 16; kk++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) asm volatile("" : "+r"(pp[kk][e])::"memory");
+    };
+    auto step = [&](int i, uint32_t(&pn)[FW_BN / 16][4], uint32_t(&pp)[FW_BN / 16][4]) {
+        issue_s(i);
+        issue_pv(i - 1, pp);
+        wg_wait<1>();   // S (committed first) is done; P V of tile i - 1 runs on beside the softmax
+        softmax(i, pn);
+        wg_wait<0>();
+        rescale_o();
+        free_p(pp);
+        refill(i);
+    };
+    mbar_wait(&bar[0], 0);
+    issue_s(0);
+    wg_wait<0>();
+    softmax(0, pa[0]);
+    resc = false;   // O is zero
+    refill(0);
+    int i = 1;
+    for (; i + 1 < nt; i += 2) {   // two steps per pass: the P registers alternate statically
+        step(i, pa[1], pa[0]);
+        step(i + 1, pa[0], pa[1]);
+    }
+    if (i < nt) {   // one more S step, then P V of the last tile
+        step(i, pa[1], pa[0]);
+        issue_pv(nt - 1, pa[1]);
+    } else {
+        issue_pv(nt - 1, pa[0]);
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int sl = 0; sl < FW_HD / 64; sl++) wg_hold(oc[sl]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        l[r] = 1.0f / l[r];
+    }
+    out += (size_t)blockIdx.z * rows * FW_HD;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = r0 + warp * 16 + g + 8 * r;
+        if (row < rows)
+#pragma unroll
+            for (int n = 0; n < FW_HD / 8; n++)
+                *(__nv_bfloat162 *)(out + (size_t)row * FW_HD + n * 8 + 2 * c) =
+                    __floats2bfloat162_rn(o[n][2 * r] * l[r], o[n][2 * r + 1] * l[r]);
+    }
+}
+
+static long fw_launches;   // (atomic: contexts may run on several threads)
+extern "C" long cuda_flash_wg_launches(void) { return __atomic_load_n(&fw_launches, __ATOMIC_RELAXED); }
+
+// The prefix segments on flash_wg_kernel (returns 0 when the tensor maps cannot be made).
+static int flash_wg(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int g, int rows, int nk,
+                    float sl2) {
+    CUtensorMap tq, tk, tv;
+    if (!cuda_tensor_map(&tq, q, g * rows, FW_HD, FW_HD, FW_BM) || !cuda_tensor_map(&tk, k, g * nk, FW_HD, FW_HD, FW_BN) ||
+        !cuda_tensor_map(&tv, v, g * nk, FW_HD, FW_HD, FW_BN))
+        return 0;
+    cuda_launch(c, flash_wg_kernel, dim3(cdiv(rows, FW_BM), 1, g), dim3(128), fw_smem(), tq, tk, tv, out, rows, nk, sl2);
+    __atomic_add_fetch(&fw_launches, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 // Launches flash attention for segments [s, s + g) of equal lengths when it applies (returns 1): nq queries and
 // n1 source-1 keys each; with a second source (k2, v2: nq rows per segment) its keys are the tail of n1 + nq.
 static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
@@ -466,6 +691,7 @@ static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k,
     // head_dim 256: 64-key tiles (169 KB: one block per SM) for one wave of blocks, 32-key tiles (101 KB: two
     // blocks per SM hide each other's latency) for more (batches)
     const int many = (long long)grid.x * grid.y * grid.z > c->sms;
+    if (hd == 256 && mqa && !tail && c->flash == 1 && flash_wg(c, out, q, k, v, g, rows, nk, sl2)) return 1;
     if (hd == 256)
         cuda_launch(c, tail ? (many ? flash_attn_kernel<256, 256, true, 32> : flash_attn_kernel<256, 256, true, 64>)
                             : (many ? flash_attn_kernel<256, 256, false, 32> : flash_attn_kernel<256, 256, false, 64>),
@@ -488,6 +714,7 @@ void cuda_attention_setup(cuda_ctx *c) {
                                       (int)da_smem(DA_MAX_CHUNK, 1)));
     CUDA_NOTE(c, cudaFuncSetAttribute(decode_attn_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)da_smem(DA_MAX_CHUNK, 2)));
+    CUDA_NOTE(c, cudaFuncSetAttribute(flash_wg_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fw_smem()));
     fa_opt_in<256, 256, true, 64>(c);
     fa_opt_in<256, 256, true, 32>(c);
     fa_opt_in<256, 256, false, 64>(c);

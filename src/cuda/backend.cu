@@ -407,7 +407,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->pdl = !(pdl && !strcmp(pdl, "0"));
     c->fused_small = !(small && !strcmp(small, "0"));
     const char *flash = getenv("PI0_CUDA_FLASH");
-    c->flash = !(flash && !strcmp(flash, "0"));
+    c->flash = flash && !strcmp(flash, "0") ? 0 : flash && !strcmp(flash, "mma") ? 2 : 1;
     c->gemms = gemm_cache_new();
     if (!c->gemms) { cuda_destroy(be); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     if (CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||

@@ -52,7 +52,8 @@ struct cuda_ctx {
     int sms;                   // streaming multiprocessors of the device
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
-    int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax)
+    int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax;
+                               // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];

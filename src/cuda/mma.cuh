@@ -156,6 +156,18 @@ __device__ __forceinline__ void wg_ss_64x64(float (&d)[32], uint64_t da, uint64_
                  : "l"(da), "l"(db), "r"(acc));
 }
 
+// D (64 x 64) += A . B with A from registers (per warp the mma.sync A fragment of its 16 rows: the accumulator
+// layout above, rounded to bf16 pairs) and B [16 k][64 n] MN-major (n contiguous) in shared memory: a 128-byte
+// swizzled tile whose step of 16 k starts 16 rows (2048 bytes) further.
+__device__ __forceinline__ void wg_rs_64x64_t(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }"
+                 : WG_D32(d, 0)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 // ---- tensor copies (TMA, cp.async.bulk.tensor): a box of a 2-D tensor map into shared memory ----
 // Box at (x, y) = (inner coordinate, row) of the map, counted (complete_tx) on mbarrier b; out-of-range elements
 // arrive as zeros and count.
