@@ -23,7 +23,6 @@ template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setm
 template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
 
 #define WG_D64(d) WG_D32(d, 0), WG_D32(d, 32)
-#define WG_D128(d) WG_D32(d, 0), WG_D32(d, 32), WG_D32(d, 64), WG_D32(d, 96)
 __device__ __forceinline__ void wg_ss_64x128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"

@@ -457,9 +457,10 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
 // tiles of FW_BN = 64. Q (64 x 256), the K tiles (FW_KB buffers) and the V tiles (FW_VB) sit in shared memory as
 // four 64-column slabs in the 128-byte swizzle, each tile filled by 4 tensor copies that complete on its buffer's
 // mbarrier.
-//  - S = Q K^T: 16 wgmma m64n64k16, both operands from shared memory. O += P V: 16 wgmma m64n64k16 (per 16 keys
-//    one per 64 output columns) with P from registers (S's accumulator layout is the A fragment layout) and V read
-//    MN-major.
+//  - S = Q K^T: 16 wgmma m64n64k16, both operands from shared memory. O += P V: 4 wgmma m64n256k16 (one per 16
+//    keys) with P from registers (S's accumulator layout is the A fragment layout) and V read MN-major across its
+//    four slabs. The softmax's row maxima and sums are trees (short dependent chains); O leaves through shared
+//    memory in 16-byte stores.
 //  - Step i issues S of tile i and P V of tile i - 1, waits for S only and runs the softmax of tile i while P V is
 //    in the tensor cores (FlashAttention-3's overlap inside a warpgroup); a move of the running max (lazy, rare)
 //    rescales O once P V has landed. P alternates between two register sets, and the steps are written out (first /
@@ -469,10 +470,9 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
 //    0 refills the buffers of K tile i and V tile i - 1.
 //  - Keys past the segment (the last tile only) read the next segment's rows or zeros (past the map, whose rows end
 //    with the last segment): finite values, masked to -inf, so that their P is 0.
-// ncu, one prefix layer of pi0-3cam (99 blocks): 24.0 us against 41.2 for the mma.sync kernel, which reads every
-// K / V fragment once per warp through ldmatrix (RESULTS.md session 18). Queuing S of tile i + 1 behind P V of tile
-// i - 1 before that lands (a second S register set: 255 registers) took 29 us. Per 64-key step the warpgroup takes
-// ~3.3k cycles against ~1k of tensor work, with one warp per scheduler issuing every ~5 cycles.
+// ncu, one prefix layer of pi0-3cam (99 blocks): 21.1 us against 41.2 for the mma.sync kernel, which reads every
+// K / V fragment once per warp through ldmatrix (RESULTS.md session 18, with the variants that did not pay). Per
+// 64-key step the warpgroup takes ~3k cycles against ~1k of tensor work: one warp per scheduler.
 enum { FW_BM = 64, FW_BN = 64, FW_HD = 256, FW_SLAB = FW_BN * 128, FW_TILE = 4 * FW_SLAB, FW_KB = 2, FW_VB = 3 };
 static size_t fw_smem() { return (size_t)(1 + FW_KB + FW_VB) * FW_TILE + 1024 + 8 * (1 + FW_KB + FW_VB); }
 
@@ -482,6 +482,15 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+
+// v[0] = op over v[0 .. N) (N a power of two) in log2(N) dependent steps instead of N - 1.
+template <int N, typename F> __device__ __forceinline__ void tree_reduce(float *v, F op) {
+    if constexpr (N > 1) {
+#pragma unroll
+        for (int j = 0; j < N / 2; j++) v[j] = op(v[j], v[j + N / 2]);
+        tree_reduce<N / 2>(v, op);
+    }
 }
 
 __device__ __forceinline__ void wg_bar() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
@@ -517,12 +526,12 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
     float o[FW_HD / 8][4], s[FW_BN / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, alpha[2];
 #pragma unroll
     for (int n = 0; n < FW_HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0;
-    float(*oc)[32] = (float(*)[32])o;   // oc[sl]: the accumulators of output columns [64 sl, 64 sl + 64)
+    float(*oa)[128] = (float(*)[128])o;   // oa[0]: the m64n256 accumulators
     float(*sc)[32] = (float(*)[32])s;
     uint32_t pa[2][FW_BN / 16][4];   // P of the even / odd tiles (read by the tensor cores until waited for)
     bool resc = false;               // the running max moved: O is multiplied by alpha once P V has landed
     // descriptors (mma.cuh): a byte offset within shared memory moves the start address field by offset / 16
-    const uint64_t dq = wg_desc(Qs), dk0 = wg_desc(Ks), dv0 = wg_desc(Vs);
+    const uint64_t dq = wg_desc(Qs), dk0 = wg_desc(Ks), dv0 = wg_desc_mn(Vs, FW_SLAB);
     auto issue_s = [&](int i) {
         mbar_wait(&kbar[i % FW_KB], (i / FW_KB) & 1);
         const uint64_t dk = dk0 + (i % FW_KB) * (FW_TILE >> 4);
@@ -539,14 +548,11 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         const uint64_t dv = dv0 + (i % FW_VB) * (FW_TILE >> 4);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < FW_BN / 16; kk++)   // keys 16 kk ..: row 16 kk of each V slab
-#pragma unroll
-            for (int sl = 0; sl < FW_HD / 64; sl++) wg_rs_64x64_t(oc[sl], pp[kk], dv + ((sl * FW_SLAB + kk * 2048) >> 4));
+        for (int kk = 0; kk < FW_BN / 16; kk++) wg_rs_64x256_t(oa[0], pp[kk], dv + (kk * 2048 >> 4));   // keys 16 kk ..
         wg_commit();
     };
     auto rescale_o = [&]() {   // P V of the last tile issued has landed: O is readable
-#pragma unroll
-        for (int sl = 0; sl < FW_HD / 64; sl++) wg_hold(oc[sl]);
+        wg_hold(oa[0]);
         if (resc)
 #pragma unroll
             for (int n = 0; n < FW_HD / 8; n++) {
@@ -567,13 +573,15 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     if (i * FW_BN + n * 8 + 2 * c + (e & 1) >= nk) s[n][e] = -INFINITY;
-        float mx[2] = {-INFINITY, -INFINITY};
+        float mx[2], v[2][FW_BN / 4];   // row r's 16 logits of this thread, reduced as a tree (short chains)
 #pragma unroll
         for (int n = 0; n < FW_BN / 8; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            for (int e = 0; e < 4; e++) v[e >> 1][2 * n + (e & 1)] = s[n][e];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
+            tree_reduce<FW_BN / 4>(v[r], [](float a, float b) { return fmaxf(a, b); });
+            mx[r] = v[r][0];
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             mx[r] *= sl2;
@@ -591,10 +599,15 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         for (int n = 0; n < FW_BN / 8; n++) {
             const float p0 = ex2_ftz(fmaf(s[n][0], sl2, -m[0])), p1 = ex2_ftz(fmaf(s[n][1], sl2, -m[0]));
             const float p2 = ex2_ftz(fmaf(s[n][2], sl2, -m[1])), p3 = ex2_ftz(fmaf(s[n][3], sl2, -m[1]));
-            l[0] += p0 + p1;
-            l[1] += p2 + p3;
+            v[0][n] = p0 + p1;
+            v[1][n] = p2 + p3;
             pn[n >> 1][(n & 1) * 2] = f2_to_bf2(p0, p1);
             pn[n >> 1][(n & 1) * 2 + 1] = f2_to_bf2(p2, p3);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            tree_reduce<FW_BN / 8>(v[r], [](float a, float b) { return a + b; });
+            l[r] += v[r][0];
         }
     };
     auto refill = [&](int i) {   // after step i: K tile i and V tile i - 1 are done with
@@ -638,23 +651,31 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         issue_pv(nt - 1, pa[0]);
     }
     wg_wait<0>();
-#pragma unroll
-    for (int sl = 0; sl < FW_HD / 64; sl++) wg_hold(oc[sl]);
+    wg_hold(oa[0]);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         l[r] = 1.0f / l[r];
     }
-    out += (size_t)blockIdx.z * rows * FW_HD;
+    // O / l into Q's buffer (free: every S has landed) in its swizzled slab layout (no bank conflicts), then out
+    // in 16-byte pieces, a row's 32 pieces from consecutive threads
+    wg_bar();
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const int row = r0 + warp * 16 + g + 8 * r;
-        if (row < rows)
+        const int row = warp * 16 + g + 8 * r;
 #pragma unroll
-            for (int n = 0; n < FW_HD / 8; n++)
-                *(__nv_bfloat162 *)(out + (size_t)row * FW_HD + n * 8 + 2 * c) =
-                    __floats2bfloat162_rn(o[n][2 * r] * l[r], o[n][2 * r + 1] * l[r]);
+        for (int n = 0; n < FW_HD / 8; n++)
+            *(uint32_t *)(Qs + (n >> 3) * FW_SLAB + swz128(row, n & 7) + 4 * c) =
+                f2_to_bf2(o[n][2 * r] * l[r], o[n][2 * r + 1] * l[r]);
+    }
+    wg_bar();
+    out += ((size_t)blockIdx.z * rows + r0) * FW_HD;
+#pragma unroll 4
+    for (int j = t; j < FW_BM * FW_HD / 8; j += 128) {
+        const int row = j / (FW_HD / 8), ch = j % (FW_HD / 8);
+        if (r0 + row < rows)
+            *(uint4 *)(out + (size_t)row * FW_HD + ch * 8) = *(const uint4 *)(Qs + (ch >> 3) * FW_SLAB + swz128(row, ch & 7));
     }
 }
 

@@ -129,6 +129,8 @@ __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarr
 // One m64nNk16 step starts at the tile's row 0 plus 32 bytes per 16 k (+ 2 on the descriptor); 8-row groups are
 // 1024 bytes apart. Matrix descriptor (PTX "matrix descriptor"): start address, leading / stride byte offsets
 // (>> 4), 128B swizzle.
+// Byte offset of 16-byte chunk q of row r in such a swizzled tile (for threads that read or write one).
+__device__ __forceinline__ uint32_t swz128(int r, int q) { return (uint32_t)(r * 128 + ((q ^ (r & 7)) << 4)); }
 __device__ __forceinline__ uint64_t wg_desc(const void *smem) {
     return (uint64_t)((smem_u32(smem) & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
            (1ull << 62);
@@ -156,15 +158,24 @@ __device__ __forceinline__ void wg_ss_64x64(float (&d)[32], uint64_t da, uint64_
                  : "l"(da), "l"(db), "r"(acc));
 }
 
-// D (64 x 64) += A . B with A from registers (per warp the mma.sync A fragment of its 16 rows: the accumulator
-// layout above, rounded to bf16 pairs) and B [16 k][64 n] MN-major (n contiguous) in shared memory: a 128-byte
-// swizzled tile whose step of 16 k starts 16 rows (2048 bytes) further.
-__device__ __forceinline__ void wg_rs_64x64_t(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+// D (64 x 256) += A . B with A from registers (per warp the mma.sync A fragment of its 16 rows: the accumulator
+// layout above, rounded to bf16 pairs) and B [16 k][256 n] MN-major (n contiguous) in shared memory: four 128-byte
+// swizzled slabs of 64 columns `slab` bytes apart (the descriptor's leading byte offset), whose step of 16 k starts
+// 16 rows (2048 bytes) further.
+#define WG_D128(d) WG_D32(d, 0), WG_D32(d, 32), WG_D32(d, 64), WG_D32(d, 96)
+__device__ __forceinline__ uint64_t wg_desc_mn(const void *smem, unsigned slab) {
+    return (wg_desc(smem) & ~(0x3FFFull << 16)) | ((uint64_t)(slab >> 4) << 16);
+}
+__device__ __forceinline__ void wg_rs_64x256_t(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
-                 "%26,%27,%28,%29,%30,%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }"
-                 : WG_D32(d, 0)
+                 "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+                 "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,"
+                 "%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,"
+                 "%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,"
+                 "%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1; }"
+                 : WG_D128(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
