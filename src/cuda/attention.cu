@@ -666,10 +666,12 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     }
-    // merge: warpgroup 1 leaves (m, l, O) in its own buffers (all its copies have landed and been read), thread by
-    // thread; warpgroup 0 combines (a warpgroup without keys has m = -inf, l = 0, O = 0)
+    // merge: warpgroup 1 leaves (m, l, O) in its own buffers, thread by thread, once all its warps are past their
+    // last P V (each warp's wait covers its own share); warpgroup 0 combines (a warpgroup without keys has m = -inf,
+    // l = 0, O = 0)
     float *xo = (float *)(Qs + (1 + FW_KB + FW_VB) * FW_TILE), *xm = xo + FW_HD / 2 * 128;
     if (wg == 1) {
+        wg_bar(2);
 #pragma unroll
         for (int n = 0; n < FW_HD / 8; n++)
 #pragma unroll
