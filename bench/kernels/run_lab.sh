@@ -12,6 +12,8 @@ if [ "$1" = build ]; then
             bench/kernels/$k.cu $B/libpi0.a -o $B/$k /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp \
             -lcublasLt -lgomp || exit 1
     done
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc -DPI0_HAVE_CUDA bench/kernels/wgmma_rate.cu \
+        -o $B/wgmma_rate || exit 1
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc bench/kernels/lt_search.cu -o $B/lt_search \
         -lcublasLt || exit 1
     # denoise_chain with per-block phase stamps in the few-row products (LAB_PROF=1 prints them)
@@ -38,6 +40,7 @@ $B/gelu_epilogue | tee "$out/gelu_epilogue.txt"
 $B/pdl_drain | tee "$out/pdl_drain.txt"
 $B/sm_stream | tee "$out/sm_stream.txt"
 $B/wgemm_lab | tee "$out/wgemm_lab.txt"
+$B/wgmma_rate | tee "$out/wgmma_rate.txt"
 $B/lt_search | tee "$out/lt_search.txt"
 LAB_PROF=1 $B/chain_prof | tee "$out/chain_prof.txt"
 if [ -n "$NCU" ] && command -v ncu >/dev/null; then   # NCU=1: DRAM throughput of each version (slow)
