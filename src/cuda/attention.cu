@@ -473,8 +473,7 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
 // ncu, one prefix layer of pi0-3cam (99 blocks): 18.4 us against 41.2 for the mma.sync kernel, which reads every
 // K / V fragment once per warp through ldmatrix; one warpgroup per block walking all tiles took 21.1 (RESULTS.md
 // session 18, with the variants that did not pay). The products alone would run at the tensor peak (lab
-// wgmma_rate.cu): the time goes to each step's chain of S, softmax and refill, and to K copies exposed behind the
-// single K buffer.
+// wgmma_rate.cu): the time goes to each step's chain of S, softmax and refill.
 enum { FW_BM = 64, FW_BN = 64, FW_HD = 256, FW_SLAB = FW_BN * 128, FW_TILE = 4 * FW_SLAB, FW_WG = 2, FW_KB = 1, FW_VB = 2,
        FW_BUFS = 1 + FW_WG * (FW_KB + FW_VB) };   // tiles in shared memory: Q, then each warpgroup's K and V
 static size_t fw_smem() { return (size_t)FW_BUFS * FW_TILE + 1024 + 8 * FW_BUFS; }
