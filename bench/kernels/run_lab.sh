@@ -27,6 +27,11 @@ if [ "$1" = build ]; then
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
         bench/kernels/wg_prof.cu $B/gemv_wgprof.cu $B/libpi0.a -o $B/wg_prof /usr/lib/x86_64-linux-gnu/libjansson.a \
         -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
+    # attention.cu's prefix flash kernel with per-block, per-step stamps
+    patch -s -o $B/attention_fwprof.cu src/cuda/attention.cu bench/kernels/fw_prof.patch || exit 1
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
+        bench/kernels/fw_prof.cu $B/attention_fwprof.cu $B/libpi0.a -o $B/fw_prof /usr/lib/x86_64-linux-gnu/libjansson.a \
+        -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
     exit 0
 fi
 out=${2:-/tmp/lab}
@@ -34,6 +39,7 @@ mkdir -p "$out"
 $B/gemv_smallm | tee "$out/gemv_smallm.txt"
 $B/gemv_smallm 51 | tee "$out/gemv_smallm51.txt"
 $B/wg_prof 51 | tee "$out/wg_prof.txt"
+PI0_CUDA_PDL=0 $B/fw_prof | tee "$out/fw_prof.txt"
 { $B/decode_attn 11 788; $B/decode_attn 10 968; $B/decode_attn 51 788; } | tee "$out/decode_attn.txt"
 $B/denoise_chain | tee "$out/denoise_chain.txt"
 $B/gelu_epilogue | tee "$out/gelu_epilogue.txt"
