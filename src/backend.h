@@ -159,6 +159,8 @@ void cuda_weights_free(void *arena);
 long cuda_gemv_wg_launches(void);
 /* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
 long cuda_flash_wg_launches(void);
+/* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
+long cuda_gateup_launches(void);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);

@@ -215,8 +215,12 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     rel(&pos);
     cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
     n0 = cuda_gemv_wg_launches();
+    long g0 = cuda_gateup_launches();
     gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
     if (F % 32 == 0 && K % 8 == 0) want_wg("mlp_up", shape, M, n0);
+    /* 136 rows and more: gateup.cu (F % 64, K % 8) */
+    if (M >= 136 && F % 64 == 0 && K % 8 == 0)
+        CHECK(cuda_gateup_launches() == g0 + 1, "mlp_up %s: gateup.cu did not run", shape);
     compare("qkv.q", shape, &oq, 8e-3);
     compare("qkv.k", shape, &ok, 8e-3);
     compare("qkv.v", shape, &ov, 8e-3);
@@ -587,6 +591,10 @@ static void op_tests(void) {
     t_fused(17, 2048, 2048, 256, 16384, 256);
     t_fused(88, 1024, 2048, 256, 4096, 256);     /* B = 8: cuBLASLt, then the split kernels */
     t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
+    t_fused(543, 2048, 512, 256, 1024, 256);     /* gateup.cu: 3 token tiles of 184 (the last one overlaps) */
+    t_fused(136, 1000, 256, 64, 192, 64);        /* one tile of the narrowest width, K past the last 64 */
+    t_fused(300, 512, 256, 64, 320, 64);         /* 2 tiles, F of 5 feature tiles */
+    t_fused(2600, 2048, 256, 64, 128, 64);       /* token tiles in 2 panels (gateup.cu), the last one short */
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 1);

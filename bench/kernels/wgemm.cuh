@@ -18,9 +18,7 @@
 enum { WG_BM = 128, WG_BK = 64 };
 
 // wgmma and tensor-copy helpers: src/cuda/mma.cuh.
-// Warp-group register reallocation (setmaxnreg): producers give registers to the consumers' accumulators.
-template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
-template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+// Warp-group register reallocation (setmaxnreg: regs_dec / regs_inc): src/cuda/mma.cuh.
 
 #define WG_D64(d) WG_D32(d, 0), WG_D32(d, 32)
 __device__ __forceinline__ void wg_ss_64x128(float (&d)[64], uint64_t da, uint64_t db, int acc) {

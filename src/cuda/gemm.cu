@@ -542,6 +542,9 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
+    if (M > GEMV_ROWS && cuda_adjacent(w, 2) &&   // one launch: gateup.cu
+        cuda_gateup(c, (bf16 *)out.p, (const bf16 *)y.p, K, (const bf16 *)L->gate.dev, M, F, K, 0))
+        return;
     if (!cuda_adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
         cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
         cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);

@@ -459,7 +459,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
 }
 
 // cuTensorMapEncodeTiled from the driver (no link to libcuda), looked up once
-static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
+PFN_cuTensorMapEncodeTiled_v12000 cuda_tensor_map_encoder(void) {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void *f = NULL;
         cudaDriverEntryPointQueryResult q;
@@ -475,7 +475,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
 // A 2-D bf16 tensor map of rows x cols (row stride ld elements) read in boxes of box_rows x 64 with the 128-byte
 // swizzle; 0 if the driver refuses it.
 int cuda_tensor_map(CUtensorMap *m, const void *p, int rows, int cols, int ld, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+    PFN_cuTensorMapEncodeTiled_v12000 enc = cuda_tensor_map_encoder();
     cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld * 2};
     cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, es[2] = {1, 1};
     return enc && enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,

@@ -194,3 +194,31 @@ __device__ __forceinline__ void tma_load_2d_stream(void *smem, const void *map, 
                  "[%0], [%1, {%2, %3}], [%4], pol; }" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y),
                  "r"(smem_u32(b)) : "memory");
 }
+// A box of a 4-D tensor map (coordinates innermost first), counted on mbarrier b like tma_load_2d.
+__device__ __forceinline__ void tma_load_4d(void *smem, const void *map, int c0, int c1, int c2, int c3, uint64_t *b) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+                 "[%6];" ::"r"(smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(b)) : "memory");
+}
+// Shared memory to the box at (x, y) of a 2-D tensor map (elements outside the map are not written), as one bulk
+// group; the writes to shared memory before it need fence_proxy_async first.
+__device__ __forceinline__ void tma_store_2d(const void *map, const void *smem, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map), "r"(x), "r"(y),
+                 "r"(smem_u32(smem)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// This thread's stores have read their shared memory (it may be rewritten) / have completed.
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Warp-group register reallocation (setmaxnreg): a producer warpgroup gives registers to the consumers.
+template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+// Four (x4) or one (x1) 8 x 8 b16 matrices in the mma accumulator layout (lane l: row l / 4, columns 2 (l % 4), + 1
+// as a bf16 pair), written transposed: lane 8 i + r gives the shared-memory address of row r of matrix i.
+__device__ __forceinline__ void stsm_x4_t(const void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_u32(p)), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ void stsm_x1_t(const void *p, uint32_t r0) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};" ::"r"(smem_u32(p)), "r"(r0) : "memory");
+}
