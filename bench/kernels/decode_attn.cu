@@ -14,14 +14,6 @@
 #include "lab.cuh"
 
 
-__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
-
 int main(int argc, char **argv) {
     int nq = argc > 1 ? atoi(argv[1]) : 11, prefix = argc > 2 ? atoi(argv[2]) : 788, layers = 18, REP = 36;
     int H = 8, hd = 256, n1 = prefix + nq;

@@ -99,14 +99,6 @@ __global__ void l2_prefetch_kernel(const char *p, size_t bytes) {
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(p + off) : "memory");
 }
 
-__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
-
 static pi0_wt mat(char **at, int64_t rows, int64_t cols) {
     pi0_wt w = {};
     w.rows = rows; w.cols = cols; w.dtype = PI0_DT_BF16; w.dev = *at;

@@ -11,18 +11,6 @@
 #include "../../src/cuda/common.cuh"
 #include "lab.cuh"
 
-void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
-                  const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
-                  const void *bias, int batch, long long sx, long long sw, long long sy, long long sb, int gelu);
-
-__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
-
 // the production pass (gemm.cu's gelu_mul_split_kernel<8>)
 __global__ void pass_kernel(bf16 *out, const bf16 *f, int M, int F) {
     pdl_wait();

@@ -12,14 +12,6 @@
 #include "../../src/cuda/common.cuh"
 #include "lab.cuh"
 
-__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
-
 // Version 0's GELU pass: the in-place kernel that src/cuda/elementwise.cu ran after the bias epilogue
 // before the GELU moved into the epilogue (16-byte accesses, 6.7 us at this shape under ncu).
 __global__ void gelu_kernel(bf16 *x, size_t n) {

@@ -19,14 +19,6 @@
 #include "lab.cuh"
 
 
-__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
-
 static float b2f(bf16 v) { return __bfloat162float(v); }
 
 struct shape { const char *name; int N, K; int fused; };   // fused: 1 qkv+rope, 2 gate|up

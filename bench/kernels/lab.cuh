@@ -1,12 +1,23 @@
-// lab.cuh — timing shared by the kernel labs of bench/kernels: CK() for CUDA calls, and the median of 9
-// replays of a captured CUDA graph (2 warm-up replays first), so every lab times the same way.
+// lab.cuh — shared by the kernel labs of bench/kernels: CK() for CUDA calls, fill_kernel for their inputs, and the
+// median of 9 replays of a captured CUDA graph (2 warm-up replays first), so every lab times the same way.
 #pragma once
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+// n pseudo-random bf16 values in [-scale, scale) from a hash of the index and seed (the labs' inputs and weights).
+__global__ void fill_kernel(__nv_bfloat16 *p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
+    }
+}
 
 // Captures body() on stream s (with *capturing = 1 during the capture) into an executable graph.
 template <class F> static cudaGraphExec_t lab_capture(cudaStream_t s, int *capturing, F body) {

@@ -11,18 +11,6 @@
 #include "lab.cuh"
 #include "wgemm.cuh"
 
-void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
-                  const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
-                  const void *bias, int batch, long long sx, long long sw, long long sy, long long sb, int gelu);
-
-__global__ void fill_kernel(bf16 *p, size_t n, uint32_t seed, float scale) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
-        p[i] = __float2bfloat16(scale * ((float)(h & 0xffffff) / 8388608.0f - 1.0f));
-    }
-}
-
 static double rel_l2(const bf16 *a, const bf16 *b, size_t n) {
     bf16 *ha = (bf16 *)malloc(n * 2), *hb = (bf16 *)malloc(n * 2);
     CK(cudaMemcpy(ha, a, n * 2, cudaMemcpyDeviceToHost));
