@@ -161,6 +161,9 @@ long cuda_gemv_wg_launches(void);
 long cuda_flash_wg_launches(void);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
+/* The op tests: gateup.cu's token tile width from now on in this process (136 to 248 in steps of 16, or 256;
+ * a width it lacks or above M makes it refuse, so cuBLASLt runs); 0 returns to the width picked per M. */
+void cuda_gateup_force(int bn);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);

@@ -255,6 +255,35 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     free_wts(ar, ws, 5);
 }
 
+/* gateup.cu at each of its token tile widths (forced): 600 rows (3 tiles of 256 .. 5 of 136, the last one overlapping),
+ * K = 200 (past the last 64), 3 feature tiles */
+static void t_gateup_widths(void) {
+    const int M = 600, K = 200, F = 192, widths[] = {136, 152, 168, 184, 200, 216, 232, 248, 256};
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    hwt *ws[2] = {&g, &u};
+    void *ar = upload_wts(ws, 2);
+    L.gate = g.w; L.up = u.w;
+    dbuf y = mk((size_t)M * K, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
+    set_rand(&y, 1.0f);
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        poison(&og);
+        cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
+        cuda_gateup_force(widths[i]);
+        long g0 = cuda_gateup_launches();
+        gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
+        cuda_gateup_force(0);
+        char shape[80];
+        snprintf(shape, sizeof shape, "gateup.cu width %d M=%d K=%d F=%d", widths[i], M, K, F);
+        CHECK(cuda_gateup_launches() == g0 + 1, "mlp_up %s: gateup.cu did not run", shape);
+        compare("mlp_up", shape, &og, 8e-3);
+    }
+    rel(&y); rel(&og); rel(&ot);
+    free_wts(ar, ws, 2);
+}
+
 /* qkv and mlp_up with the pre-norm (RMSNorm, or adaRMS with one modulation row): fused into the few-row
  * products at K = 1024 and M <= 16, a norm kernel then the product elsewhere. */
 static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
@@ -591,10 +620,11 @@ static void op_tests(void) {
     t_fused(17, 2048, 2048, 256, 16384, 256);
     t_fused(88, 1024, 2048, 256, 4096, 256);     /* B = 8: cuBLASLt, then the split kernels */
     t_fused(768, 1152, 1152, 1152, 4304, 72);    /* SigLIP layer (fc1 as "gate|up" only as a shape check) */
-    t_fused(543, 2048, 512, 256, 1024, 256);     /* gateup.cu: 3 token tiles of 184 (the last one overlaps) */
+    t_fused(543, 2048, 512, 256, 1024, 256);     /* gateup.cu (4 token tiles of 136, the last one overlapping) */
     t_fused(136, 1000, 256, 64, 192, 64);        /* one tile of the narrowest width, K past the last 64 */
-    t_fused(300, 512, 256, 64, 320, 64);         /* 2 tiles, F of 5 feature tiles */
-    t_fused(2600, 2048, 256, 64, 128, 64);       /* token tiles in 2 panels (gateup.cu), the last one short */
+    t_fused(300, 512, 256, 64, 320, 64);         /* 3 tiles, F of 5 feature tiles */
+    t_fused(2600, 2048, 256, 64, 1024, 64);      /* 16 x 16 tiles (width 168): blocks walk over 2 panels */
+    t_gateup_widths();
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 1);

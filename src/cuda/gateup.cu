@@ -189,8 +189,9 @@ static int gu_weight_map(CUtensorMap *m, const void *w, int F, int K, int ldw) {
 
 static const int gu_widths[] = {136, 152, 168, 184, 200, 216, 232, 248, 256};
 
-// The token tile width for M rows: fewest rounds of tiles over the SMs times the width, wide tiles preferred (per
-// token, 200-wide tiles took 8% longer than 256-wide ones at M = 6304 in the lab); 0 if M is below every width.
+// The token tile width for M rows: fewest rounds of tiles over the SMs times the width, with narrow tiles costing up
+// to 40% more per token (200-wide tiles took 8% longer per token than 256-wide ones at M = 6304 in the lab); when
+// every width fits in one round the narrowest wins. 0 if M is below every width.
 static int gu_pick(int M, int F, int sms) {
     int best = 0;
     double bc = 0;
@@ -208,16 +209,19 @@ template <int BN> static void gu_launch(cuda_ctx *c, const CUtensorMap &tw, cons
     const int tiles = (M + BN - 1) / BN * (F / GU_FT);
     // panels of ~8 MB of X: at B = 64 (M = 50432) one sweep of the weights per token tile read X (206 MB) from DRAM
     // for every weight tile, 9% slower end to end than cuBLASLt + the pass (session 20)
-    const int G = (int)((8u << 20) / ((size_t)BN * K * 2)) + 1;
+    const int tiles_t = (M + BN - 1) / BN, g8 = (int)((8u << 20) / ((size_t)BN * K * 2)) + 1, G = g8 < tiles_t ? g8 : tiles_t;
     cuda_launch(c, gateup_kernel<BN>, dim3(tiles < c->sms ? tiles : c->sms), dim3(384), gu_cfg<BN>::smem, tw, tx, ty, M, F, K, G);
 }
 
 static long gu_launches;   // (atomic: contexts may run on several threads)
 extern "C" long cuda_gateup_launches(void) { return __atomic_load_n(&gu_launches, __ATOMIC_RELAXED); }
+static int gu_forced;      // the op tests' width (cuda_gateup_force), 0: picked per M
+extern "C" void cuda_gateup_force(int bn) { __atomic_store_n(&gu_forced, bn, __ATOMIC_RELAXED); }
 
 int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, int M, int F, int K, int bn) {
     if (!c->gateup || M <= 0 || F % GU_FT || K % 8 || ldx % 8 || K > ldx || ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16)
         return 0;
+    if (!bn) bn = __atomic_load_n(&gu_forced, __ATOMIC_RELAXED);
     if (!bn) bn = gu_pick(M, F, c->sms);
     if (bn <= 0 || bn > M) return 0;
     CUtensorMap tw, tx, ty;
