@@ -64,8 +64,12 @@ $(BUILD)/commit.txt: FORCE
 $(BUILD)/tools/bench.o: $(BUILD)/commit.txt
 FORCE:
 
-$(BUILD)/libpi0.a: $(LIB_OBJ)
-	ar rcs $@ $^
+# the archive is made afresh, and again when its member list changes, so that a renamed or removed source leaves
+# no stale member behind (a stale gateup.o beside wprod.o defined its symbols twice)
+$(BUILD)/objs.txt: FORCE
+	@mkdir -p $(BUILD); echo '$(LIB_OBJ)' | cmp -s - $@ || echo '$(LIB_OBJ)' > $@
+$(BUILD)/libpi0.a: $(LIB_OBJ) $(BUILD)/objs.txt
+	rm -f $@ && ar rcs $@ $(LIB_OBJ)
 
 # Image files in the CLI: TurboJPEG linked statically; libspng has no static archive in Debian, so its
 # shared library is copied next to the binary (build/lib, found through an $$ORIGIN rpath) and travels

@@ -56,7 +56,8 @@ struct cuda_ctx {
     size_t stage_cap, stage_used;
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax;
                                // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
-    int gateup;                // gateup.cu's product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
+    int gateup;                // wprod.cu's gated product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
+    int wprod;                 // wprod.cu's plain products past 64 rows (PI0_CUDA_WPROD=1; off: cuBLASLt)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
@@ -230,13 +231,25 @@ struct CUtensorMap_st;
 // A 2-D bf16 tensor map (rows x cols, row stride ld elements) for boxes of box_rows x 64 with the 128-byte swizzle
 // (the wgmma operand layout, mma.cuh); 0 if the driver refuses it.
 int cuda_tensor_map(struct CUtensorMap_st *m, const void *p, int rows, int cols, int ld, int box_rows);
-// The driver's encoder for maps of other shapes (gateup.cu), or NULL.
+// The driver's encoder for maps of other shapes (wprod.cu), or NULL.
 PFN_cuTensorMapEncodeTiled_v12000 cuda_tensor_map_encoder(void);
-// gateup.cu: out (M, F) = gelu_tanh(X Wg^T) * (X Wu^T) on the warpgroup MMA, w = the adjacent [gate; up] rows
+// wprod.cu, gated: out (M, F) = gelu_tanh(X Wg^T) * (X Wu^T) on the warpgroup MMA, w = the adjacent [gate; up] rows
 // (row stride K); bn = 0: the token tile width for M. Returns 0 (nothing launched) when the shape or the alignment
 // does not fit (M below the narrowest tile, F % 64, K % 8, 16-byte bases) or PI0_CUDA_GATEUP=0.
 int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, int M, int F, int K, int bn);
-void cuda_gateup_setup(cuda_ctx *c);
+// wprod.cu, plain: the output of X (M, K; row stride ldx) . W^T (W: N rows of stride ldw) as nseg equal segments
+// y[i] (M, seg; N = nseg seg, seg % 128 == 0 when nseg > 1), each with its fp32 bias[i] or NULL.
+struct wprod_out {
+    bf16 *y[3];
+    const float *bias[3];
+    int nseg, seg;
+};
+// out = X W^T + b (gelu: GELU (tanh) after the bias; add: out += X W^T + b, one segment). bn = 0: the width for M.
+// Returns 0 (nothing launched) when the shape or alignment does not fit (N % 8, K % 8, 16-byte bases, M below the
+// narrowest tile) or the products are off (PI0_CUDA_WPROD, cuda_wprod_force).
+int cuda_wprod(cuda_ctx *c, const wprod_out *o, const bf16 *x, int ldx, const bf16 *w, int ldw, int M, int N, int K, int gelu,
+               int add, int bn);
+void cuda_wprod_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 void cuda_attention_setup(cuda_ctx *c);
