@@ -409,7 +409,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     const char *gu = getenv("PI0_CUDA_GATEUP");
     c->gateup = !(gu && !strcmp(gu, "0"));
     const char *wp = getenv("PI0_CUDA_WPROD");
-    c->wprod = wp && !strcmp(wp, "1");
+    c->wprod = wp ? atoi(wp) & (WPROD_LINEAR | WPROD_QKV | WPROD_ROPE) : 0;
     const char *flash = getenv("PI0_CUDA_FLASH");
     c->flash = flash && !strcmp(flash, "0") ? 0 : flash && !strcmp(flash, "mma") ? 2 : 1;
     c->gemms = gemm_cache_new();

@@ -57,7 +57,7 @@ struct cuda_ctx {
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax;
                                // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
     int gateup;                // wprod.cu's gated product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
-    int wprod;                 // wprod.cu's plain products past 64 rows (PI0_CUDA_WPROD=1; off: cuBLASLt)
+    int wprod;                 // wprod.cu's products past 64 rows instead of cuBLASLt, a mask of WPROD_* (PI0_CUDA_WPROD)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
@@ -246,9 +246,17 @@ struct wprod_out {
 };
 // out = X W^T + b (gelu: GELU (tanh) after the bias; add: out += X W^T + b, one segment). bn = 0: the width for M.
 // Returns 0 (nothing launched) when the shape or alignment does not fit (N % 8, K % 8, 16-byte bases, M below the
-// narrowest tile) or the products are off (PI0_CUDA_WPROD, cuda_wprod_force).
+// narrowest tile).
 int cuda_wprod(cuda_ctx *c, const wprod_out *o, const bf16 *x, int ldx, const bf16 *w, int ldw, int M, int N, int K, int gelu,
                int add, int bn);
+// q (M, nq), k (M, nk), v (M, nv) from the adjacent [q; k; v] rows w (row stride K), RoPE at pos on q and k (head_dim hd,
+// a multiple of 128; widths multiples of hd). Returns 0 (nothing launched) when the shape or alignment does not fit.
+int cuda_wprod_rope(cuda_ctx *c, bf16 *q, bf16 *k, bf16 *v, const bf16 *x, int ldx, const bf16 *w, int M, int nq, int nk, int nv,
+                    int K, int hd, const int32_t *pos, int bn);
+// Which products take wprod.cu's plain and rope kernels (PI0_CUDA_WPROD, a sum of these; default none until measured):
+// linear (cuda_linear past 64 rows), SigLIP's q|k|v, Gemma's q|k|v with RoPE. cuda_wprod_force turns all of them on.
+enum { WPROD_LINEAR = 1, WPROD_QKV = 2, WPROD_ROPE = 4 };
+int cuda_wprod_on(cuda_ctx *c, int what);
 void cuda_wprod_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);

@@ -4,6 +4,8 @@
 //    of cuBLASLt's product into the fused [M, 2F] buffer followed by the gelu * up pass. CPU twin: cpu_mlp_up.
 //  - plain (cuda_wprod): out (M, N) = act(X W^T + b) or out += X W^T + b, the output optionally cut into equal
 //    segments (SigLIP's q, k, v from their adjacent weights). CPU twins: cpu_linear, cpu_qkv.
+//  - rope (cuda_wprod_rope): Gemma's q, k, v from their adjacent weights with RoPE on q and k (spec 3.7), in place of
+//    cuBLASLt's product into the fused buffer and the split + RoPE pass. CPU twin: cpu_qkv.
 //
 // The operands are swapped against the usual X W^T: the weights are the wgmma A operand (m64: 64 weight rows per
 // consumer warpgroup) and the tokens its B operand (n = BN, a multiple of 8 up to 256), so a tile spans BN tokens
@@ -24,6 +26,10 @@
 //  - Plain: the weight box is 128 rows of W; a tile is 128 output features, 64 per consumer warpgroup, each with
 //    its own staging buffer and store. The residual tile is fetched into the staging buffer by a tensor copy
 //    issued when the tile starts, and read back in the accumulator layout (ldmatrix .trans).
+//  - Rope: the weight box is a 5-D view {k, 8 rows, first / second half of the head, 8-row groups, head} of the
+//    [q; k; v] rows, so that a thread's rows g and g + 8 are the RoPE pair (p, p + hd / 2) of one head: the
+//    rotation happens in fp32 registers. A tile is 64 pairs of one head; the two halves go to two staging buffers
+//    and two stores. v's heads take the same path without the rotation.
 // The [BN tokens][64 features] result is written transposed into shared memory (stmatrix .trans, in the 128-byte
 // swizzle) and stored by one tensor copy. Persistent grid over panels of token tiles (~8 MB of X each), token tiles
 // fastest within a panel, so that the blocks at work share their weight tiles in L2 and X is read from DRAM about
@@ -34,10 +40,11 @@
 #include "mma.cuh"
 
 enum { WP_FT = 128, GU_FT = 64 };   // weight rows per tile; output features per gated tile
-enum { WP_GATED = 0, WP_PLAIN = 1 };
+enum { WP_GATED = 0, WP_PLAIN = 1, WP_ROPE = 2 };
 template <int BN, int MODE> struct wp_cfg {
     static constexpr unsigned a_bytes = WP_FT * 128, b_bytes = BN * 128;
-    // output staging: [BN tokens][64 features], one (gated) or one per consumer warpgroup (plain)
+    // output staging: [BN tokens][64 features], one (gated) or two (plain: one per consumer warpgroup; rope: one per
+    // half of the head)
     static constexpr unsigned o_bytes = (MODE == WP_GATED ? 1 : 2) * BN * 128;
     static constexpr int S = 1024 + 4 * (a_bytes + b_bytes) + o_bytes + 12 * 8 <= 232448 ? 4 : 3;   // ring stages
     static constexpr size_t smem = 1024 + (size_t)S * (a_bytes + b_bytes) + o_bytes + (2 * S + 2) * 8;
@@ -51,6 +58,8 @@ struct wp_epi {
     int seg, gelu, add;
     bf16 *y;
     int ldy;
+    const int32_t *pos;   // rope: the tokens' positions; head_dim; q's and k's heads (ty0, ty1; v: ty2)
+    int hd, nqh, nkh;
 };
 
 #define GU_A1 "%3,%4,%5,%6"
@@ -127,7 +136,7 @@ __global__ void __launch_bounds__(384, 1) wprod_kernel(const __grid_constant__ C
                                                        const __grid_constant__ CUtensorMap ty2, int M, int N, int K, int G, const wp_epi e) {
     typedef wp_cfg<BN, MODE> C;
     constexpr int FT = MODE == WP_GATED ? GU_FT : WP_FT;   // output features per tile
-    static_assert(MODE == WP_GATED || BN % 16 == 0, "the plain epilogue stores pairs of 8-token groups");
+    static_assert(MODE == WP_GATED || BN % 16 == 0, "the plain and rope epilogues store pairs of 8-token groups");
     extern __shared__ uint8_t wp_smem[];
     uint8_t *sa = (uint8_t *)(((uintptr_t)wp_smem + 1023) & ~(uintptr_t)1023), *sb = sa + C::S * C::a_bytes;
     uint8_t *so = sb + C::S * C::b_bytes;
@@ -167,6 +176,8 @@ __global__ void __launch_bounds__(384, 1) wprod_kernel(const __grid_constant__ C
                 mbar_wait(&empty[s], ph ^ 1);
                 mbar_expect_tx(&full[s], C::a_bytes + C::b_bytes);
                 if constexpr (MODE == WP_GATED) tma_load_4d(sa + s * C::a_bytes, &tw, kb * 64, 0, 0, ft * (GU_FT / 8), &full[s]);
+                else if constexpr (MODE == WP_ROPE)
+                    tma_load_5d(sa + s * C::a_bytes, &tw, kb * 64, 0, 0, ft % (e.hd / 128) * 8, ft / (e.hd / 128), &full[s]);
                 else tma_load_2d(sa + s * C::a_bytes, &tw, kb * 64, ft * WP_FT, &full[s]);
                 tma_load_2d(sb + s * C::b_bytes, &tx, kb * 64, t0, &full[s]);
                 if (++s == C::S) { s = 0; ph ^= 1; }
@@ -186,7 +197,7 @@ __global__ void __launch_bounds__(384, 1) wprod_kernel(const __grid_constant__ C
         // are left in the last feature tile when N - 128 ft <= 64 (live = 0)
         const int fw = ft * WP_FT + 64 * cw, sg = MODE == WP_PLAIN ? fw / e.seg : 0, col = fw - sg * e.seg;
         const CUtensorMap *ty = sg == 0 ? &ty0 : sg == 1 ? &ty1 : &ty2;
-        const bool live = MODE == WP_GATED || fw < N;
+        const bool live = MODE != WP_PLAIN || fw < N;
         uint8_t *sw = so + (MODE == WP_GATED ? 0 : cw * BN * 128);
         if (MODE == WP_PLAIN && e.add && live && tid == 0) {   // the residual tile, into this warpgroup's staging buffer
             tma_store_wait_read();   // once the previous tile's store has read it
@@ -225,6 +236,50 @@ __global__ void __launch_bounds__(384, 1) wprod_kernel(const __grid_constant__ C
             fence_proxy_async();
             consumers_bar();
             if (threadIdx.x == 128) tma_store_2d(ty, so, ft * GU_FT, t0);
+        } else if constexpr (MODE == WP_ROPE) {
+            if (threadIdx.x == 128) tma_store_wait_read();   // the previous tile's stores have read the staging buffers
+            consumers_bar();
+            // Tile ft: pairs [8 gs, 8 gs + 64) of head h (hd / 128 tiles per head), head hl of segment sr (q, k, v).
+            // This thread: pair p = 8 (gs + 4 cw + warp) + g, feature p in d[4 i + j] and p + hd / 2 in d[4 i + 2 + j],
+            // at tokens 8 i + 2 q + j (g = lane / 4, q = lane % 4). The rotation as split3_rope_kernel (gemm.cu) does it.
+            const int tph = e.hd / 128, h = ft / tph, gs = ft % tph * 8, p = 8 * (gs + 4 * cw + warp) + lane / 4;
+            const int sr = h < e.nqh ? 0 : h < e.nqh + e.nkh ? 1 : 2, hl = h - (sr == 0 ? 0 : sr == 1 ? e.nqh : e.nqh + e.nkh);
+            const float inv_freq = (float)pow(10000.0, -2.0 * p / e.hd);
+            const int chunk = 4 * cw + warp, r8 = lane % 8, mi = lane / 8, q = lane % 4;
+            uint8_t *slo = so, *shi = so + BN * 128;   // features [8 gs, + 64) and [hd / 2 + 8 gs, + 64) of the head
+            auto rot = [&](int i, uint32_t &lo, uint32_t &hi) {
+                float y1[2], y2[2];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const float x1 = d[4 * i + j], x2 = d[4 * i + 2 + j];
+                    if (sr < 2) {
+                        const float th = (float)e.pos[t0 + 8 * i + 2 * q + j] * inv_freq, cs = cosf(th), sn = sinf(th);
+                        y1[j] = x1 * cs - x2 * sn;
+                        y2[j] = x2 * cs + x1 * sn;
+                    } else {
+                        y1[j] = x1;
+                        y2[j] = x2;
+                    }
+                }
+                lo = f2_to_bf2(y1[0], y1[1]);
+                hi = f2_to_bf2(y2[0], y2[1]);
+            };
+            // x4: lanes 8 m .. 8 m + 7 address matrix m's rows: m = 0, 2 the first half at token groups i, i + 1;
+            // m = 1, 3 the second half
+#pragma unroll
+            for (int i = 0; i < BN / 8; i += 2) {
+                uint32_t a0, a1, b0, b1;
+                rot(i, a0, a1);
+                rot(i + 1, b0, b1);
+                stsm_x4_t((mi & 1 ? shi : slo) + swz128(8 * (i + mi / 2) + r8, chunk), a0, a1, b0, b1);
+            }
+            fence_proxy_async();
+            consumers_bar();
+            if (threadIdx.x == 128) {
+                const CUtensorMap *tr = sr == 0 ? &ty0 : sr == 1 ? &ty1 : &ty2;
+                tma_store_2d(tr, slo, hl * e.hd + 8 * gs, t0);
+                tma_store_2d(tr, shi, hl * e.hd + e.hd / 2 + 8 * gs, t0);
+            }
         } else {
             if (!live) continue;
             if (e.add) {   // the residual has arrived (its copy waited for the previous store's reads)
@@ -272,7 +327,7 @@ __global__ void __launch_bounds__(384, 1) wprod_kernel(const __grid_constant__ C
             }
         }
     }
-    if (MODE == WP_GATED ? threadIdx.x == 128 : tid == 0) tma_store_wait();
+    if (MODE != WP_PLAIN ? threadIdx.x == 128 : tid == 0) tma_store_wait();
 }
 
 // ---- host side ----
@@ -285,6 +340,18 @@ static int gu_weight_map(CUtensorMap *m, const void *w, int F, int K, int ldw) {
     cuuint64_t strides[3] = {(cuuint64_t)ldw * 2, (cuuint64_t)F * ldw * 2, (cuuint64_t)8 * ldw * 2};
     cuuint32_t box[4] = {64, 8, 2, GU_FT / 8}, es[4] = {1, 1, 1, 1};
     return enc && enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)w, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The 5-D view of the adjacent [q; k; v] rows (row r of head h at w + (h hd + r) ldw) for the rope mode: dims {k, row of
+// an 8-row group, half of the head (hd / 2 rows apart), group, head}, boxes {64, 8, 2, 8, 1} = 64 RoPE pairs.
+static int wp_rope_map(CUtensorMap *m, const void *w, int N, int K, int ldw, int hd) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = cuda_tensor_map_encoder();
+    const cuuint64_t row = (cuuint64_t)ldw * 2;
+    cuuint64_t dims[5] = {(cuuint64_t)K, 8, 2, (cuuint64_t)hd / 16, (cuuint64_t)N / hd};
+    cuuint64_t strides[4] = {row, row * (hd / 2), row * 8, row * hd};
+    cuuint32_t box[5] = {64, 8, 2, 8, 1}, es[5] = {1, 1, 1, 1, 1};
+    return enc && enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, (void *)w, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -326,6 +393,14 @@ extern "C" long cuda_wprod_launches(void) { return __atomic_load_n(&wp_launches,
 static int gu_forced, wp_forced;   // the op tests' widths (cuda_gateup_force, cuda_wprod_force)
 extern "C" void cuda_gateup_force(int bn) { __atomic_store_n(&gu_forced, bn, __ATOMIC_RELAXED); }
 extern "C" void cuda_wprod_force(int bn) { __atomic_store_n(&wp_forced, bn, __ATOMIC_RELAXED); }
+int cuda_wprod_on(cuda_ctx *c, int what) { return __atomic_load_n(&wp_forced, __ATOMIC_RELAXED) || (c->wprod & what); }
+
+// The width: the caller's, else the op tests' forced one, else picked for M (0: none fits).
+static int wp_width(const cuda_ctx *c, int bn, int M, int N) {
+    const int forced = __atomic_load_n(&wp_forced, __ATOMIC_RELAXED);
+    if (!bn && forced > 0) bn = forced;
+    return bn ? bn : wp_pick(wp_widths, (int)(sizeof wp_widths / sizeof *wp_widths), M, (N + WP_FT - 1) / WP_FT, c->sms);
+}
 
 int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, int M, int F, int K, int bn) {
     if (!c->gateup || M <= 0 || F % GU_FT || K % 8 || ldx % 8 || K > ldx || ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16)
@@ -349,15 +424,13 @@ int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, i
 
 int cuda_wprod(cuda_ctx *c, const wprod_out *o, const bf16 *x, int ldx, const bf16 *w, int ldw, int M, int N, int K, int gelu,
                int add, int bn) {
-    const int forced = __atomic_load_n(&wp_forced, __ATOMIC_RELAXED);
-    if (!(c->wprod || forced) || M <= 0 || N <= 0 || N % 8 || K < 1 || K % 8 || ldx % 8 || ldw % 8 || K > ldx || K > ldw ||
+    if (M <= 0 || N <= 0 || N % 8 || K < 1 || K % 8 || ldx % 8 || ldw % 8 || K > ldx || K > ldw ||
         ((uintptr_t)x | (uintptr_t)w) % 16 || o->nseg < 1 || o->nseg > 3 || (add && (gelu || o->nseg != 1)))
         return 0;
     if (o->nseg == 1 ? o->seg != N : o->seg % WP_FT || o->seg * o->nseg != N) return 0;
     for (int i = 0; i < o->nseg; i++)
         if ((uintptr_t)o->y[i] % 16) return 0;
-    if (!bn && forced > 0) bn = forced;
-    if (!bn) bn = wp_pick(wp_widths, (int)(sizeof wp_widths / sizeof *wp_widths), M, (N + WP_FT - 1) / WP_FT, c->sms);
+    bn = wp_width(c, bn, M, N);
     if (bn <= 0 || bn > M) return 0;
     CUtensorMap tw, tx, ty[3];
     if (!cuda_tensor_map(&tw, w, N, K, ldw, WP_FT) || !cuda_tensor_map(&tx, x, M, K, ldx, bn)) return 0;
@@ -375,6 +448,29 @@ int cuda_wprod(cuda_ctx *c, const wprod_out *o, const bf16 *x, int ldx, const bf
     return 1;
 }
 
+int cuda_wprod_rope(cuda_ctx *c, bf16 *q, bf16 *k, bf16 *v, const bf16 *x, int ldx, const bf16 *w, int M, int nq, int nk, int nv,
+                    int K, int hd, const int32_t *pos, int bn) {
+    const int N = nq + nk + nv;
+    if (M <= 0 || hd <= 0 || hd % 128 || nq <= 0 || nk <= 0 || nv <= 0 || nq % hd || nk % hd || nv % hd || K < 1 || K % 8 || ldx % 8 ||
+        K > ldx || ((uintptr_t)x | (uintptr_t)w | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 || !pos)
+        return 0;
+    bn = wp_width(c, bn, M, N);
+    if (bn <= 0 || bn > M) return 0;
+    CUtensorMap tw, tx, ty[3];
+    if (!wp_rope_map(&tw, w, N, K, K, hd) || !cuda_tensor_map(&tx, x, M, K, ldx, bn) || !cuda_tensor_map(&ty[0], q, M, nq, nq, bn) ||
+        !cuda_tensor_map(&ty[1], k, M, nk, nk, bn) || !cuda_tensor_map(&ty[2], v, M, nv, nv, bn))
+        return 0;
+    wp_epi e = {};
+    e.pos = pos; e.hd = hd; e.nqh = nq / hd; e.nkh = nk / hd;
+    switch (bn) {
+#define WP_CASE_ROPE(BN) case BN: wp_launch<BN, WP_ROPE>(c, tw, tx, ty, M, N, K, e); break;
+    WP_PLAIN_WIDTHS(WP_CASE_ROPE)
+    default: return 0;
+    }
+    __atomic_add_fetch(&wp_launches, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
 template <int BN, int MODE> static void wp_setup(cuda_ctx *c) {
     CUDA_NOTE(c, cudaFuncSetAttribute(wprod_kernel<BN, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)wp_cfg<BN, MODE>::smem));
@@ -383,5 +479,7 @@ void cuda_wprod_setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shar
 #define WP_SETUP_GATED(BN) wp_setup<BN, WP_GATED>(c);
 #define WP_SETUP_PLAIN(BN) wp_setup<BN, WP_PLAIN>(c);
     WP_GATED_WIDTHS(WP_SETUP_GATED)
+#define WP_SETUP_ROPE(BN) wp_setup<BN, WP_ROPE>(c);
     WP_PLAIN_WIDTHS(WP_SETUP_PLAIN)
+    WP_PLAIN_WIDTHS(WP_SETUP_ROPE)
 }
