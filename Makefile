@@ -65,7 +65,7 @@ $(BUILD)/tools/bench.o: $(BUILD)/commit.txt
 FORCE:
 
 # the archive is made afresh, and again when its member list changes, so that a renamed or removed source leaves
-# no stale member behind (a stale gateup.o beside wprod.o defined its symbols twice)
+# no stale member behind (after a rename, the old object beside the new one defined its symbols twice)
 $(BUILD)/objs.txt: FORCE
 	@mkdir -p $(BUILD); echo '$(LIB_OBJ)' | cmp -s - $@ || echo '$(LIB_OBJ)' > $@
 $(BUILD)/libpi0.a: $(LIB_OBJ) $(BUILD)/objs.txt

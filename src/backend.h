@@ -159,17 +159,11 @@ void cuda_weights_free(void *arena);
 long cuda_gemv_wg_launches(void);
 /* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
 long cuda_flash_wg_launches(void);
-/* Launches of wprod.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
+/* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
-/* The op tests: wprod.cu's gated token tile width from now on in this process (136 to 248 in steps of 16, or 256;
+/* The op tests: gateup.cu's token tile width from now on in this process (136 to 248 in steps of 16, or 256;
  * a width it lacks or above M makes it refuse, so cuBLASLt runs); 0 returns to the width picked per M. */
 void cuda_gateup_force(int bn);
-/* Launches of wprod.cu's plain products (past 64 rows: linear, SigLIP's q|k|v) in this process. */
-long cuda_wprod_launches(void);
-/* The op tests and the lab: wprod.cu's plain products on from now on in this process, whatever PI0_CUDA_WPROD says,
- * at token tile width bn (64 to 256 in steps of 16; a width it lacks or above M makes it refuse) or, for -1, the
- * width picked per M; 0 returns to PI0_CUDA_WPROD. */
-void cuda_wprod_force(int bn);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);

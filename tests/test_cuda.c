@@ -284,61 +284,6 @@ static void t_gateup_widths(void) {
     free_wts(ar, ws, 2);
 }
 
-/* wprod.cu's plain products, forced on (PI0_CUDA_WPROD is off by default): bn = -1 the picked width, else that one.
- * A fallback to cuBLASLt would pass the value check, so the launch count is checked too. */
-static void t_wprod(int M, int N, int K, int bias, enum pi0_epi epi, int bn) {
-    printf("wprod.cu width %d:\n", bn);
-    cuda_wprod_force(bn);
-    long w0 = cuda_wprod_launches();
-    t_linear(M, N, K, 0, K, bias, epi, 0, 8e-3);
-    cuda_wprod_force(0);
-    CHECK(cuda_wprod_launches() == w0 + 1, "wprod.cu did not run: M=%d N=%d K=%d %s width %d", M, N, K, ename(epi), bn);
-}
-
-/* The same for q|k|v from adjacent weights: hd = 0 SigLIP's (three segments of nq = nkv features, fp32 biases), else
- * Gemma's with RoPE on q and k (head_dim hd) at random positions. */
-static void t_wprod_qkv(int M, int K, int nq, int nkv, int hd, int bn) {
-    float s = 1.0f / sqrtf((float)K);
-    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0);
-    hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
-    hwt *ws[6] = {&q, &k, &v, &bq, &bk, &bv};
-    void *ar = upload_wts(ws, 6);
-    pi0_proj3 pb = {{&q.w, &k.w, &v.w}, {NULL, NULL, NULL}};
-    if (!hd) { pb.b[0] = &bq.w; pb.b[1] = &bk.w; pb.b[2] = &bv.w; }
-    dbuf y = mk((size_t)M * K, PT_ACT), oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT);
-    dbuf ov = mk((size_t)M * nkv, PT_ACT), pos = mk((size_t)M, PT_I32);
-    int32_t *pv = malloc((size_t)M * 4);
-    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
-    set_ints(&pos, pv);
-    free(pv);
-    set_rand(&y, 1.0f);
-    poison(&oq); poison(&ok); poison(&ov);
-    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pb, M, K, hd ? pos.c : (pt){0}, hd, NULL);
-    cuda_wprod_force(bn);
-    long w0 = cuda_wprod_launches();
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pb, M, K, hd ? pos.g : (pt){0}, hd, NULL);
-    cuda_wprod_force(0);
-    char shape[80];
-    snprintf(shape, sizeof shape, "wprod.cu width %d M=%d K=%d q=%d kv=%d %s", bn, M, K, nq, nkv, hd ? "rope" : "+bias");
-    CHECK(cuda_wprod_launches() == w0 + 1, "qkv %s: wprod.cu did not run", shape);
-    compare("qkv.q", shape, &oq, 8e-3);
-    compare("qkv.k", shape, &ok, 8e-3);
-    compare("qkv.v", shape, &ov, 8e-3);
-    rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&pos);
-    free_wts(ar, ws, 6);
-}
-
-/* Every plain width on one small shape: 600 rows (the last token tile overlapping the one before, except at widths
- * that divide 600), K = 200 (past the last 64), N = 328 (the last feature tile: 64 + 8 features), each epilogue. */
-static void t_wprod_widths(void) {
-    const int widths[] = {64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256};
-    const enum pi0_epi epis[] = {EPI_STORE, EPI_GELU, EPI_ADD};
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
-        for (int e = 0; e < 3; e++) t_wprod(600, 328, 200, e != 2 || i % 2, epis[e], widths[i]);
-        t_wprod_qkv(600, 200, 256, 128, 128, widths[i]);   /* rope: one tile per head, v the last head */
-    }
-}
-
 /* qkv and mlp_up with the pre-norm (RMSNorm, or adaRMS with one modulation row): fused into the few-row
  * products at K = 1024 and M <= 16, a norm kernel then the product elsewhere. */
 static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
@@ -680,26 +625,6 @@ static void op_tests(void) {
     t_fused(300, 512, 256, 64, 320, 64);         /* 3 tiles, F of 5 feature tiles */
     t_fused(2600, 2048, 256, 64, 1024, 64);      /* 16 x 16 tiles (width 168): blocks walk over 2 panels */
     t_gateup_widths();
-    /* wprod.cu's plain products (forced on): SigLIP o, fc1 (N = 4304: a partial last feature tile), fc2 (K = 4304:
-     * a partial last k block), the projector, the prefix o and down at 788 rows (an overlapping last token tile
-     * with the residual), q|k|v (SigLIP's, and Gemma's with RoPE); 65 rows (two tiles of 64 sharing 63 rows); N = 320 (the last tile's second half
-     * empty); 2600 rows at width 64 (blocks with several tiles: the residual buffer reused) */
-    t_wprod(768, 1152, 1152, 1, EPI_ADD, -1);
-    t_wprod(768, 4304, 1152, 1, EPI_GELU, -1);
-    t_wprod(768, 1152, 4304, 1, EPI_ADD, -1);
-    t_wprod(768, 2048, 1152, 1, EPI_STORE, -1);
-    t_wprod(788, 2048, 2048, 0, EPI_ADD, -1);
-    t_wprod(788, 2048, 16384, 0, EPI_ADD, 208);
-    t_wprod(65, 1024, 1024, 1, EPI_ADD, 64);
-    t_wprod(300, 320, 512, 1, EPI_STORE, 128);
-    t_wprod(2600, 1024, 256, 1, EPI_ADD, 64);
-    t_wprod(2600, 1024, 256, 0, EPI_GELU, 64);
-    t_wprod_qkv(768, 1152, 1152, 1152, 0, -1);
-    t_wprod_qkv(300, 200, 256, 256, 0, 96);
-    t_wprod_qkv(788, 2048, 2048, 256, 256, -1);    /* the prefix's q|k|v with RoPE: 2 tiles per head */
-    t_wprod_qkv(968, 2048, 2048, 256, 256, 176);   /* π0.5's prefix length, an overlapping last token tile */
-    t_wprod_qkv(88, 1024, 2048, 256, 256, -1);     /* B = 8 expert rows */
-    t_wprod_widths();
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 1);

@@ -7,7 +7,7 @@ if [ "$1" = build ]; then
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
         bench/kernels/gemv_smallm.cu $B/libpi0.a -o $B/gemv_smallm \
         /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
-    for k in decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain sm_stream wgemm_lab wprod_lab; do
+    for k in decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain sm_stream wgemm_lab; do
         nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
             bench/kernels/$k.cu $B/libpi0.a -o $B/$k /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp \
             -lcublasLt -lgomp || exit 1
@@ -47,7 +47,6 @@ $B/pdl_drain | tee "$out/pdl_drain.txt"
 $B/sm_stream | tee "$out/sm_stream.txt"
 $B/wgemm_lab | tee "$out/wgemm_lab.txt"
 $B/gateup_lab | tee "$out/gateup_lab.txt"
-$B/wprod_lab | tee "$out/wprod_lab.txt"
 $B/wgmma_rate | tee "$out/wgmma_rate.txt"
 $B/lt_search | tee "$out/lt_search.txt"
 LAB_PROF=1 $B/chain_prof | tee "$out/chain_prof.txt"

@@ -408,8 +408,6 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->fused_small = !(small && !strcmp(small, "0"));
     const char *gu = getenv("PI0_CUDA_GATEUP");
     c->gateup = !(gu && !strcmp(gu, "0"));
-    const char *wp = getenv("PI0_CUDA_WPROD");
-    c->wprod = wp ? atoi(wp) & (WPROD_LINEAR | WPROD_QKV | WPROD_ROPE) : 0;
     const char *flash = getenv("PI0_CUDA_FLASH");
     c->flash = flash && !strcmp(flash, "0") ? 0 : flash && !strcmp(flash, "mma") ? 2 : 1;
     c->gemms = gemm_cache_new();
@@ -426,7 +424,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     CUDA_NOTE(c, cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device));
     cuda_attention_setup(c);
     cuda_gemv_setup(c);
-    cuda_wprod_setup(c);
+    cuda_gateup_setup(c);
     if (c->err) {
         st = report(c);
         cuda_destroy(be);

@@ -56,8 +56,7 @@ struct cuda_ctx {
     size_t stage_cap, stage_used;
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax;
                                // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
-    int gateup;                // wprod.cu's gated product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
-    int wprod;                 // wprod.cu's products past 64 rows instead of cuBLASLt, a mask of WPROD_* (PI0_CUDA_WPROD)
+    int gateup;                // gateup.cu's product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
     int capturing;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
@@ -231,33 +230,13 @@ struct CUtensorMap_st;
 // A 2-D bf16 tensor map (rows x cols, row stride ld elements) for boxes of box_rows x 64 with the 128-byte swizzle
 // (the wgmma operand layout, mma.cuh); 0 if the driver refuses it.
 int cuda_tensor_map(struct CUtensorMap_st *m, const void *p, int rows, int cols, int ld, int box_rows);
-// The driver's encoder for maps of other shapes (wprod.cu), or NULL.
+// The driver's encoder for maps of other shapes (gateup.cu), or NULL.
 PFN_cuTensorMapEncodeTiled_v12000 cuda_tensor_map_encoder(void);
-// wprod.cu, gated: out (M, F) = gelu_tanh(X Wg^T) * (X Wu^T) on the warpgroup MMA, w = the adjacent [gate; up] rows
+// gateup.cu: out (M, F) = gelu_tanh(X Wg^T) * (X Wu^T) on the warpgroup MMA, w = the adjacent [gate; up] rows
 // (row stride K); bn = 0: the token tile width for M. Returns 0 (nothing launched) when the shape or the alignment
 // does not fit (M below the narrowest tile, F % 64, K % 8, 16-byte bases) or PI0_CUDA_GATEUP=0.
 int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, int M, int F, int K, int bn);
-// wprod.cu, plain: the output of X (M, K; row stride ldx) . W^T (W: N rows of stride ldw) as nseg equal segments
-// y[i] (M, seg; N = nseg seg, seg % 128 == 0 when nseg > 1), each with its fp32 bias[i] or NULL.
-struct wprod_out {
-    bf16 *y[3];
-    const float *bias[3];
-    int nseg, seg;
-};
-// out = X W^T + b (gelu: GELU (tanh) after the bias; add: out += X W^T + b, one segment). bn = 0: the width for M.
-// Returns 0 (nothing launched) when the shape or alignment does not fit (N % 8, K % 8, 16-byte bases, M below the
-// narrowest tile).
-int cuda_wprod(cuda_ctx *c, const wprod_out *o, const bf16 *x, int ldx, const bf16 *w, int ldw, int M, int N, int K, int gelu,
-               int add, int bn);
-// q (M, nq), k (M, nk), v (M, nv) from the adjacent [q; k; v] rows w (row stride K), RoPE at pos on q and k (head_dim hd,
-// a multiple of 128; widths multiples of hd). Returns 0 (nothing launched) when the shape or alignment does not fit.
-int cuda_wprod_rope(cuda_ctx *c, bf16 *q, bf16 *k, bf16 *v, const bf16 *x, int ldx, const bf16 *w, int M, int nq, int nk, int nv,
-                    int K, int hd, const int32_t *pos, int bn);
-// Which products take wprod.cu's plain and rope kernels (PI0_CUDA_WPROD, a sum of these; default none until measured):
-// linear (cuda_linear past 64 rows), SigLIP's q|k|v, Gemma's q|k|v with RoPE. cuda_wprod_force turns all of them on.
-enum { WPROD_LINEAR = 1, WPROD_QKV = 2, WPROD_ROPE = 4 };
-int cuda_wprod_on(cuda_ctx *c, int what);
-void cuda_wprod_setup(cuda_ctx *c);
+void cuda_gateup_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 void cuda_attention_setup(cuda_ctx *c);

@@ -7,8 +7,7 @@
 // B = 64 the kernel took 460 us per denoise step: each x value it reads from shared memory feeds two FMAs; RESULTS.md
 // session 15). The copies hold the file's values: for an F32 checkpoint the fp32 weights that the PT reference uses
 // (spec 1.5), which the kernel reads too, so that every batch size computes with them; for a BF16 one the kernel
-// reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= GEMV_ROWS) go to gemv.cu, more to wprod.cu
-// when PI0_CUDA_WPROD has WPROD_LINEAR (else cuBLASLt). CPU twin: cpu_linear.
+// reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= GEMV_ROWS) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,10 +334,6 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
         g.y = (bf16 *)out.p; g.ldy = N;
         if (cuda_gemv(c, &g, 0)) return;
     }
-    if (M > GEMV_ROWS && cuda_wprod_on(c, WPROD_LINEAR)) {   // wprod.cu: the fp32 bias, GELU or the residual in its epilogue
-        wprod_out o = {{(bf16 *)out.p}, {b ? (const float *)b->dev32 : NULL}, 1, N};
-        if (cuda_wprod(c, &o, (const bf16 *)x.p, K, w, (int)W->cols, M, N, K, epi == EPI_GELU, epi == EPI_ADD, 0)) return;
-    }
     // bias (and GELU) epilogue in the output type (bf16): formed in fp32 and rounded once. cuBLASLt's GELU is
     // the tanh form of spec 3.4 (checked in fp32 against both forms: bench/kernels/gelu_epilogue.cu)
     cuda_gemm_ex(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_16BF, w, (int)W->cols, CUDA_R_16BF, epi == EPI_ADD ? 1.0f : 0.0f,
@@ -498,18 +493,7 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    // wprod.cu (when on), before the fused buffer's capacity matters: SigLIP's three segments with fp32 biases, or the
-    // RoPE in the epilogue
-    const int adj = cuda_adjacent(p->w, 3);
-    if (adj && !rope && M > GEMV_ROWS && nq == nk && nk == nv && cuda_wprod_on(c, WPROD_QKV)) {
-        wprod_out o = {{(bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p}, {b32(p->b[0]), b32(p->b[1]), b32(p->b[2])}, 3, nq};
-        if (cuda_wprod(c, &o, (const bf16 *)y.p, K, (const bf16 *)p->w[0]->dev, K, M, n, K, 0, 0, 0)) return;
-    }
-    if (adj && rope && !biased && M > GEMV_ROWS && cuda_wprod_on(c, WPROD_ROPE) &&
-        cuda_wprod_rope(c, (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, (const bf16 *)y.p, K, (const bf16 *)p->w[0]->dev, M, nq, nk, nv, K,
-                        hd, (const int32_t *)pos.p, 0))
-        return;
-    if (!adj || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
+    if (!cuda_adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
         pt out[3] = {q, k, v};
         for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
         if (rope) cuda_rope(be, q, nq / hd, k, nk / hd, pos, M, hd);
@@ -558,7 +542,7 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (M > GEMV_ROWS && cuda_adjacent(w, 2) &&   // one launch: wprod.cu's gated product
+    if (M > GEMV_ROWS && cuda_adjacent(w, 2) &&   // one launch: gateup.cu
         cuda_gateup(c, (bf16 *)out.p, (const bf16 *)y.p, K, (const bf16 *)L->gate.dev, M, F, K, 0))
         return;
     if (!cuda_adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {

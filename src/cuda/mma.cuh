@@ -199,11 +199,6 @@ __device__ __forceinline__ void tma_load_4d(void *smem, const void *map, int c0,
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
                  "[%6];" ::"r"(smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(b)) : "memory");
 }
-// A box of a 5-D tensor map, likewise.
-__device__ __forceinline__ void tma_load_5d(void *smem, const void *map, int c0, int c1, int c2, int c3, int c4, uint64_t *b) {
-    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
-                 "[%7];" ::"r"(smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_u32(b)) : "memory");
-}
 // Shared memory to the box at (x, y) of a 2-D tensor map (elements outside the map are not written), as one bulk
 // group; the writes to shared memory before it need fence_proxy_async first.
 __device__ __forceinline__ void tma_store_2d(const void *map, const void *smem, int x, int y) {
