@@ -45,9 +45,9 @@ ks = load(sys.argv[1])
 if "--stages" not in sys.argv[2:]:
     table("total kernel time", ks, 25)
     sys.exit(0)
-start = max(i for i, k in enumerate(ks) if k[1].startswith("im2col"))
+start = max(i for i, k in enumerate(ks) if "im2col_kernel" in k[1])
 last = ks[start:]
-e = next(i for i, k in enumerate(last) if k[1].startswith("embed"))
-d = next(i for i, k in enumerate(last) if i > e and k[1].startswith("linear_f32"))
+e = next(i for i, k in enumerate(last) if "embed_kernel" in k[1])
+d = next(i for i, k in enumerate(last) if i > e and "linear_f32_kernel" in k[1])
 for name, seg in (("vision", last[:e]), ("prefill", last[e:d]), ("denoise", last[d:])):
     table(name, seg, 10)

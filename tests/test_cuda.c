@@ -188,6 +188,8 @@ static void t_linear_gated(int M, int N, int K, int per) {
 }
 
 /* fused projections: q|k|v and gate|up, adjacent (one product) or not (separate products) */
+static void compare_rows(const char *op, const char *shape, dbuf *b, size_t row_len, double bound);
+
 static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     pi0_gemma_layer L;
     memset(&L, 0, sizeof L);
@@ -226,6 +228,7 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     compare("qkv.v", shape, &ov, 8e-3);
     snprintf(shape, sizeof shape, "M=%d K=%d F=%d", M, K, F);
     compare("mlp_up", shape, &og, 8e-3);
+    compare_rows("mlp_up", shape, &og, (size_t)F, 3e-2);
     /* SigLIP form: biases, no RoPE (the b vectors reuse random weights of the right length) */
     hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
     hwt *bs[3] = {&bq, &bk, &bv};
@@ -279,6 +282,7 @@ static void t_gateup_widths(void) {
         snprintf(shape, sizeof shape, "gateup.cu width %d M=%d K=%d F=%d", widths[i], M, K, F);
         CHECK(cuda_gateup_launches() == g0 + 1, "mlp_up %s: gateup.cu did not run", shape);
         compare("mlp_up", shape, &og, 8e-3);
+        compare_rows("mlp_up", shape, &og, (size_t)F, 3e-2);
     }
     rel(&y); rel(&og); rel(&ot);
     free_wts(ar, ws, 2);
@@ -624,6 +628,7 @@ static void op_tests(void) {
     t_fused(136, 1000, 256, 64, 192, 64);        /* one tile of the narrowest width, K past the last 64 */
     t_fused(300, 512, 256, 64, 320, 64);         /* 3 tiles, F of 5 feature tiles */
     t_fused(2600, 2048, 256, 64, 1024, 64);      /* 16 x 16 tiles (width 168): blocks walk over 2 panels */
+    t_fused(200, 40, 64, 64, 64, 64);            /* gateup.cu: one feature tile, K under one 64-wide block */
     t_gateup_widths();
     t_fused(5, 40, 24, 12, 36, 4);               /* sizes not multiples of 256 bytes: separate products */
     t_prenorm(11, 1024, 2048, 256, 4096, 256, 0);   /* expert at B = 1: fused into gemv.cu's prologue */
