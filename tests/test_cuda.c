@@ -809,6 +809,50 @@ static void e2e_fixtures(void) {
     }
 }
 
+/* Pixel values are scanned while the graph replays (model_infer's late check): a bad one still fails the call with
+ * its index, after the GPU is done with the buffer, and the next valid call gives the first call's actions. */
+static void e2e_bad_image(void) {
+    const char *dir = "tests/fixtures/tiny-pi0";
+    pi0_model *m = NULL;
+    pi0_session *s = NULL;
+    pi0_tensors *t = NULL;
+    pi0_inputs_buf *ib = NULL;
+    pi0_inputs in;
+    int ok = pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
+             pi0_tensors_open(&t, "tests/fixtures/tiny-pi0/b1.in.safetensors") == PI0_OK &&
+             pi0_inputs_from_tensors(m, t, "b1", &in, &ib) == PI0_OK &&
+             pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
+    CHECK(ok, "bad image: setup: %s", pi0_last_error());
+    if (ok) {
+        pi0_model_info info;
+        pi0_model_get_info(m, &info);
+        size_t ni = (size_t)info.n_cameras * info.image_size * info.image_size * 3, na = (size_t)info.action_horizon * info.action_dim;
+        float *img = malloc(ni * sizeof(float)), *a1 = malloc(na * sizeof(float)), *a2 = malloc(na * sizeof(float));
+        memcpy(img, in.images, ni * sizeof(float));
+        pi0_inputs bad = in;
+        bad.images = img;
+        int ok1 = pi0_infer(s, &in, a1) == PI0_OK && pi0_infer(s, &in, a1) == PI0_OK;   /* the second one replays */
+        CHECK(ok1, "bad image: valid runs: %s", pi0_last_error());
+        img[ni - 5] = NAN;
+        pi0_status st = pi0_infer(s, &bad, a2);
+        CHECK(st == PI0_ERR_ARG && strstr(pi0_last_error(), "] = nan"), "bad image: got %s '%s'", pi0_status_str(st),
+              pi0_last_error());
+        img[ni - 5] = 0;
+        img[7] = 1.25f;
+        st = pi0_infer(s, &bad, a2);
+        CHECK(st == PI0_ERR_ARG && strstr(pi0_last_error(), "images[7] = 1.25"), "bad image: got %s '%s'",
+              pi0_status_str(st), pi0_last_error());
+        CHECK(pi0_infer(s, &in, a2) == PI0_OK && !memcmp(a1, a2, na * sizeof(float)),
+              "bad image: the valid call after the failures gives the same actions: %s", pi0_last_error());
+        printf("e2e bad image (late check on the graph path): %s\n", ok1 ? "done" : "FAIL");
+        free(img); free(a1); free(a2);
+    }
+    pi0_session_free(s);
+    pi0_inputs_buf_free(ib);
+    pi0_tensors_free(t);
+    pi0_model_free(m);
+}
+
 static size_t free_mem(void) {
     size_t fr = 0, tot = 0;
     cudaDeviceSynchronize();
@@ -916,6 +960,7 @@ int main(int argc, char **argv) {
     }
     op_tests();
     e2e_fixtures();
+    e2e_bad_image();
     resources("tests/fixtures/tiny-pi05", 0);
     /* a broken checkpoint on the GPU path: refused before anything reaches the device */
     pi0_model *bad = NULL;

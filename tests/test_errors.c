@@ -274,6 +274,17 @@ static void test_inputs(void) {
     img[1000] = NAN;
     EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "images[1000] = nan");
     img[1000] = 0;
+    /* the first bad value is named, wherever the blocks of the scan fall */
+    size_t nimg_vals = sizeof img / sizeof *img;
+    img[nimg_vals - 1] = -INFINITY;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "] = -inf");
+    img[4097] = 1.5f;
+    img[4095] = NAN;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "images[4095] = nan");
+    img[4095] = 0;
+    EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "images[4097] = 1.5");
+    img[4097] = 0;
+    img[nimg_vals - 1] = 0;
     state[3] = INFINITY;
     EXPECT_ERR(pi0_infer(s, &ok_in, act), PI0_ERR_ARG, "state[3] is not finite");
     state[3] = 0;
