@@ -114,8 +114,9 @@ static pi0_status precompute_time(model_sess *s) {
     free(temb);
     if (st != PI0_OK) return st;
     if (!s->c->pi05) {
-        /* action_time_mlp_in(concat(a, temb)) = W[:, :De].a + (W[:, De:].temb + b) */
-        be->linear(be, s->time_terms, te, &w->atm_in_w, &w->atm_in_b, K, De, De, De, EPI_STORE);
+        /* action_time_mlp_in(concat(action_in(x), temb)) = atm_act_w.x + (W[:, De:].temb + atm_act_b), with
+         * atm_act_* = W[:, :De] composed with action_in (weights.h) */
+        be->linear(be, s->time_terms, te, &w->atm_in_w, &w->atm_act_b, K, De, De, De, EPI_STORE);
         return PI0_OK;
     }
     pt zero = buf(s, (size_t)De, PT_F32);
@@ -370,13 +371,14 @@ static void suffix_embed(model_sess *s, int B, int step) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
     int Mh = B * s->H, De = s->De;
-    be->linear(be, s->a_emb, s->x, &w->action_in_w, &w->action_in_b, Mh, De, s->A, 0, EPI_STORE);
     if (s->c->pi05) {   /* suffix = action tokens, rows b*H + i */
+        be->linear(be, s->a_emb, s->x, &w->action_in_w, &w->action_in_b, Mh, De, s->A, 0, EPI_STORE);
         be->copy_rows(be, s->s, (pt){0}, s->a_emb, (pt){0}, Mh, De);
         return;
     }
-    /* π0: swish(W_in[:, :De].a + time_term) then W_out; state token in row b*S */
-    be->linear(be, s->a_hid, s->a_emb, &w->atm_in_w, NULL, Mh, De, De, 0, EPI_STORE);
+    /* π0: swish(W_in[:, :De].action_in(x) + time_term) then W_out, the first two maps as one (atm_act_w); state
+     * token in row b*S */
+    be->linear(be, s->a_hid, s->x, &w->atm_act_w, NULL, Mh, De, s->A, 0, EPI_STORE);
     be->add_rows(be, s->a_hid, pt_at(be, s->time_terms, (size_t)step * De), Mh, Mh, De, ACT_SWISH);
     be->linear(be, s->a_out, s->a_hid, &w->atm_out_w, &w->atm_out_b, Mh, De, De, 0, EPI_STORE);
     be->copy_rows(be, s->s, s->act_rows, s->a_out, (pt){0}, Mh, De);

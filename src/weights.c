@@ -166,7 +166,7 @@ static int alloc_layers(pi0_weights *w, const pi0_config *c) {
 
 void weights_free(pi0_weights *w) {
     if (!w) return;
-    free(w->vis); free(w->lm); free(w->ex);
+    free(w->vis); free(w->lm); free(w->ex); free(w->derived);
     memset(w, 0, sizeof *w);
 }
 
@@ -187,6 +187,51 @@ static int64_t first_nonfinite(const st_tensor *t) {
         if (inf_nan && i < bad) bad = i;
     }
     return bad == n ? -1 : bad;
+}
+
+/* π0's action path into action_time_mlp_in as one affine map (weights.h atm_act_*). The MLP's input is
+ * [action_in(x), temb] (spec 3.10), so its action half is W_in[:, :De] (W_ai x + b_ai): one product of K = A on
+ * x instead of action_in and a K = De product each denoise step. Sums in double, stored in fp32 (the reference's
+ * two fp32 products differ from it by ~1e-7 relative). */
+static pi0_status compose_action_mlp(pi0_weights *w) {
+    const int64_t De = w->atm_in_w.rows, A = w->action_in_w.cols;
+    float *out = malloc((size_t)(De * A + De) * sizeof(float)), *wa = malloc((size_t)(De * A + 2 * De) * sizeof(float));
+    if (!out || !wa) { free(out); free(wa); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    float *ba = wa + De * A, *bi = ba + De;
+    pi0_to_f32(wa, w->action_in_w.data, w->action_in_w.dtype, (size_t)(De * A));
+    pi0_to_f32(ba, w->action_in_b.data, w->action_in_b.dtype, (size_t)De);
+    pi0_to_f32(bi, w->atm_in_b.data, w->atm_in_b.dtype, (size_t)De);
+    int fail = 0;
+    #pragma omp parallel reduction(|:fail)
+    {
+        float *wi = malloc((size_t)De * sizeof(float));
+        double *acc = malloc((size_t)(A + 1) * sizeof(double));
+        fail = !wi || !acc;
+        #pragma omp for schedule(static)
+        for (int64_t i = 0; i < De; i++) {
+            if (fail) continue;
+            size_t esz = pi0_dtype_size(w->atm_in_w.dtype);
+            pi0_to_f32(wi, (const char *)w->atm_in_w.data + (size_t)(i * w->atm_in_w.cols) * esz, w->atm_in_w.dtype,
+                       (size_t)De);   /* row i, action columns [0, De) */
+            for (int64_t j = 0; j <= A; j++) acc[j] = 0;
+            acc[A] = bi[i];
+            for (int64_t k = 0; k < De; k++) {
+                const double x = wi[k];
+                for (int64_t j = 0; j < A; j++) acc[j] += x * wa[k * A + j];
+                acc[A] += x * ba[k];
+            }
+            for (int64_t j = 0; j < A; j++) out[i * A + j] = (float)acc[j];
+            out[De * A + i] = (float)acc[A];
+        }
+        free(wi);
+        free(acc);
+    }
+    free(wa);
+    if (fail) { free(out); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    w->derived = out;
+    w->atm_act_w = (pi0_wt){.data = out, .dtype = PI0_DT_F32, .rows = De, .cols = A};
+    w->atm_act_b = (pi0_wt){.data = out + De * A, .dtype = PI0_DT_F32, .rows = De, .cols = 1};
+    return PI0_OK;
 }
 
 pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, int quiet) {
@@ -246,6 +291,7 @@ pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, i
             fprintf(stderr, "pi0: warning: %s: %d unknown tensor(s) ignored (first: '%s')\n", f->path, unknown, first);
     }
     free(used);
+    if (st == PI0_OK && !c->pi05) st = compose_action_mlp(w);
     if (st != PI0_OK) weights_free(w);
     return st;
 }
@@ -261,7 +307,9 @@ pi0_status weights_foreach(pi0_weights *w, const pi0_config *c, weights_visit_fn
             if (st != PI0_OK) return st;
         }
     }
-    return PI0_OK;
+    if (!w->derived) return PI0_OK;
+    pi0_status st = fn(user, "(derived) action_time_mlp_in . action_in weight", &w->atm_act_w);
+    return st == PI0_OK ? fn(user, "(derived) action_time_mlp_in . action_in bias", &w->atm_act_b) : st;
 }
 
 /* Value for element i of a tensor with fan-in `fan`: uniform with the std of the init rule. */

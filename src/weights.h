@@ -52,6 +52,10 @@ typedef struct {
     pi0_wt atm_out_w, atm_out_b;      /* π0: (De, De), (De) */
     pi0_wt time_in_w, time_in_b;      /* π0.5: (De, De), (De) */
     pi0_wt time_out_w, time_out_b;    /* π0.5: (De, De), (De) */
+    /* π0, derived at bind (not in the file): the action half of action_time_mlp_in composed with action_in,
+     * W_in[:, :De] . W_ai (De, A) and W_in[:, :De] . b_ai + b_in (De), F32 in `derived` */
+    pi0_wt atm_act_w, atm_act_b;
+    float *derived;
     int64_t n_params;
 } pi0_weights;
 
@@ -63,7 +67,7 @@ typedef struct {
 pi0_status weights_bind(pi0_weights *w, const pi0_config *cfg, const st_file *f, int quiet);
 void weights_free(pi0_weights *w);
 
-/* Visits every weight (for uploads by a backend). */
+/* Visits every weight, the derived ones included (for uploads by a backend). */
 typedef pi0_status (*weights_visit_fn)(void *user, const char *name, pi0_wt *t);
 pi0_status weights_foreach(pi0_weights *w, const pi0_config *cfg, weights_visit_fn fn, void *user);
 

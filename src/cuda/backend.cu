@@ -190,7 +190,7 @@ extern "C" pi0_status cuda_weights_upload(void **out, pi0_weights *w, const pi0_
     w->patch_w.want32 = 1;   // spec 3.4: the patch convolution runs in fp32
     // the fp32 products of spec 1.5 (state, action and time projections): fp32 copies for cuBLASLt at 64 rows and more
     pi0_wt *f32w[] = {&w->action_in_w, &w->action_out_w, &w->state_w, &w->atm_in_w, &w->atm_out_w, &w->time_in_w,
-                      &w->time_out_w};
+                      &w->time_out_w, &w->atm_act_w};
     for (size_t i = 0; i < sizeof f32w / sizeof *f32w; i++) f32w[i]->want32 = 1;
     pi0_status st = weights_foreach(w, cfg, collect, &l);
     if (st == PI0_OK) {
