@@ -54,40 +54,61 @@ static void free_coeffs(coeffs *c) { free(c->lo); free(c->n); free(c->k); }
 
 static uint8_t clip8(int32_t v) { return v <= 0 ? 0 : v >= (1 << PB << 8) ? 255 : (uint8_t)(v >> PB); }
 
-/* Output row y of the horizontal pass (w_out pixels from a row of w_in). */
+/* Output row y of the horizontal pass (w_out pixels from a row of w_in): the three channels of a pixel in one tap
+ * loop. */
 static void hrow(uint8_t *restrict d, const uint8_t *restrict s, int w_out, const int *lo, const int *n, const int32_t *kk,
                  int ksize) {
-    for (int x = 0; x < w_out; x++)
-        for (int ch = 0; ch < 3; ch++) {
-            int32_t acc = 1 << (PB - 1);
-            const int32_t *k = kk + (size_t)x * ksize;
-            for (int t = 0; t < n[x]; t++) acc += s[(lo[x] + t) * 3 + ch] * k[t];
-            d[x * 3 + ch] = clip8(acc);
+    for (int x = 0; x < w_out; x++) {
+        int32_t a0 = 1 << (PB - 1), a1 = a0, a2 = a0;
+        const int32_t *k = kk + (size_t)x * ksize;
+        const uint8_t *p = s + (size_t)lo[x] * 3;
+        for (int t = 0; t < n[x]; t++, p += 3) {
+            a0 += p[0] * k[t];
+            a1 += p[1] * k[t];
+            a2 += p[2] * k[t];
         }
-}
-
-/* Output row y of the vertical pass: taps n rows from `s` (input row lo[y]), rows of w pixels. */
-static void vrow(uint8_t *restrict d, const uint8_t *restrict s, int w, int n, const int32_t *k) {
-    for (int x = 0; x < w * 3; x++) {
-        int32_t acc = 1 << (PB - 1);
-        for (int t = 0; t < n; t++) acc += s[(size_t)t * w * 3 + x] * k[t];
-        d[x] = clip8(acc);
+        d[x * 3] = clip8(a0);
+        d[x * 3 + 1] = clip8(a1);
+        d[x * 3 + 2] = clip8(a2);
     }
 }
 
-/* One 1-D pass: out[y][x][ch] from in along x (horizontal) or y (vertical). Output rows are independent, so large
- * passes split them over threads, with the same values (each output is one integer sum in a fixed order). Three
- * 640 x 480 camera frames took 7.7 ms on one core of the dev VM (RESULTS.md session 24). */
-static void pass(uint8_t *dst, const uint8_t *src, int h, int w_in, int w_out, const coeffs *c, int horizontal,
-                 int h_out) {
+/* Output row y of the vertical pass: n taps over the rows from `s` (input row lo[y]), rows of w pixels, summed tap
+ * by tap over the whole row (contiguous, so the compiler vectorises it) in acc (w * 3 values). */
+static void vrow(uint8_t *restrict d, const uint8_t *restrict s, int w, int n, const int32_t *k, int32_t *restrict acc) {
+    const int m = w * 3;
+    for (int x = 0; x < m; x++) acc[x] = 1 << (PB - 1);
+    for (int t = 0; t < n; t++) {
+        const uint8_t *r = s + (size_t)t * m;
+        const int32_t kt = k[t];
+        for (int x = 0; x < m; x++) acc[x] += r[x] * kt;
+    }
+    for (int x = 0; x < m; x++) d[x] = clip8(acc[x]);
+}
+
+/* One 1-D pass: out[y][x][ch] from in along x (horizontal) or y (vertical); 0 when out of memory. Output rows are
+ * independent, so large passes split them over threads, with the same values (each output is one integer sum in a
+ * fixed order). A 640 x 480 frame took 3.8 ms on one core of the dev VM with a tap loop per channel and output
+ * (RESULTS.md session 24). */
+static int pass(uint8_t *dst, const uint8_t *src, int h, int w_in, int w_out, const coeffs *c, int horizontal,
+                int h_out) {
     const int rows = horizontal ? h : h_out, par = (double)rows * (horizontal ? w_out : w_in) * c->ksize > 2e5;
-    #pragma omp parallel for schedule(static) if (par)
-    for (int y = 0; y < rows; y++) {
-        if (horizontal)
-            hrow(dst + (size_t)y * w_out * 3, src + (size_t)y * w_in * 3, w_out, c->lo, c->n, c->k, c->ksize);
-        else
-            vrow(dst + (size_t)y * w_in * 3, src + (size_t)c->lo[y] * w_in * 3, w_in, c->n[y], c->k + (size_t)y * c->ksize);
+    int oom = 0;
+    #pragma omp parallel if (par) reduction(|:oom)
+    {
+        int32_t *acc = horizontal ? NULL : malloc((size_t)w_in * 3 * sizeof(int32_t));
+        oom = !horizontal && !acc;
+        #pragma omp for schedule(static)
+        for (int y = 0; y < rows; y++) {
+            if (horizontal)
+                hrow(dst + (size_t)y * w_out * 3, src + (size_t)y * w_in * 3, w_out, c->lo, c->n, c->k, c->ksize);
+            else if (acc)
+                vrow(dst + (size_t)y * w_in * 3, src + (size_t)c->lo[y] * w_in * 3, w_in, c->n[y], c->k + (size_t)y * c->ksize,
+                     acc);
+        }
+        free(acc);
     }
+    return !oom;
 }
 
 pi0_status pi0_image_resize_with_pad(const uint8_t *src, int h, int w, int size, uint8_t *dst) {
@@ -114,8 +135,14 @@ pi0_status pi0_image_resize_with_pad(const uint8_t *src, int h, int w, int size,
     /* Pillow: horizontal pass only if the width changes, then vertical only if the height changes */
     const uint8_t *cur = src;
     if (rw != w) { pass(tmp, src, h, w, rw, &cx, 1, h); cur = tmp; }
-    if (rh != h) pass(res, cur, h, rw, rw, &cy, 0, rh);
-    else memcpy(res, cur, (size_t)h * rw * 3);
+    if (rh != h) {
+        if (!pass(res, cur, h, rw, rw, &cy, 0, rh)) {
+            st = pi0_fail(PI0_ERR_NOMEM, "out of memory resizing a %d x %d image", w, h);
+            goto done;
+        }
+    } else {
+        memcpy(res, cur, (size_t)h * rw * 3);
+    }
     memset(dst, 0, (size_t)size * size * 3);
     int top = (size - rh) / 2, left = (size - rw) / 2;
     for (int y = 0; y < rh; y++) memcpy(dst + ((size_t)(y + top) * size + left) * 3, res + (size_t)y * rw * 3, (size_t)rw * 3);
