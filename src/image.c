@@ -56,8 +56,8 @@ static uint8_t clip8(int32_t v) { return v <= 0 ? 0 : v >= (1 << PB << 8) ? 255 
 
 /* Output row y of the horizontal pass (w_out pixels from a row of w_in): the three channels of a pixel in one tap
  * loop. */
-static void hrow(uint8_t *restrict d, const uint8_t *restrict s, int w_out, const int *lo, const int *n, const int32_t *kk,
-                 int ksize) {
+static void hrow(uint8_t *restrict d, const uint8_t *restrict s, int w_out, const int *lo, const int *n,
+                 const int32_t *kk, int ksize) {
     for (int x = 0; x < w_out; x++) {
         int32_t a0 = 1 << (PB - 1), a1 = a0, a2 = a0;
         const int32_t *k = kk + (size_t)x * ksize;
@@ -75,7 +75,8 @@ static void hrow(uint8_t *restrict d, const uint8_t *restrict s, int w_out, cons
 
 /* Output row y of the vertical pass: n taps over the rows from `s` (input row lo[y]), rows of w pixels, summed tap
  * by tap over the whole row (contiguous, so the compiler vectorises it) in acc (w * 3 values). */
-static void vrow(uint8_t *restrict d, const uint8_t *restrict s, int w, int n, const int32_t *k, int32_t *restrict acc) {
+static void vrow(uint8_t *restrict d, const uint8_t *restrict s, int w, int n, const int32_t *k,
+                 int32_t *restrict acc) {
     const int m = w * 3;
     for (int x = 0; x < m; x++) acc[x] = 1 << (PB - 1);
     for (int t = 0; t < n; t++) {
@@ -103,8 +104,8 @@ static int pass(uint8_t *dst, const uint8_t *src, int h, int w_in, int w_out, co
             if (horizontal)
                 hrow(dst + (size_t)y * w_out * 3, src + (size_t)y * w_in * 3, w_out, c->lo, c->n, c->k, c->ksize);
             else if (acc)
-                vrow(dst + (size_t)y * w_in * 3, src + (size_t)c->lo[y] * w_in * 3, w_in, c->n[y], c->k + (size_t)y * c->ksize,
-                     acc);
+                vrow(dst + (size_t)y * w_in * 3, src + (size_t)c->lo[y] * w_in * 3, w_in, c->n[y],
+                     c->k + (size_t)y * c->ksize, acc);
         }
         free(acc);
     }

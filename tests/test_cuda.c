@@ -826,7 +826,8 @@ static void e2e_bad_image(void) {
     if (ok) {
         pi0_model_info info;
         pi0_model_get_info(m, &info);
-        size_t ni = (size_t)info.n_cameras * info.image_size * info.image_size * 3, na = (size_t)info.action_horizon * info.action_dim;
+        size_t ni = (size_t)info.n_cameras * info.image_size * info.image_size * 3;
+        size_t na = (size_t)info.action_horizon * info.action_dim;
         float *img = malloc(ni * sizeof(float)), *a1 = malloc(na * sizeof(float)), *a2 = malloc(na * sizeof(float));
         memcpy(img, in.images, ni * sizeof(float));
         pi0_inputs bad = in;
