@@ -478,13 +478,7 @@ enum { FW_BM = 64, FW_BN = 64, FW_HD = 256, FW_SLAB = FW_BN * 128, FW_TILE = 4 *
        FW_BUFS = 1 + FW_WG * (FW_KB + FW_VB) };   // tiles in shared memory: Q, then each warpgroup's K and V
 static size_t fw_smem() { return (size_t)FW_BUFS * FW_TILE + 1024 + 8 * FW_BUFS; }
 
-// 2^x in one MUFU.EX2 (exp2f adds a range check and two multiplies for results below 2^-126, which bf16 P and the
-// fp32 row sums do not need: they flush to 0 here).
-__device__ __forceinline__ float ex2_ftz(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+// ex2_ftz (common.cuh): bf16 P and the fp32 row sums need no results below 2^-126.
 
 // v[0] = op over v[0 .. N) (N a power of two) in log2(N) dependent steps instead of N - 1.
 template <int N, typename F> __device__ __forceinline__ void tree_reduce(float *v, F op) {
