@@ -2,9 +2,9 @@
 """Sums Nsight Compute per-kernel durations (ncu --csv --metrics gpu__time_duration.sum) by kernel name.
 Usage: ncu --clock-control none --csv --metrics gpu__time_duration.sum CMD > ncu.csv; kernel_times.py ncu.csv
        kernel_times.py ncu.csv --stages   the last inference only, split into vision / prefill / denoise
-With --stages, CMD must run un-graphed B = 1 inferences (PI0_CUDA_GRAPHS=0 pi0 bench ... --warmup 0 --iters 1):
+With --stages, CMD must run un-graphed inferences (PI0_CUDA_GRAPHS=0 pi0 bench ... --warmup 0 --iters 1), any batch:
 an inference starts at im2col_kernel (patch embedding), the prefill at embed_kernel (text tokens), the denoise at
-the first linear_f32_kernel after it (the state token). ncu serialises kernels: use the sums for ratios."""
+the first fp32 -> fp32 copy_rows_kernel after it (x = noise). ncu serialises kernels: use the sums for ratios."""
 import collections
 import csv
 import gzip
@@ -48,6 +48,8 @@ if "--stages" not in sys.argv[2:]:
 start = max(i for i, k in enumerate(ks) if "im2col_kernel" in k[1])
 last = ks[start:]
 e = next(i for i, k in enumerate(last) if "embed_kernel" in k[1])
-d = next(i for i, k in enumerate(last) if i > e and "linear_f32_kernel" in k[1])
+# the denoise starts with x = noise, the only fp32 -> fp32 row copy after the text embedding (at B >= 64 the state
+# token's product runs on cuBLASLt, so the first linear_f32_kernel is no longer the start)
+d = next(i for i, k in enumerate(last) if i > e and "copy_rows_kernel<float, float>" in k[1])
 for name, seg in (("vision", last[:e]), ("prefill", last[e:d]), ("denoise", last[d:])):
     table(name, seg, 10)
