@@ -99,6 +99,11 @@ struct pi0_backend {
     /* Profiling annotation (NVTX ranges on CUDA): opens a range `name`, or closes the innermost open one for
      * name == NULL. Host-side only, no effect on results; NULL = the backend has none. */
     void (*range)(pi0_backend *be, const char *name);
+    /* Scheduling hint, no effect on results; NULL = the backend has none. While on, a product lets the kernel
+     * after it start (and fetch its weights) at once rather than when the product's own inputs are ready. Only
+     * for products whose next op reads nothing before its inputs are ready but constants (weights, norm
+     * factors): the expert's o before gate|up (bench/RESULTS.md session 27). */
+    void (*early_next)(pi0_backend *be, int on);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
     size_t (*elem_size)(int kind);

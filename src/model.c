@@ -360,7 +360,9 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
         a.k1 = e->kc[l];
         a.v1 = e->vc[l];
         be->attention(be, e->att, e->q, &a);
+        if (be->early_next) be->early_next(be, 1);   /* gate|up's weights stream in during attention and o */
         ex_residual(be, e, e->att, &L->o, qw, 2 * l);
+        if (be->early_next) be->early_next(be, 0);
         pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
         be->mlp_up(be, e->g, e->u, e->s, L, M, e->F, D, &pn);
         ex_residual(be, e, e->g, &L->down, e->F, 2 * l + 1);

@@ -183,7 +183,11 @@ int main(void) {
             if (what & 1) be->qkv(be, sq, sk, sv, (what & 128) ? s : sy, &pj, M, D, spos, hd, (what & 128) ? &pa : NULL);
             a.k1 = kc[l]; a.v1 = vc[l];
             if (what & 2) be->attention(be, satt, sq, &a);
-            if (what & 4) be->linear(be, s, satt, &Ly->o, NULL, M, D, Hq * hd, 0, EPI_ADD);
+            if (what & 4) {   // as model.c's expert_layers: gate|up may start during attention and o
+                if (be->early_next) be->early_next(be, 1);
+                be->linear(be, s, satt, &Ly->o, NULL, M, D, Hq * hd, 0, EPI_ADD);
+                if (be->early_next) be->early_next(be, 0);
+            }
             if (what & 64) be->rmsnorm(be, sy, s, &Ly->mlp_norm, M, D, 1e-6f);
             if (what & 8) be->mlp_up(be, sg, su, (what & 128) ? s : sy, Ly, M, F, D, (what & 128) ? &pm : NULL);
             if (what & 16) be->linear(be, s, sg, &Ly->down, NULL, M, D, F, 0, EPI_ADD);

@@ -358,6 +358,8 @@ extern "C" void *cuda_host_alloc(size_t bytes) {
 
 extern "C" void cuda_host_free(void *p) { cudaFreeHost(p); }
 
+static void cuda_early_next(pi0_backend *be, int on) { CTX(be)->early_next = on; }
+
 static void cuda_range(pi0_backend *be, const char *name) {
     (void)be;
     if (name) nvtxRangePushA(name);
@@ -444,6 +446,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->run_graph = cuda_run_graph;
     be->destroy = cuda_destroy;
     be->range = cuda_range;
+    be->early_next = cuda_early_next;
     be->upload = cuda_upload;
     be->download = cuda_download;
     be->elem_size = cuda_elem_size;

@@ -58,6 +58,7 @@ struct cuda_ctx {
                                // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
     int gateup;                // gateup.cu's product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
     int capturing;
+    int early_next;            // backend.h early_next: few-row products trigger their dependent at entry
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
 };
@@ -78,6 +79,9 @@ static inline int cdiv(long long a, long long b) { return (int)((a + b - 1) / b)
 // writes or reads, and pdl_trigger() only after that wait. Then, when a kernel starts, every kernel
 // before its immediate predecessor has completed, and the only work it overlaps is its predecessor's
 // tail: it may prefetch weights (constant) and older data (e.g. the prefix KV cache) before the wait.
+// One exception, asked for by the caller (backend.h early_next): a few-row product that triggers at entry, so
+// its dependent may start while the product's own predecessor still runs. That dependent may then read only
+// constants before its wait.
 // A kernel launched without the attribute (cuBLASLt) simply starts after its predecessor completes.
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
@@ -232,6 +236,7 @@ struct gemv_args {
     float eps;
     const float *gate;        // GATED_ADD: y += gate[m / rows_per_gate, n] * bf16(product); rows of gate_stride
     int gate_stride, rows_per_gate;
+    int early;                // trigger the dependent launch at entry, not after the wait (backend.h early_next)
 };
 int cuda_gemv_ok(const gemv_args *a, int nt);
 

@@ -157,8 +157,9 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             else xv[u][1] = b;
         }
     }
+    if (a.early) pdl_trigger();
     pdl_wait();
-    pdl_trigger();
+    if (!a.early) pdl_trigger();
     // ---- activations ----
     const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
     const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
@@ -349,8 +350,9 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     if (tid < 32) freq[tid] = rope_inv_freq(a, r0 + tid);
     __syncthreads();
     if (ks > 1) cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
+    if (a.early) pdl_trigger();
     pdl_wait();
-    pdl_trigger();
+    if (!a.early) pdl_trigger();
     if (tid == 0)
         for (int s = 0; s < WGV_S && s < n; s++) tma_load_2d(ring + s * WGV_STAGE + 64 * 128, &tx, (kb0 + s) * 64, 0, &full[s]);
     // the epilogue's inputs (the old outputs of the adds, or the rows' positions), read now: read in the epilogue,
@@ -549,8 +551,11 @@ static int pick_nt(const gemv_args *a) {
     return cuda_gemv_ok(a, 1) ? 1 : cuda_gemv_ok(a, 2) ? 2 : 0;
 }
 
-int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt) {
+int cuda_gemv(cuda_ctx *c, const gemv_args *args, int nt) {
     if (c->err) return 1;
+    gemv_args e = *args;
+    e.early = c->early_next;
+    const gemv_args *a = &e;
     if (a->M > 16) return gemv_wg_ok(a) && gemv_wg(c, a);
     if (!nt) nt = pick_nt(a);
     if (!nt || !cuda_gemv_ok(a, nt)) return 0;
