@@ -489,6 +489,9 @@ static pi0_status walk_map(msgnp_request *r, const msgpack_object *m, const char
                             d, err, errlen);
         } else if (v->type == MSGPACK_OBJECT_MAP) {
             if (level + 1 >= 8) return fail(err, errlen, PI0_ERR_FORMAT, "%s: maps nested deeper than 8 levels", key);
+            if (pl + kl + 1 >= MSGNP_MAX_KEY)   /* the '/' before the inner keys must fit as well */
+                return fail(err, errlen, PI0_ERR_FORMAT, "%s: key of a map is longer than %d bytes with its '/'",
+                            show(key, pl + kl, tmp, sizeof tmp), MSGNP_MAX_KEY - 2);
             key[pl + kl] = '/';
             key[pl + kl + 1] = 0;
             st = walk_map(r, v, key, level + 1, lim, err, errlen);

@@ -42,5 +42,6 @@ $(BUILD)/fuzz/fuzz_msgpack: tests/fuzz/fuzz_msgpack.c server/msgnp.c $(SRV_HDRS)
 fuzz-server: $(BUILD)/fuzz/fuzz_msgpack
 	@mkdir -p $(BUILD)/fuzz/corpus_msgpack
 	$(PY) tests/server/fuzz_seeds.py $(BUILD)/fuzz/corpus_msgpack
+	cp tests/fuzz/regress_msgpack/* $(BUILD)/fuzz/corpus_msgpack/   # inputs that once failed (a 255-byte map key)
 	$(BUILD)/fuzz/fuzz_msgpack $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_msgpack
 fuzz: fuzz-server

@@ -290,6 +290,15 @@ static void x_longkey(mp *m) {
     mp_str(m, k);
     msgpack_pack_int(&m->pk, 1);
 }
+static void x_longmapkey(mp *m) {   /* 255 bytes: fits as a key, not with the '/' of a map's inner keys (fuzz) */
+    char k[256];
+    memset(k, 'k', 255);
+    k[255] = 0;
+    mp_str(m, k);
+    msgpack_pack_map(&m->pk, 1);
+    mp_str(m, "a");
+    msgpack_pack_int(&m->pk, 1);
+}
 static void x_many(mp *m) {
     mp_str(m, "many");
     msgpack_pack_map(&m->pk, 70);
@@ -329,6 +338,7 @@ static void test_decode_bad(void) {
         {"duplicate key", x_dup, "duplicate key"},
         {"integer map key", x_intkey, "keys must be strings"},
         {"300-byte key", x_longkey, "longer than 255"},
+        {"255-byte key of a map", x_longmapkey, "longer than 254 bytes with its '/'"},
         {"70 arrays", x_many, "more than 64 arrays"},
         {"maps nested 10 deep", x_deepmaps, "nested deeper than 8"},
     };
