@@ -72,6 +72,7 @@ static void remove_tree(const char *dir) {   /* only what gen-checkpoint writes 
 
 typedef struct {
     int full, iters, warmup, threads, device, no_graph;
+    int vary;           /* --vary-tokens K: run i has tok_valid - i % K valid prompt tokens (a new prefix length) */
     pi0_backend_kind backend;
     const char *checkpoint;
     FILE *csv, *trace;
@@ -136,22 +137,35 @@ static int run_workload(bench_opts *o, const workload *w) {
     if (!img || !state || !act || !tok || !tm || !im || !lat) { fprintf(stderr, "pi0 bench: out of memory\n"); goto done; }
     srand(7);
     for (size_t i = 0; i < nimg; i++) img[i] = 2.0f * rand() / (float)RAND_MAX - 1.0f;
-    for (int i = 0; i < B * L; i++) {
-        tm[i] = i % L < w->tok_valid;
-        tok[i] = tm[i] ? 1 + rand() % (info.vocab_size - 1) : 0;
+    for (int i = 0; i < B * L; i++) tok[i] = 1 + rand() % (info.vocab_size - 1);
+    if (o->vary > w->tok_valid) {
+        fprintf(stderr, "pi0 bench: --vary-tokens %d: %s has only %d valid prompt tokens\n", o->vary, w->name, w->tok_valid);
+        goto done;
     }
     for (int i = 0; i < B * N; i++) im[i] = i % N < w->cams_valid;
     pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
                      .n_tokens = L, .seed = 1};
     int tty = isatty(2);
     if (!tty) fprintf(stderr, "pi0 bench: %s: %d warm-up + %d timed runs\n", w->name, o->warmup, o->iters);
+    double first_new = 0, first_max = 0;   /* --vary-tokens: the runs that meet a prompt length for the first time */
     for (int i = 0; i < o->warmup + o->iters; i++) {
+        int valid = w->tok_valid - (o->vary > 1 ? i % o->vary : 0);
+        for (int j = 0; j < B * L; j++) tm[j] = j % L < valid;
         if (tty && i < o->warmup) fprintf(stderr, "\rpi0 bench: %s: warming up %d/%d", w->name, i + 1, o->warmup);
         else if (tty) fprintf(stderr, "\rpi0 bench: %s: run %d/%d      ", w->name, i - o->warmup + 1, o->iters);
         double t0 = now_ms();
         if (pi0_infer(s, &in, act) != PI0_OK) { fprintf(stderr, "\n"); rc = cli_fail("inference"); goto done; }
-        if (i >= o->warmup) lat[i - o->warmup] = now_ms() - t0;
+        double dt = now_ms() - t0;
+        if (i >= o->warmup) lat[i - o->warmup] = dt;
+        if (o->vary > 1 && i > 0 && i < o->vary) {
+            first_new += dt / (o->vary - 1);
+            first_max = dt > first_max ? dt : first_max;
+        }
+        if (o->vary > 1 && i == 0) fprintf(stderr, "pi0 bench: %s: first run %.2f ms\n", w->name, dt);
     }
+    if (o->vary > 1 && o->warmup + o->iters >= o->vary)
+        fprintf(stderr, "pi0 bench: %s: first runs of %d new prompt lengths: mean %.2f ms, max %.2f ms\n", w->name,
+                o->vary - 1, first_new, first_max);
     if (tty) fprintf(stderr, "\r%60s\r", "");
     /* the stage split comes from separate runs that synchronise between stages (no graph) */
     pi0_session_set_stage_timing(s, 1);
@@ -213,6 +227,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &o.backend)) return 2; }
         else if (!strcmp(a, "--iters")) { if (!cli_parse_int(a, v, 1, 100000, &x)) return 2; o.iters = (int)x; i++; }
         else if (!strcmp(a, "--warmup")) { if (!cli_parse_int(a, v, 0, 100000, &x)) return 2; o.warmup = (int)x; i++; }
+        else if (!strcmp(a, "--vary-tokens")) { if (!cli_parse_int(a, v, 1, 4096, &x)) return 2; o.vary = (int)x; i++; }
         else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, v, 0, 1024, &x)) return 2; o.threads = (int)x; i++; }
         else if (!strcmp(a, "--list")) {
             printf("%-14s %-5s %3s %12s %18s %8s\n", "workload", "model", "B", "cams(valid)", "tokens(valid/pad)", "horizon");

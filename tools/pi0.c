@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  gen-checkpoint  --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR\n"
             "  bench           [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
             "                  [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
+            "                  [--vary-tokens K]  (run i drops i %% K prompt tokens: new prefix lengths)\n"
             "  info            --checkpoint DIR\n"
             "  tokenize        --tokenizer FILE [[--] TEXT]  plain SentencePiece ids (no TEXT: one line per stdin line)\n"
             "                  [--format pi0|pi05 [--state v1,v2,...] [--max-len N]]  the model's prompt tokens and mask\n"
