@@ -37,6 +37,7 @@ struct gemm_plan {
     cublasLtMatmulAlgo_t algo;                     // the fastest candidate (tune) or the heuristic's first
     cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
     int n_cand;
+    int tuned;                                     // algo is a timed choice (its own, or a sibling's: share_tuned)
 };
 
 struct gemm_cache {
@@ -66,11 +67,10 @@ static int set_batch(cuda_ctx *c, cublasLtMatrixLayout_t l, int batch, long long
            !CUBLAS_NOTE(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
 }
 
-static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int *fresh) {
+static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
     gemm_cache *g = c->gemms;
     for (int i = 0; i < g->n; i++)
         if (!memcmp(&g->plans[i].key, k, sizeof *k)) return &g->plans[i];
-    *fresh = 1;
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
         gemm_plan *p = (gemm_plan *)realloc(g->plans, (size_t)cap * sizeof *p);
@@ -137,14 +137,49 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int *fresh) {
     return p;
 }
 
+/* Row buckets of the tuning: the prefill's row count follows the prompt length (padding is skipped, spec 3.13),
+ * and π0.5's prompt holds the state, so a server meets a new row count every few requests. Timing every candidate
+ * again took ~40 ms per new length (session 28). Shapes that differ only in M within one bucket of GEMM_MBUCKET
+ * rows take the timed choice of the first one met (as long as cuBLASLt accepts it for the new layout): M is
+ * cuBLASLt's N here, and rows within 64 fill the same tiles of every candidate up to 64 wide. */
+enum { GEMM_MBUCKET = 64 };
+
+static int share_tuned(cuda_ctx *c, gemm_plan *p) {
+    gemm_cache *g = c->gemms;
+    gemm_key k = p->key;
+    for (int i = 0; i < g->n; i++) {
+        gemm_plan *q = &g->plans[i];
+        if (q == p || !q->tuned || (q->key.M - 1) / GEMM_MBUCKET != (k.M - 1) / GEMM_MBUCKET) continue;
+        k.M = q->key.M;
+        int same = !memcmp(&k, &q->key, sizeof k);
+        k.M = p->key.M;
+        if (!same) continue;
+        cublasLtMatmulHeuristicResult_t r;
+        if (cublasLtMatmulAlgoCheck(c->lt, p->desc, p->la, p->lb, p->lc, p->lc, &q->algo, &r) == CUBLAS_STATUS_SUCCESS &&
+            r.workspaceSize <= c->ws_size) {
+            p->algo = q->algo;
+            p->tuned = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The heuristic's order is not speed order (ECOSYSTEM.md: 14.2 to 19.8 us among its top 8 for one
- * shape), so a new shape met outside graph capture times every candidate on the call's own operands
+ * shape), so a new shape (without a timed sibling, share_tuned) met outside graph capture times every candidate on
+ * the call's own operands
  * (into a scratch output, since beta may be 1) and keeps the fastest. One timing of 5 runs chose a 32 us
  * kernel over a 21 us one for SigLIP's fc2 in one of two processes (ncu, session 8): each candidate's time
  * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates, with the call's alpha and beta (the
  * output then holds garbage, which costs the same). */
 static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes) {
-    if (p->n_cand < 2 || c->capturing || c->err) return;
+    if (p->tuned || c->err || share_tuned(c, p)) return;
+    if (c->capturing) {   // no timing inside a capture: the heuristic's first for now, and the graph is made again
+        c->untuned = 1;
+        return;
+    }
+    p->tuned = 1;
+    if (p->n_cand < 2) return;
     if (ybytes > c->tune_cap) {
         cudaFree(c->tune_buf);
         c->tune_buf = NULL;
@@ -186,10 +221,9 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
     k.al_x = alignment(X); k.al_w = alignment(W); k.al_y = alignment(Y); k.al_b = bias ? alignment(bias) : 0;
     k.sx = batch > 1 ? sx : 0; k.sw = batch > 1 ? sw : 0; k.sy = batch > 1 ? sy : 0; k.sb = batch > 1 ? sb : 0;
     k.gelu = gelu; k.alpha = alpha; k.beta = beta;
-    int fresh = 0;
-    gemm_plan *p = get_plan(c, &k, &fresh);
+    gemm_plan *p = get_plan(c, &k);
     if (!p) return;
-    if (fresh)
+    if (!p->tuned)
         tune(c, p, X, W, bias, ((batch > 1 ? (size_t)(batch - 1) * (size_t)sy : 0) + (size_t)M * ldy) *
                                    (ty == CUDA_R_32F ? 4 : 2));
     if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
