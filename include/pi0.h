@@ -261,6 +261,13 @@ typedef struct {
 /* Runs n (1..max_batch) prepared observations as one batch and writes actions [n, H, D] float64
  * (unnormalised, robot output transform applied). One thread at a time per policy. timing may be NULL. */
 pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing);
+/* Runs one batch of `batch` (1..max_batch) synthetic observations (black images on every camera key of the robot,
+ * zero state, the default prompt or "warm up", a fixed noise seed) and discards the actions. A process's first
+ * inference pays one-time costs (CUDA module loading, GEMM algorithm timing, graph capture: 0.4-0.6 s on an H100);
+ * a server calls this before it accepts robots. Prompts of other lengths later cost one graph capture (~22 ms on
+ * the H100) the first time each. The policy's noise stream for observations without a seed is not touched.
+ * *ms (may be NULL) gets the time taken. */
+pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms);
 /* Writes the model inputs of a prepared observation (PI0_IO.md section 2 names, batch 1; noise only when the
  * observation had one) as a safetensors file: for checking the transforms against a reference. */
 pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path);

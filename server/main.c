@@ -31,7 +31,8 @@ static const char usage[] =
     "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
-    "  --max-message-bytes N   refuse larger requests (default 67108864)\n";
+    "  --max-message-bytes N   refuse larger requests (default 67108864)\n"
+    "  --warmup 0|1            run synthetic batches (1 and --max-batch) before listening (default 1)\n";
 
 static ws_server *volatile g_server;
 
@@ -60,7 +61,7 @@ int main(int argc, char **argv) {
     pi0_policy_params pp = {0};
     ws_params wp = {.port = 8000, .api_key = getenv("PI0_API_KEY")};
     engine_params ep = {.max_batch = 1};
-    long v;
+    long v, warmup = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
@@ -79,6 +80,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--device")) { if (parse_int(a, val, 0, 1024, &v)) return 2; pp.model.device = (int)v; }
         else if (!strcmp(a, "--threads")) { if (parse_int(a, val, 0, 4096, &v)) return 2; pp.model.n_threads = (int)v; }
         else if (!strcmp(a, "--steps")) { if (parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
+        else if (!strcmp(a, "--warmup")) { if (parse_int(a, val, 0, 1, &warmup)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
         else if (!strcmp(a, "--max-message-bytes")) {
@@ -98,6 +100,17 @@ int main(int argc, char **argv) {
     if (st != PI0_OK) {
         srv_log("cannot load the policy from %s: %s (%s)", checkpoint, pi0_last_error(), pi0_status_str(st));
         return 1;
+    }
+    /* The first inference of a process pays one-time costs (GPU: module loading, GEMM algorithm timing, graph
+     * capture, 0.4-0.6 s on an H100): paid here, before robots connect, for B = 1 and the largest batch */
+    for (int bs = 1; warmup && bs <= ep.max_batch; bs = bs < ep.max_batch ? ep.max_batch : bs + 1) {
+        double ms = 0;
+        if ((st = pi0_policy_warmup(policy, bs, &ms)) != PI0_OK) {
+            srv_log("%s (%s)", pi0_last_error(), pi0_status_str(st));
+            pi0_policy_free(policy);
+            return 1;
+        }
+        srv_log("warm-up: batch %d in %.1f ms", bs, ms);
     }
     pi0_policy_info info;
     pi0_policy_get_info(policy, &info);

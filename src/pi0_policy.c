@@ -333,6 +333,49 @@ pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *a
     return st;
 }
 
+pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) {
+    double t0 = now_ms();
+    if (!p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: NULL policy");
+    if (batch < 1 || batch > p->max_batch)
+        return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: batch of %d, the policy holds 1..%d", batch, p->max_batch);
+    /* the robot's own keys (robot.c), images already at the model's size */
+    static const char *keys[][5] = {
+        [PI0_ROBOT_LIBERO] = {"observation/state", "observation/image", "observation/wrist_image"},
+        [PI0_ROBOT_DROID] = {"observation/joint_position", "observation/exterior_image_1_left", "observation/wrist_image_left",
+                             "observation/gripper_position"},
+        [PI0_ROBOT_ALOHA] = {"state", "images/cam_high", "images/cam_left_wrist", "images/cam_right_wrist"},
+    };
+    if (p->robot != PI0_ROBOT_LIBERO && p->robot != PI0_ROBOT_DROID && p->robot != PI0_ROBOT_ALOHA)
+        return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: the policy has no robot transform");
+    const char *const *k = keys[p->robot];
+    double state[ROBOT_MAX_STATE] = {0};
+    uint8_t *img = pi0_calloc((size_t)p->R * p->R, 3, "warm-up image");
+    pi0_prepared **x = pi0_calloc((size_t)batch, sizeof *x, "warm-up batch");
+    double *act = pi0_malloc((size_t)batch * p->H * p->D * sizeof(double), "warm-up actions");
+    pi0_status st = img && x && act ? PI0_OK : PI0_ERR_NOMEM;
+    pi0_array a[5];
+    int n = 0;
+    int ns = p->robot == PI0_ROBOT_ALOHA ? 14 : p->robot == PI0_ROBOT_DROID ? 7 : 8;
+    a[n++] = (pi0_array){.key = k[0], .dtype = PI0_DT_F64, .ndim = 1, .shape = {ns}, .data = state};
+    for (int i = 1; i < 5 && k[i]; i++) {
+        if (!strcmp(k[i], "observation/gripper_position"))
+            a[n++] = (pi0_array){.key = k[i], .dtype = PI0_DT_F64, .ndim = 1, .shape = {1}, .data = state};
+        else
+            a[n++] = (pi0_array){.key = k[i], .dtype = PI0_DT_U8, .ndim = 3, .shape = {p->R, p->R, 3}, .data = img};
+    }
+    /* a fixed seed: the policy's own noise stream (observations without a seed) is left as it was */
+    pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = p->default_prompt ? NULL : "warm up", .seed = 1};
+    for (int b = 0; b < batch && st == PI0_OK; b++) st = pi0_policy_prepare(p, &obs, &x[b]);
+    if (st == PI0_OK) st = pi0_policy_run(p, x, batch, act, NULL);
+    for (int b = 0; x && b < batch; b++) pi0_prepared_free(x[b]);
+    free(img);
+    free(x);
+    free(act);
+    if (st != PI0_OK) pi0_error_prefix("warm-up");
+    if (ms) *ms = now_ms() - t0;
+    return st;
+}
+
 pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path) {
     if (!x || !path) return pi0_fail(PI0_ERR_ARG, "pi0_prepared_save: NULL argument");
     const pi0_policy *p = x->owner;

@@ -149,6 +149,23 @@ int main(int argc, char **argv) {
     pi0_policy_infer(p, &s5, a2, NULL);
     CHECK(memcmp(a1, a2, sizeof a1) != 0, "no noise and no seed: fresh noise per call");
 
+    /* warm-up (pi0_policy_warmup): batches of 1 and 3 of synthetic observations; a warmed-up policy answers a seeded
+     * observation as a fresh one does (the warm-up's own noise is seeded, so the policy's stream is not drawn from) */
+    pi0_policy *pw = NULL, *pf = NULL;
+    double wms = 0;
+    CHECK(load(&pw, lib, "pi0_libero", NULL, 3) == PI0_OK && load(&pf, lib, "pi0_libero", NULL, 3) == PI0_OK,
+          "two more pi0_libero policies: %s", pi0_last_error());
+    CHECK(pw && pi0_policy_warmup(pw, 1, &wms) == PI0_OK && wms > 0 && pi0_policy_warmup(pw, 3, NULL) == PI0_OK,
+          "warm-up, batches 1 and 3: %s", pi0_last_error());
+    CHECK(pw && pi0_policy_warmup(pw, 0, NULL) == PI0_ERR_ARG && pi0_policy_warmup(pw, 4, NULL) == PI0_ERR_ARG &&
+          strstr(pi0_last_error(), "batch of 4, the policy holds 1..3") && pi0_policy_warmup(NULL, 1, NULL) == PI0_ERR_ARG,
+          "warm-up batch sizes 0 and 4 (> max_batch 3) and a NULL policy refused: %s", pi0_last_error());
+    s5.seed = 5;
+    CHECK(pw && pf && pi0_policy_infer(pw, &s5, a1, NULL) == PI0_OK && pi0_policy_infer(pf, &s5, a2, NULL) == PI0_OK &&
+          !memcmp(a1, a2, sizeof a1), "after a warm-up, a seeded call gives the actions of a fresh policy");
+    pi0_policy_free(pw);
+    pi0_policy_free(pf);
+
     /* observation errors */
     libero_obs le;
     pi0_observation e = libero(&le, 0, "x", NULL, 1);
@@ -198,6 +215,8 @@ int main(int argc, char **argv) {
     /* ALOHA: HWC images accepted and equal to CHW (openpi itself only takes CHW); metadata and defaults */
     const char *alo = make_dir("aloha", "tiny-pi0", "trossen", 14, 14, 0);
     CHECK(load(&p, alo, "pi0_aloha_towel", NULL, 1) == PI0_OK, "load pi0_aloha_towel: %s", pi0_last_error());
+    CHECK(p && pi0_policy_warmup(p, 1, NULL) == PI0_OK, "warm-up of an ALOHA policy (its keys, default prompt): %s",
+          pi0_last_error());
     if (p) {
         pi0_policy_get_info(p, &pi);
         CHECK(pi.action_dim == 14 && pi.delta_actions && pi.default_prompt && !strcmp(pi.default_prompt, "fold the towel") &&
@@ -213,6 +232,11 @@ int main(int argc, char **argv) {
         CHECK(pi0_policy_infer(p, &ao, hwc, NULL) == PI0_OK && !memcmp(chw, hwc, sizeof chw), "ALOHA HWC == CHW");
         pi0_policy_free(p); p = NULL;
     }
+
+    /* DROID warm-up: its split state keys, π0.5's state in the prompt, no default prompt */
+    CHECK(load(&p, make_dir("droidw", "tiny-pi05", "droid", 8, 8, 1), "pi05_droid", NULL, 2) == PI0_OK &&
+          pi0_policy_warmup(p, 2, NULL) == PI0_OK, "warm-up of a pi05_droid policy, batch 2: %s", pi0_last_error());
+    pi0_policy_free(p); p = NULL;
 
     /* load-time errors */
     CHECK(load(&p, lib, "pi0_nonsense", NULL, 1) == PI0_ERR_ARG && strstr(pi0_last_error(), "unknown config 'pi0_nonsense'") &&
