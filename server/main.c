@@ -32,7 +32,7 @@ static const char usage[] =
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
     "  --max-message-bytes N   refuse larger requests (default 67108864)\n"
-    "  --warmup 0|1            run synthetic batches (1 and --max-batch) before listening (default 1)\n";
+    "  --warmup 0|1            run synthetic batches (1 and --max-batch) before listening (default: 1 on cuda)\n";
 
 static ws_server *volatile g_server;
 
@@ -61,7 +61,7 @@ int main(int argc, char **argv) {
     pi0_policy_params pp = {0};
     ws_params wp = {.port = 8000, .api_key = getenv("PI0_API_KEY")};
     engine_params ep = {.max_batch = 1};
-    long v, warmup = 1;
+    long v, warmup = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
@@ -93,6 +93,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(backend, "cpu")) pp.model.backend = PI0_BACKEND_CPU;
     else { fprintf(stderr, "pi0-server: --backend: expected cpu or cuda, got '%s'\n", backend); return 2; }
     pp.max_batch = ep.max_batch;
+    if (warmup < 0) warmup = pp.model.backend == PI0_BACKEND_CUDA;   /* the CPU has no one-time costs to move */
     ep.prepare_threads = ep.max_batch > 2 ? 4 : 2;
 
     pi0_policy *policy = NULL;
@@ -101,8 +102,8 @@ int main(int argc, char **argv) {
         srv_log("cannot load the policy from %s: %s (%s)", checkpoint, pi0_last_error(), pi0_status_str(st));
         return 1;
     }
-    /* The first inference of a process pays one-time costs (GPU: module loading, GEMM algorithm timing, graph
-     * capture, 0.4-0.6 s on an H100): paid here, before robots connect, for B = 1 and the largest batch */
+    /* The first inference of a CUDA process pays one-time costs (module loading, GEMM algorithm timing, graph
+     * capture: 0.4-0.6 s on an H100): paid here, before robots connect, for B = 1 and the largest batch */
     for (int bs = 1; warmup && bs <= ep.max_batch; bs = bs < ep.max_batch ? ep.max_batch : bs + 1) {
         double ms = 0;
         if ((st = pi0_policy_warmup(policy, bs, &ms)) != PI0_OK) {

@@ -202,7 +202,7 @@ def test_live(tmp, libero_args):
     """A batch of 8 inferences at 100 steps runs while /healthz and a ping on an idle connection are
     probed in a loop: the probes that fall inside the batch's run (its model time, ending before the
     first reply arrived) must be answered, each within 100 ms."""
-    srv = Server(tmp, "live", libero_args + ["--steps", "100", "--max-batch", "8", "--batch-window-ms", "100"])
+    srv = Server(tmp, "live", libero_args + ["--steps", "100", "--max-batch", "8", "--batch-window-ms", "100", "--warmup", "1"])
     log = srv.text()
     check("live: warm-up of batches 1 and 8 before listening", "warm-up: batch 1 in" in log and "warm-up: batch 8 in" in log
           and log.index("warm-up: batch 8") < log.index("listening on"), log[-400:])
@@ -343,8 +343,8 @@ def nd(data, dtype, shape):
 
 
 def test_faults(tmp, libero_args, cases, expected):
-    srv = Server(tmp, "faults", libero_args + ["--max-message-bytes", "1000000", "--warmup", "0"])
-    check("faults: --warmup 0 starts without a warm-up", "warm-up" not in srv.text(), srv.text()[-400:])
+    srv = Server(tmp, "faults", libero_args + ["--max-message-bytes", "1000000"])
+    check("faults: no warm-up on the CPU by default", "warm-up" not in srv.text(), srv.text()[-400:])
     other = client(srv.port)  # a robot that keeps working through everything below
 
     def other_ok():
