@@ -167,7 +167,8 @@ static int run_workload(bench_opts *o, const workload *w) {
         fprintf(stderr, "pi0 bench: %s: first runs of %d new prompt lengths: mean %.2f ms, max %.2f ms\n", w->name,
                 o->vary - 1, first_new, first_max);
     if (tty) fprintf(stderr, "\r%60s\r", "");
-    /* the stage split comes from separate runs that synchronise between stages (no graph) */
+    /* the stage split comes from separate runs that synchronise between stages (no graph), at the workload's length */
+    for (int j = 0; j < B * L; j++) tm[j] = j % L < w->tok_valid;
     pi0_session_set_stage_timing(s, 1);
     int nsplit = o->iters < 3 ? o->iters : 3;
     double vis = 0, pre = 0, den = 0;

@@ -80,7 +80,7 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
     }
     gemm_plan *p = &g->plans[g->n];
     memset(p, 0, sizeof *p);
-    p->key = *k;
+    memcpy(&p->key, k, sizeof *k);   // padding bytes included (memcmp above)
     cublasOperation_t ta = k->trans_w ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
     if (CUBLAS_NOTE(c, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return NULL;
     CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -141,15 +141,18 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
  * and π0.5's prompt holds the state, so a server meets a new row count every few requests. Timing every candidate
  * again took ~40 ms per new length (session 28). Shapes that differ only in M within one bucket of GEMM_MBUCKET
  * rows take the timed choice of the first one met (as long as cuBLASLt accepts it for the new layout): M is
- * cuBLASLt's N here, and rows within 64 fill the same tiles of every candidate up to 64 wide. */
+ * cuBLASLt's N here, and rows within 64 fill the same tiles of every candidate up to 64 wide. So the algorithm of a
+ * length depends on which length of its bucket came first; within a process it never changes (graph replays and
+ * un-captured runs agree bit for bit), across processes it could differ, as the timing's noise already could. */
 enum { GEMM_MBUCKET = 64 };
 
 static int share_tuned(cuda_ctx *c, gemm_plan *p) {
     gemm_cache *g = c->gemms;
-    gemm_key k = p->key;
+    gemm_key k;
+    memcpy(&k, &p->key, sizeof k);   // with its (zeroed) padding bytes, which take part in memcmp
     for (int i = 0; i < g->n; i++) {
         gemm_plan *q = &g->plans[i];
-        if (q == p || !q->tuned || (q->key.M - 1) / GEMM_MBUCKET != (k.M - 1) / GEMM_MBUCKET) continue;
+        if (q == p || !q->tuned || q->n_cand < 2 || (q->key.M - 1) / GEMM_MBUCKET != (k.M - 1) / GEMM_MBUCKET) continue;
         k.M = q->key.M;
         int same = !memcmp(&k, &q->key, sizeof k);
         k.M = p->key.M;
@@ -173,13 +176,17 @@ static int share_tuned(cuda_ctx *c, gemm_plan *p) {
  * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates, with the call's alpha and beta (the
  * output then holds garbage, which costs the same). */
 static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes) {
-    if (p->tuned || c->err || share_tuned(c, p)) return;
+    if (p->tuned || c->err) return;
+    if (p->n_cand < 2) {   // nothing to time
+        p->tuned = 1;
+        return;
+    }
+    if (share_tuned(c, p)) return;
     if (c->capturing) {   // no timing inside a capture: the heuristic's first for now, and the graph is made again
         c->untuned = 1;
         return;
     }
     p->tuned = 1;
-    if (p->n_cand < 2) return;
     if (ybytes > c->tune_cap) {
         cudaFree(c->tune_buf);
         c->tune_buf = NULL;
