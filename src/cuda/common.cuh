@@ -58,8 +58,7 @@ struct cuda_ctx {
                                // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
     int gateup;                // gateup.cu's product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
     int capturing;
-    int untuned;               // a GEMM met during capture had no timed algorithm (gemm.cu tune)
-    int graphs_made;           // graphs instantiated so far (cuda_run_graph)
+    int untuned;               // a GEMM met during capture had no timed algorithm (gemm.cu tune): no graph
     int early_next;            // backend.h early_next: few-row products trigger their dependent at entry
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];

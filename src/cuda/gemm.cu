@@ -182,7 +182,7 @@ static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const 
         return;
     }
     if (share_tuned(c, p)) return;
-    if (c->capturing) {   // no timing inside a capture: the heuristic's first for now, and the graph is made again
+    if (c->capturing) {   // no timing inside a capture (a guard: cuda_run_graph's run before each capture times all)
         c->untuned = 1;
         return;
     }
