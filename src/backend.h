@@ -92,8 +92,10 @@ struct pi0_backend {
      * (max_fused = rows x (q + k + v or gate + up widths)); called at session create. */
     pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused);
     pi0_status (*sync)(pi0_backend *be);                /* waits for queued work; reports async errors */
-    /* Runs fn(arg) as a CUDA graph captured once per key (the host-side sizes the launches depend on)
-     * and replayed after; NULL = the backend has no graphs (fn is called directly). */
+    /* Runs fn(arg) as a CUDA graph per key (the host-side sizes the launches depend on); NULL = the backend has
+     * no graphs (fn is called directly). On a new key fn is called twice: once run directly (its result is the
+     * call's), once captured; the graph replays from the next call with that key on. So fn only enqueues work on
+     * the backend's stream and may be called repeatedly with the same effect. */
     pi0_status (*run_graph)(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg);
     void (*destroy)(pi0_backend *be);
     /* Profiling annotation (NVTX ranges on CUDA): opens a range `name`, or closes the innermost open one for
@@ -166,6 +168,8 @@ long cuda_gemv_wg_launches(void);
 long cuda_flash_wg_launches(void);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
+/* Graph replays (cuda_run_graph with a cached graph) in this process: the e2e tests check that they ran. */
+long cuda_graph_replays(void);
 /* The op tests: gateup.cu's token tile width from now on in this process (136 to 248 in steps of 16, or 256;
  * a width it lacks or above M makes it refuse, so cuBLASLt runs); 0 returns to the width picked per M. */
 void cuda_gateup_force(int bn);

@@ -587,6 +587,7 @@ pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_
         for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
         st = be->run_graph(be, key, n, compute, &r);
         if (st == PI0_OK && late) st = late(in, arg);   /* while the replay runs (the 64-sample images: ~4 ms) */
+        /* (for a new key: after its capture, while the un-captured run may still compute) */
         if (st != PI0_OK) {
             be->sync(be);
             return st;

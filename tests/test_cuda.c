@@ -741,8 +741,10 @@ static int infer(pi0_model *m, const pi0_inputs *in, int stage_timing, result *r
     return ok;
 }
 
-/* One session: graph run, staged run (stage timing), graph run again. The GEMM algorithms are chosen
- * once per session (timed), so within a session all three must agree bit for bit. */
+/* One session: the first call (a new graph key: run un-captured, the graph captured behind it), a staged run (stage
+ * timing), a staged run on other noise (so the replay cannot pass on the actions it finds), then the graph replay.
+ * The GEMM algorithms are chosen once per session (timed), so within a session the three results must agree bit for
+ * bit. */
 static int infer3(pi0_model *m, const pi0_inputs *in, result *g, result *st, result *g2) {
     pi0_session *s = NULL;
     pi0_model_info info;
@@ -755,10 +757,19 @@ static int infer3(pi0_model *m, const pi0_inputs *in, result *g, result *st, res
     float *pinned = pi0_host_alloc(ni * sizeof(float));
     pi0_inputs in2 = *in;
     if (pinned) { memcpy(pinned, in->images, ni * sizeof(float)); in2.images = pinned; }
+    pi0_inputs other = *in;
+    other.noise = NULL;
+    other.seed = in->seed + 1;
     int ok = pinned && pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in->batch}) == PI0_OK;
+    long replays = cuda_graph_replays();
     for (int i = 0; ok && i < 3; i++) {
         pi0_session_set_stage_timing(s, i == 1);
         ok = pi0_infer(s, i == 2 ? &in2 : in, r[i]->act) == PI0_OK;
+        if (ok && i == 1) ok = pi0_infer(s, &other, r[2]->act) == PI0_OK;   /* (overwritten by the replay) */
+    }
+    if (ok && cuda_graph_replays() != replays + 1) {
+        printf("  expected one graph replay, found %ld\n", cuda_graph_replays() - replays);
+        ok = 0;
     }
     if (!ok) printf("  inference: %s\n", pi0_last_error());
     pi0_session_free(s);
@@ -794,9 +805,9 @@ static void e2e_fixtures(void) {
                 printf("e2e %-24s %-10s gpu-vs-cpu rel_l2=%.2e max_abs=%.2e  gpu-vs-torch rel_l2=%.2e  bound 2e-2 %s\n",
                        models[mi] + 15, cases[ci], r1, m1, r2, r1 < 2e-2 && r2 < 2e-2 ? "OK" : "FAIL");
                 CHECK(r1 < 2e-2 && r2 < 2e-2, "e2e %s %s", models[mi], cases[ci]);
-                CHECK(!memcmp(rg.act, rn.act, rc.n * 4), "%s %s: graph replay == staged run bit for bit (one session)",
+                CHECK(!memcmp(rg.act, rn.act, rc.n * 4), "%s %s: first call == staged run bit for bit (one session)",
                       models[mi], cases[ci]);
-                CHECK(!memcmp(rg.act, rg2.act, rc.n * 4), "%s %s: repeat graph run (page-locked images) bit for bit", models[mi],
+                CHECK(!memcmp(rg.act, rg2.act, rc.n * 4), "%s %s: graph replay (page-locked images) bit for bit", models[mi],
                       cases[ci]);
             }
             free(rc.act); free(rg.act); free(rn.act); free(rg2.act);
@@ -812,9 +823,9 @@ static void e2e_fixtures(void) {
 /* A server meets a new prefix length every few requests (prompts differ; π0.5 writes the state into its prompt).
  * One session runs up to 12 prompt lengths down and back up. The lengths share GEMM timing buckets, so after the
  * first each new length takes the algorithms of its bucket (gemm.cu share_tuned); its first call runs un-captured and
- * captures the graph behind the run (cuda_run_graph), its second call replays that graph, and the way back up replays
- * cached graphs. Every result must equal the staged (un-captured, stage-timed) run of the same length in the same
- * session bit for bit, and the CPU result within the e2e bound. */
+ * captures the graph behind the run (cuda_run_graph), a later call replays that graph, and the way back up replays
+ * cached graphs (the replay counter checks each). Every result must equal the staged (un-captured, stage-timed) run
+ * of the same length and noise in the same session bit for bit, and the CPU result within the e2e bound. */
 static void e2e_prompt_lengths(void) {
     const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b1.in.safetensors";
     pi0_model *mc = NULL, *mg = NULL;
@@ -833,7 +844,8 @@ static void e2e_prompt_lengths(void) {
     size_t n = ok ? (size_t)info.action_horizon * info.action_dim : 1;
     int L = ok ? in.n_tokens : 0, lens = L < 12 ? L : 12, fails = 0, runs = 0;
     uint8_t *tm = malloc((size_t)L + 1);
-    float *ac = malloc(n * 4), *ag = malloc(n * 4), *ar = malloc(n * 4), *as = malloc(n * 4);
+    float *ac = malloc(n * 4), *ag = malloc(n * 4), *ar = malloc(n * 4), *as = malloc(n * 4), *as2 = malloc(n * 4);
+    int replay_fails = 0;
     double worst = 0;
     for (int i = 0; ok && i < 2 * lens; i++) {
         int valid = i < lens ? L - i : L - (2 * lens - 1 - i);   /* L, L-1, ..., L-lens+1, then back up */
@@ -841,21 +853,33 @@ static void e2e_prompt_lengths(void) {
         pi0_inputs x = in;
         x.token_mask = tm;
         pi0_session_set_stage_timing(sg, 0);
-        /* a new length runs un-captured and is captured behind it; the second call replays the graph */
-        ok = pi0_infer(sc, &x, ac) == PI0_OK && pi0_infer(sg, &x, ag) == PI0_OK && pi0_infer(sg, &x, ar) == PI0_OK;
+        /* a new length runs un-captured and is captured behind the run; the staged run comes next, then a replay
+         * on other noise (so it cannot pass on the actions it finds) against a staged run on that noise */
+        pi0_inputs y = x;
+        y.noise = NULL;
+        y.seed = x.seed + 1 + i;
+        long replays = cuda_graph_replays();
+        ok = pi0_infer(sc, &x, ac) == PI0_OK && pi0_infer(sg, &x, ag) == PI0_OK;
         pi0_session_set_stage_timing(sg, 1);
         ok = ok && pi0_infer(sg, &x, as) == PI0_OK;
+        pi0_session_set_stage_timing(sg, 0);
+        ok = ok && pi0_infer(sg, &y, ar) == PI0_OK;
+        pi0_session_set_stage_timing(sg, 1);
+        ok = ok && pi0_infer(sg, &y, as2) == PI0_OK;
         if (!ok) break;
+        replay_fails += cuda_graph_replays() - replays != (i < lens ? 1 : 2);
+        fails += memcmp(ar, as2, n * 4) != 0 || memcmp(ar, as, n * 4) == 0;
         double mx, r = rel_l2(ag, ac, n, &mx);
         worst = r > worst ? r : worst;
-        fails += r >= 2e-2 || memcmp(ag, as, n * 4) != 0 || memcmp(ar, as, n * 4) != 0;
+        fails += r >= 2e-2 || memcmp(ag, as, n * 4) != 0;
         runs++;
     }
     CHECK(ok, "prompt lengths: inference: %s", pi0_last_error());
     printf("e2e prompt lengths: %d runs over %d lengths, worst gpu-vs-cpu rel_l2=%.2e, graph == staged bit for bit: %s\n",
            runs, lens, worst, fails ? "FAIL" : "OK");
     CHECK(runs == 2 * lens && lens >= 4 && !fails, "prompt lengths: %d of %d runs differ", fails, runs);
-    free(tm); free(ac); free(ag); free(ar); free(as);
+    CHECK(!replay_fails, "prompt lengths: %d of %d runs without the expected graph replays", replay_fails, runs);
+    free(tm); free(ac); free(ag); free(ar); free(as); free(as2);
     pi0_session_free(sc);
     pi0_session_free(sg);
     pi0_inputs_buf_free(ib);

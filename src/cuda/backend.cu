@@ -306,6 +306,9 @@ static pi0_status cuda_reserve(pi0_backend *be, size_t max_rows, size_t max_keys
 
 // ---- graphs ----
 
+static long graph_replays;   // (atomic: contexts may run on several threads)
+extern "C" long cuda_graph_replays(void) { return __atomic_load_n(&graph_replays, __ATOMIC_RELAXED); }
+
 static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg) {
     cuda_ctx *c = CTX(be);
     if (c->err) return report(c);
@@ -346,10 +349,18 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
         if (!c->err && !c->untuned) CUDA_NOTE(c, cudaGraphInstantiate(&victim->exec, graph, 0));
         if (!c->err && victim->exec) CUDA_NOTE(c, cudaGraphUpload(victim->exec, c->stream));
         if (graph) cudaGraphDestroy(graph);
-        if (c->err) {
+        if (c->err) {   /* the run's result stands unless the run itself failed, which a sync shows */
             if (victim->exec) cudaGraphExecDestroy(victim->exec);
             victim->exec = NULL;
-            return report(c);
+            char msg[sizeof c->errmsg];
+            memcpy(msg, c->errmsg, sizeof msg);
+            c->err = PI0_OK;
+            cudaGetLastError();
+            if (CUDA_NOTE(c, cudaStreamSynchronize(c->stream))) return report(c);
+            fprintf(stderr, "pi0: warning: CUDA device %d: graph capture failed (%s); running without graphs\n",
+                    c->device, msg);
+            c->graphs_enabled = 0;
+            return PI0_OK;
         }
         if (!victim->exec) return report(c);   /* an untimed GEMM in the capture (a guard: the run timed them all) */
         victim->last_use = ++c->graph_clock;
@@ -357,6 +368,7 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
     }
     hit->last_use = ++c->graph_clock;
     CUDA_NOTE(c, cudaGraphLaunch(hit->exec, c->stream));
+    __atomic_add_fetch(&graph_replays, 1, __ATOMIC_RELAXED);
     return report(c);
 }
 
