@@ -888,6 +888,57 @@ static void e2e_prompt_lengths(void) {
     pi0_model_free(mg);
 }
 
+/* A graph that cannot be captured or instantiated must not fail the call (cuda_run_graph): the run's result stands,
+ * and the context warns once and runs without graphs from then on. cuda_graph_fault makes CUDA itself refuse the next
+ * capture (a synchronisation inside it) or instantiation (invalid flags). Three calls with one key: the first meets
+ * the fault, the next two would capture and then replay if graphs were still on. Each must equal a staged run on the
+ * same noise bit for bit, and no graph may replay. */
+static void e2e_graph_fault(void) {
+    const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b1.in.safetensors";
+    for (int where = 1; where <= 2; where++) {
+        pi0_model *m = NULL;
+        pi0_session *s = NULL;
+        pi0_tensors *t = NULL;
+        pi0_inputs_buf *ib = NULL;
+        pi0_inputs in;
+        int ok = pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
+                 pi0_tensors_open(&t, in_path) == PI0_OK && pi0_inputs_from_tensors(m, t, in_path, &in, &ib) == PI0_OK &&
+                 pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
+        pi0_model_info info;
+        if (ok) pi0_model_get_info(m, &info);
+        size_t n = ok ? (size_t)info.action_horizon * info.action_dim : 1;
+        float *a = malloc(n * 4), *st = malloc(n * 4);
+        long replays = cuda_graph_replays();
+        int same = 1, pending = -1;
+        cuda_graph_fault(where);
+        for (int i = 0; ok && i < 3; i++) {
+            pi0_inputs x = in;
+            x.noise = NULL;
+            x.seed = in.seed + 1 + i;   /* other noise each call: a result cannot pass on the one before it */
+            pi0_session_set_stage_timing(s, 0);
+            ok = pi0_infer(s, &x, a) == PI0_OK;
+            if (i == 0) pending = cuda_graph_fault(0);
+            pi0_session_set_stage_timing(s, 1);
+            ok = ok && pi0_infer(s, &x, st) == PI0_OK;
+            same &= ok && !memcmp(a, st, n * 4);
+        }
+        cuda_graph_fault(0);
+        CHECK(ok, "graph fault %d: %s", where, pi0_last_error());
+        CHECK(pending == 0, "graph fault %d: the fault was not taken by a capture (pending %d)", where, pending);
+        CHECK(same, "graph fault %d: a call without graphs differs from the staged run", where);
+        CHECK(cuda_graph_replays() == replays, "graph fault %d: %ld graph replays after the fault", where,
+              cuda_graph_replays() - replays);
+        printf("e2e graph fault at %s: 3 calls, equal to the staged runs and no replays: %s\n",
+               where == 1 ? "capture" : "instantiation",
+               ok && pending == 0 && same && cuda_graph_replays() == replays ? "OK" : "FAIL");
+        free(a); free(st);
+        pi0_session_free(s);
+        pi0_inputs_buf_free(ib);
+        pi0_tensors_free(t);
+        pi0_model_free(m);
+    }
+}
+
 /* Pixel values are scanned while the graph replays (model_infer's late check): a bad one still fails the call with
  * its index, after the GPU is done with the buffer, and the next valid call gives the first call's actions. */
 static void e2e_bad_image(void) {
@@ -1041,6 +1092,7 @@ int main(int argc, char **argv) {
     op_tests();
     e2e_fixtures();
     e2e_prompt_lengths();
+    e2e_graph_fault();
     e2e_bad_image();
     resources("tests/fixtures/tiny-pi05", 0);
     /* a broken checkpoint on the GPU path: refused before anything reaches the device */
