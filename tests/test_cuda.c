@@ -888,38 +888,59 @@ static void e2e_prompt_lengths(void) {
     pi0_model_free(mg);
 }
 
+/* tiny-pi0's b1 inputs and a one-sample CUDA session of it (the e2e tests below); tiny_close frees what opened */
+typedef struct {
+    pi0_model *m;
+    pi0_session *s;
+    pi0_tensors *t;
+    pi0_inputs_buf *ib;
+    pi0_inputs in;
+    size_t n_act;   /* floats of one call's actions */
+} tiny_cuda;
+
+static int tiny_open(tiny_cuda *x) {
+    const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b1.in.safetensors";
+    memset(x, 0, sizeof *x);
+    int ok = pi0_model_load(&x->m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
+             pi0_tensors_open(&x->t, in_path) == PI0_OK &&
+             pi0_inputs_from_tensors(x->m, x->t, in_path, &x->in, &x->ib) == PI0_OK &&
+             pi0_session_create(&x->s, x->m, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
+    pi0_model_info info;
+    if (ok) pi0_model_get_info(x->m, &info);
+    x->n_act = ok ? (size_t)info.action_horizon * info.action_dim : 1;
+    return ok;
+}
+
+static void tiny_close(tiny_cuda *x) {
+    pi0_session_free(x->s);
+    pi0_inputs_buf_free(x->ib);
+    pi0_tensors_free(x->t);
+    pi0_model_free(x->m);
+}
+
 /* A graph that cannot be captured or instantiated must not fail the call (cuda_run_graph): the run's result stands,
  * and the context warns once and runs without graphs from then on. cuda_graph_fault makes CUDA itself refuse the next
  * capture (a synchronisation inside it) or instantiation (invalid flags). Three calls with one key: the first meets
  * the fault, the next two would capture and then replay if graphs were still on. Each must equal a staged run on the
  * same noise bit for bit, and no graph may replay. */
 static void e2e_graph_fault(void) {
-    const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b1.in.safetensors";
     for (int where = 1; where <= 2; where++) {
-        pi0_model *m = NULL;
-        pi0_session *s = NULL;
-        pi0_tensors *t = NULL;
-        pi0_inputs_buf *ib = NULL;
-        pi0_inputs in;
-        int ok = pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
-                 pi0_tensors_open(&t, in_path) == PI0_OK && pi0_inputs_from_tensors(m, t, in_path, &in, &ib) == PI0_OK &&
-                 pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
-        pi0_model_info info;
-        if (ok) pi0_model_get_info(m, &info);
-        size_t n = ok ? (size_t)info.action_horizon * info.action_dim : 1;
+        tiny_cuda x;
+        int ok = tiny_open(&x);
+        size_t n = x.n_act;
         float *a = malloc(n * 4), *st = malloc(n * 4);
         long replays = cuda_graph_replays();
         int same = 1, pending = -1;
         cuda_graph_fault(where);
         for (int i = 0; ok && i < 3; i++) {
-            pi0_inputs x = in;
-            x.noise = NULL;
-            x.seed = in.seed + 1 + i;   /* other noise each call: a result cannot pass on the one before it */
-            pi0_session_set_stage_timing(s, 0);
-            ok = pi0_infer(s, &x, a) == PI0_OK;
+            pi0_inputs y = x.in;
+            y.noise = NULL;
+            y.seed = x.in.seed + 1 + i;   /* other noise each call: a result cannot pass on the one before it */
+            pi0_session_set_stage_timing(x.s, 0);
+            ok = pi0_infer(x.s, &y, a) == PI0_OK;
             if (i == 0) pending = cuda_graph_fault(0);
-            pi0_session_set_stage_timing(s, 1);
-            ok = ok && pi0_infer(s, &x, st) == PI0_OK;
+            pi0_session_set_stage_timing(x.s, 1);
+            ok = ok && pi0_infer(x.s, &y, st) == PI0_OK;
             same &= ok && !memcmp(a, st, n * 4);
         }
         cuda_graph_fault(0);
@@ -932,32 +953,23 @@ static void e2e_graph_fault(void) {
                where == 1 ? "capture" : "instantiation",
                ok && pending == 0 && same && cuda_graph_replays() == replays ? "OK" : "FAIL");
         free(a); free(st);
-        pi0_session_free(s);
-        pi0_inputs_buf_free(ib);
-        pi0_tensors_free(t);
-        pi0_model_free(m);
+        tiny_close(&x);
     }
 }
 
 /* Pixel values are scanned while the graph replays (model_infer's late check): a bad one still fails the call with
  * its index, after the GPU is done with the buffer, and the next valid call gives the first call's actions. */
 static void e2e_bad_image(void) {
-    const char *dir = "tests/fixtures/tiny-pi0";
-    pi0_model *m = NULL;
-    pi0_session *s = NULL;
-    pi0_tensors *t = NULL;
-    pi0_inputs_buf *ib = NULL;
-    pi0_inputs in;
-    int ok = pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
-             pi0_tensors_open(&t, "tests/fixtures/tiny-pi0/b1.in.safetensors") == PI0_OK &&
-             pi0_inputs_from_tensors(m, t, "b1", &in, &ib) == PI0_OK &&
-             pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
+    tiny_cuda x;
+    int ok = tiny_open(&x);
+    pi0_session *s = x.s;
+    pi0_inputs in = x.in;
     CHECK(ok, "bad image: setup: %s", pi0_last_error());
     if (ok) {
         pi0_model_info info;
-        pi0_model_get_info(m, &info);
+        pi0_model_get_info(x.m, &info);
         size_t ni = (size_t)info.n_cameras * info.image_size * info.image_size * 3;
-        size_t na = (size_t)info.action_horizon * info.action_dim;
+        size_t na = x.n_act;
         float *img = malloc(ni * sizeof(float)), *a1 = malloc(na * sizeof(float)), *a2 = malloc(na * sizeof(float));
         memcpy(img, in.images, ni * sizeof(float));
         pi0_inputs bad = in;
@@ -978,10 +990,7 @@ static void e2e_bad_image(void) {
         printf("e2e bad image (late check on the graph path): %s\n", ok1 ? "done" : "FAIL");
         free(img); free(a1); free(a2);
     }
-    pi0_session_free(s);
-    pi0_inputs_buf_free(ib);
-    pi0_tensors_free(t);
-    pi0_model_free(m);
+    tiny_close(&x);
 }
 
 static size_t free_mem(void) {
