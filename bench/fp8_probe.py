@@ -10,7 +10,7 @@ and the median is printed. Only the products: norms, attention, epilogues and th
 pipeline needs are not in these times. Also prints each shape's error against an fp32 product of the same
 operands (rel L2), to show the size of FP8's rounding next to bf16's on random data (real checkpoints differ).
 
-usage: python3 bench/fp8_probe.py [B ...]   (default: 1 64)
+usage: python3 bench/fp8_probe.py [B ...]   (default: 1 64; 0: the errors only)
 """
 import statistics
 import sys
@@ -87,21 +87,26 @@ def time_graph(g):
     return a.elapsed_time(b)
 
 
-def errors(m, n, k):
+def errors(m, n, k, outliers):
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    if outliers:   # 1% of the columns 30x larger, as activations' outlier channels are
+        x[:, torch.randperm(k, device="cuda")[: k // 100]] *= 30
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k ** 0.5
     ref = x.float() @ w.float().t()
     xq, xs = quant_rows(x)
     wq, ws = quant_rows(w)
     f8 = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws.t().contiguous(), out_dtype=torch.bfloat16).float()
+    f8f = torch._scaled_mm(xq, wq.t(), scale_a=xs, scale_b=ws.t().contiguous(), out_dtype=torch.bfloat16,
+                           use_fast_accum=True).float()
     w8a16 = x.float() @ (wq.float() * ws).bfloat16().float().t()   # FP8 weights, bf16 activations
     bf = (x @ w.t()).float()
     rel = lambda y: ((y - ref).norm() / ref.norm()).item()
-    return rel(bf), rel(f8), rel(w8a16)
+    q8 = ((xq.float() * xs) @ (wq.float() * ws).t())   # the same fp8 operands in fp32: the accumulation's share
+    return rel(bf), rel(f8), rel(f8f), rel(q8), rel(w8a16)
 
 
 def main():
-    batches = [int(a) for a in sys.argv[1:]] or [1, 64]
+    batches = [b for b in (int(a) for a in sys.argv[1:]) if b > 0] if sys.argv[1:] else [1, 64]
     torch.manual_seed(0)
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for B in batches:
@@ -124,10 +129,13 @@ def main():
                 f"runs {[round(t, 3) for t in times[mode][2]]})" for mode in modes), flush=True)
             del times
             torch.cuda.empty_cache()
-    print("rel L2 against fp32 (random normal X, W / sqrt(K)): bf16 product | fp8 x fp8 (row scales) | fp8 W, bf16 X")
-    for name, n, k in VISION + PREFILL:
-        m = 788 if name.startswith("prefix") else 768
-        print(f"  {name} {m}x{n}x{k}: " + " | ".join(f"{e:.2e}" for e in errors(m, n, k)))
+    print("rel L2 against fp32 (random normal X, W / sqrt(K)): bf16 product | fp8 x fp8 (row scales) | the same, fast "
+          "accumulation | the fp8 operands multiplied in fp32 | fp8 W, bf16 X")
+    for outliers in (False, True):
+        print("X with 1% of its columns x 30:" if outliers else "X plain normal:")
+        for name, n, k in VISION + PREFILL:
+            m = 788 if name.startswith("prefix") else 768
+            print(f"  {name} {m}x{n}x{k}: " + " | ".join(f"{e:.2e}" for e in errors(m, n, k, outliers)))
 
 
 if __name__ == "__main__":
