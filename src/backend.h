@@ -170,8 +170,9 @@ long cuda_flash_wg_launches(void);
 long cuda_gateup_launches(void);
 /* Graph replays (cuda_run_graph with a cached graph) in this process: the e2e tests check that they ran. */
 long cuda_graph_replays(void);
-/* The tests: the next graph capture in this process fails, through CUDA, at its capture (where = 1) or its
- * instantiation (2); 0 clears. Returns the fault that was pending (0 once a capture has taken it). */
+/* The tests: the next graph capture in this process (any context or thread) fails, through CUDA, at its capture
+ * (where = 1) or at its instantiation (2; a capture with an untimed GEMM, which is not instantiated, takes the fault
+ * without failing); 0 clears. Returns the fault that was pending (0 once a capture has taken it). */
 int cuda_graph_fault(int where);
 /* The op tests: gateup.cu's token tile width from now on in this process (136 to 248 in steps of 16, or 256;
  * a width it lacks or above M makes it refuse, so cuBLASLt runs); 0 returns to the width picked per M. */
