@@ -1,5 +1,5 @@
 #!/bin/sh
-# Session 31, H100 call 4: as call 3, with activation scale draws fixed per product (equal inputs round equally).
+# Session 31, H100 calls 3 and 4 (call 3 with an earlier fp8_e2e.py that drew the activations' scale jitter per call).
 # Run from the repository root on the device with build-carry/ carried (pi0 of 4bb742e; gen-checkpoint's BF16 default).
 export LD_LIBRARY_PATH=$PWD/build-carry/N/lib
 ck=/tmp/pi0-ckpt
