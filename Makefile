@@ -10,10 +10,11 @@ COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -fopenmp -Wall -Wextra -Wshadow -Wno-unknown-pragmas $(WERROR) $(SAN) \
            -Iinclude -Isrc -DPI0_COMMIT='"$(COMMIT)"'
 # Debian libraries are linked statically when their archives exist, so the binaries also run on the
-# GPU machine (another distribution): jansson and libgomp.
+# GPU machine (another distribution): jansson, zstd and libgomp.
 JANSSON_A := $(wildcard /usr/lib/x86_64-linux-gnu/libjansson.a)
+ZSTD_A  := $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a)
 GOMP_A  := $(shell f=$$($(CC) -print-file-name=libgomp.a); [ -f "$$f" ] && echo $$f)
-LDLIBS  += $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
+LDLIBS  += $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
 
 # CUDA backend: built when nvcc is found (sm_90a: Hopper). cudart is linked statically, cuBLASLt from
 # /usr/local/cuda/lib64 (present on the GPU machine too).
@@ -32,7 +33,7 @@ ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
 endif
 
-LIB_SRC := src/util.c src/safetensors.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
+LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
            src/policy.c src/robot.c src/pi0_policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
@@ -99,15 +100,16 @@ debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
-# observations. FUZZ_SECONDS per target.
+# observations, OCDBT + zarr (Orbax checkpoints). FUZZ_SECONDS per target. UBSan findings halt like ASan's.
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined
-FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c
-fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c
+fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
+            $(BUILD)/fuzz/fuzz_ocdbt
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lm
+	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lzstd -lm
 fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_st $(BUILD)/fuzz/corpus_cfg
 	cp tests/fixtures/tiny-pi0/b1.in.safetensors tests/fixtures/tiny-pi05/b2.out.safetensors $(BUILD)/fuzz/corpus_st/
@@ -122,6 +124,9 @@ fuzz: fuzz-build
 	(printf '\001'; cat tests/fixtures/tiny-pi0/assets/tiny/norm_stats.json) > $(BUILD)/fuzz/corpus_pol/stats
 	printf '\006\002\002\001\010\000\000' > $(BUILD)/fuzz/corpus_pol/state
 	$(BUILD)/fuzz/fuzz_policy $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_pol
+	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
+	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13
+	$(BUILD)/fuzz/fuzz_ocdbt $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_ocdbt
 
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:
@@ -140,7 +145,7 @@ help:
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
-	@echo "make fuzz         libFuzzer on the safetensors, config.json and tokenizer .model parsers (FUZZ_SECONDS=30 each)"
+	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, policy and OCDBT/zarr parsers (FUZZ_SECONDS=30 each)"
 	@echo "make test-server  pi0-server tests (protocol, openpi-client from PyPI, load, faults, HAProxy)"
 	@echo "make fuzz-server  libFuzzer on the server's msgpack-numpy decoder (also part of make fuzz)"
 	@echo "make fixtures     regenerate tests/fixtures with tools/reference (PyTorch)"

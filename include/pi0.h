@@ -60,8 +60,13 @@ typedef struct {
     int max_token_len;     /* overrides the prompt length limit; 0 = keep */
 } pi0_model_params;
 
-/* Loads a checkpoint directory (model.safetensors + config.json, openpi PyTorch layout, BF16/F16/F32
- * weights) and validates every tensor. params may be NULL. On failure *out is NULL. */
+/* Loads a checkpoint directory and validates every tensor. Two formats (docs/checkpoints.md):
+ * - openpi's PyTorch conversion: DIR/model.safetensors + DIR/config.json (BF16/F16/F32 weights);
+ * - openpi's Orbax checkpoints as published and as its JAX trainer writes them: DIR/params/ (OCDBT or plain
+ *   zarr), DIR itself being params/, or a training run DIR/<step>/ (the highest step). Every dimension comes
+ *   from the parameter shapes; the action horizon (weights do not fix it) is 50 and the prompt length 48 / 200
+ *   (π0 / π0.5) unless params set them, as in openpi's Pi0Config.
+ * params may be NULL. On failure *out is NULL. */
 pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_params *params);
 void pi0_model_free(pi0_model *m);
 
@@ -74,6 +79,11 @@ typedef struct {
     int image_size;      /* R: 224 */
     int vocab_size;
     int64_t n_params;    /* parameters used by inference (orphan lm_head excluded) */
+    const char *format;  /* "safetensors" (openpi's PyTorch conversion), "orbax-ocdbt" or "orbax-zarr" */
+    const char *root;    /* the checkpoint directory: it holds assets/<asset_id>/norm_stats.json */
+    double load_s;       /* Orbax: seconds spent reading, decompressing and re-laying out the parameters */
+    struct { int width, depth, mlp_dim, num_heads, patch_size; } vision;
+    struct { int width, depth, mlp_dim, num_heads, num_kv_heads, head_dim; } paligemma, action_expert;
 } pi0_model_info;
 void pi0_model_get_info(const pi0_model *m, pi0_model_info *info);
 
@@ -284,6 +294,21 @@ typedef struct {
 } pi0_gen_params;
 /* Writes DIR/model.safetensors, DIR/config.json, DIR/assets/<id>/norm_stats.json (creates DIR). */
 pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p);
+
+/* ---- Checkpoint conversion ---- */
+typedef enum { PI0_CONVERT_KEEP = 0, PI0_CONVERT_BF16, PI0_CONVERT_F32 } pi0_convert_dtype;
+typedef struct {
+    pi0_convert_dtype dtype;   /* KEEP: every tensor in its stored dtype (Orbax: bf16 or f32, possibly mixed) */
+    const char *config;        /* openpi config name whose action horizon / prompt length go to config.json; NULL = none */
+    int action_horizon;        /* explicit values win over the config's; 0 = the source's (Orbax: openpi's defaults) */
+    int max_token_len;
+    int force;             /* 1 = overwrite a checkpoint already in the output directory */
+    int quiet;
+} pi0_convert_params;
+/* Loads any checkpoint pi0_model_load takes (an Orbax one above all) and writes openpi's PyTorch layout to DIR:
+ * model.safetensors (F32 -> BF16 rounds to nearest even, as torch), config.json with every dimension, and a copy
+ * of the source's assets/ (norm stats). A server then starts from DIR without re-decoding the Orbax arrays. */
+pi0_status pi0_checkpoint_convert(const char *src, const char *dir, const pi0_convert_params *p);
 
 #ifdef __cplusplus
 }

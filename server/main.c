@@ -16,7 +16,8 @@
 
 static const char usage[] =
     "usage: pi0-server --checkpoint DIR --tokenizer FILE (--robot libero|droid|aloha | --config NAME) [options]\n"
-    "  --checkpoint DIR        openpi checkpoint (model.safetensors, config.json, assets/<id>/norm_stats.json)\n"
+    "  --checkpoint DIR        openpi checkpoint: PyTorch conversion (model.safetensors, config.json) or Orbax\n"
+    "                          (params/, as openpi publishes and trains), with assets/<id>/norm_stats.json\n"
     "  --tokenizer FILE        SentencePiece model (paligemma_tokenizer.model)\n"
     "  --robot NAME            libero | droid | aloha (required unless --config names it)\n"
     "  --config NAME           openpi config (pi0_libero, pi05_droid, pi0_aloha_sim, ...)\n"
@@ -28,6 +29,8 @@ static const char usage[] =
     "  --device N              CUDA device (one server process per GPU)\n"
     "  --threads N             CPU threads for the model (default: all cores)\n"
     "  --steps N               flow-matching steps (default 10)\n"
+    "  --action-horizon N      actions per chunk (default: config.json's, else the --config's, else 50)\n"
+    "  --max-token-len N       prompt length limit (default: config.json's, else the --config's, else 48 / 200)\n"
     "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
@@ -80,6 +83,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--device")) { if (parse_int(a, val, 0, 1024, &v)) return 2; pp.model.device = (int)v; }
         else if (!strcmp(a, "--threads")) { if (parse_int(a, val, 0, 4096, &v)) return 2; pp.model.n_threads = (int)v; }
         else if (!strcmp(a, "--steps")) { if (parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
+        else if (!strcmp(a, "--action-horizon")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_horizon = (int)v; }
+        else if (!strcmp(a, "--max-token-len")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.max_token_len = (int)v; }
         else if (!strcmp(a, "--warmup")) { if (parse_int(a, val, 0, 1, &warmup)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }

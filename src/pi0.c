@@ -2,6 +2,7 @@
  * tensor files for tools, checkpoint generation. The math lives in model.c, files in safetensors.c,
  * the tensor table in weights.c. Everything a caller, a file or a peer can get wrong is reported
  * through pi0_status + pi0_last_error(), never by aborting. */
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <limits.h>
@@ -15,17 +16,22 @@
 #include "backend.h"
 #include "config.h"
 #include "model.h"
+#include "orbax.h"
+#include "robot.h"
 #include "safetensors.h"
 #include "util.h"
 #include "weights.h"
 
 struct pi0_model {
     char *dir;
+    char *root;            /* the checkpoint directory that holds assets/ */
+    const char *format;    /* "safetensors", "orbax-ocdbt", "orbax-zarr" */
     pi0_config cfg;
     st_file *file;
     pi0_weights w;
     pi0_backend_kind backend;
     int n_threads, device;
+    double load_s;         /* Orbax: reading and re-laying out the parameters */
     void *dev_arena;   /* CUDA: all weights in one device allocation */
 };
 
@@ -54,7 +60,47 @@ void pi0_model_free(pi0_model *m) {
     weights_free(&m->w);
     st_close(m->file);
     free(m->dir);
+    free(m->root);
     free(m);
+}
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* openpi's PyTorch conversion: DIR/config.json + DIR/model.safetensors. */
+static pi0_status load_safetensors(pi0_model *m, const char *dir) {
+    char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
+    pi0_status st = PI0_ERR_NOMEM;
+    if (!cfg_path || !st_path || !(m->root = strdup(dir))) { pi0_fail(st, "out of memory"); goto done; }
+    m->format = "safetensors";
+    if ((st = config_load(&m->cfg, cfg_path)) != PI0_OK) goto done;
+    if ((st = st_open(&m->file, st_path)) != PI0_OK) goto done;
+    int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL;
+    if (m->cfg.pi05 < 0) m->cfg.pi05 = has_marker;
+    else if (m->cfg.pi05 != has_marker)
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: \"pi05\": %s, but %s %s the adaRMS tensor '%s'", cfg_path,
+                      m->cfg.pi05 ? "true" : "false", st_path, has_marker ? "has" : "lacks", PI0_PI05_MARKER);
+done:
+    free(cfg_path);
+    free(st_path);
+    return st;
+}
+
+/* openpi's Orbax checkpoint: DIR/params (or DIR = params/, or a training run's newest DIR/<step>/params). */
+static pi0_status load_orbax(pi0_model *m, const char *params, int quiet) {
+    orbax_info oi;
+    pi0_status st = orbax_load(&m->file, &m->cfg, &oi, params, quiet);
+    if (st != PI0_OK) return st;
+    m->format = oi.ocdbt ? "orbax-ocdbt" : "orbax-zarr";
+    m->load_s = oi.decode_s;
+    const char *slash = strrchr(params, '/');   /* assets/ sits beside params/ */
+    size_t n = slash ? (size_t)(slash - params) : 1;
+    if (!(m->root = malloc(n + 1))) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    memcpy(m->root, slash ? params : ".", n);
+    m->root[n] = 0;
+    return PI0_OK;
 }
 
 pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_params *p) {
@@ -68,29 +114,23 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->backend == PI0_BACKEND_CUDA)
         return pi0_fail(PI0_ERR_UNSUPPORTED, "the CUDA backend is not in this build (make found no nvcc)");
 #endif
+    if (p->action_horizon < 0 || p->max_token_len < 0)
+        return pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d: expected >= 0", p->action_horizon, p->max_token_len);
     pi0_model *m = calloc(1, sizeof *m);
-    char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
+    char *st_path = join(dir, "model.safetensors"), params[4200];
     pi0_status st = PI0_ERR_NOMEM;
-    if (!m || !cfg_path || !st_path || !(m->dir = strdup(dir))) { pi0_fail(st, "out of memory"); goto fail; }
+    if (!m || !st_path || !(m->dir = strdup(dir))) { pi0_fail(st, "out of memory"); goto fail; }
     m->backend = p->backend == PI0_BACKEND_CUDA ? PI0_BACKEND_CUDA : PI0_BACKEND_CPU;
     m->n_threads = p->n_threads;
     m->device = p->device;
-    if ((st = config_load(&m->cfg, cfg_path)) != PI0_OK) goto fail;
-    if ((st = st_open(&m->file, st_path)) != PI0_OK) goto fail;
-    int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL;
-    if (m->cfg.pi05 < 0) m->cfg.pi05 = has_marker;
-    else if (m->cfg.pi05 != has_marker) {
-        st = pi0_fail(PI0_ERR_FORMAT, "%s: \"pi05\": %s, but %s %s the adaRMS tensor '%s'", cfg_path,
-                      m->cfg.pi05 ? "true" : "false", st_path, has_marker ? "has" : "lacks", PI0_PI05_MARKER);
-        goto fail;
-    }
-    if (p->action_horizon < 0 || p->max_token_len < 0) {
-        st = pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d: expected >= 0", p->action_horizon, p->max_token_len);
-        goto fail;
-    }
+    if (exists(st_path)) st = load_safetensors(m, dir);
+    else if (orbax_find_params(dir, params, sizeof params)) st = load_orbax(m, params, p->quiet);
+    else st = pi0_fail(PI0_ERR_IO, "%s: no checkpoint found: expected model.safetensors + config.json (openpi's PyTorch "
+                       "conversion) or an Orbax checkpoint (params/_METADATA, as openpi publishes and trains)", dir);
+    if (st != PI0_OK) goto fail;
     if (p->action_horizon) m->cfg.action_horizon = p->action_horizon;
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
-    if ((st = config_finish(&m->cfg, cfg_path)) != PI0_OK) goto fail;
+    if ((st = config_finish(&m->cfg, dir)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
 #ifdef PI0_HAVE_CUDA
     if (m->backend == PI0_BACKEND_CUDA && (st = cuda_weights_upload(&m->dev_arena, &m->w, &m->cfg, m->device)) != PI0_OK) {
@@ -98,12 +138,10 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
         goto fail;
     }
 #endif
-    free(cfg_path);
     free(st_path);
     *out = m;
     return PI0_OK;
 fail:
-    free(cfg_path);
     free(st_path);
     pi0_model_free(m);
     return st;
@@ -114,7 +152,12 @@ void pi0_model_get_info(const pi0_model *m, pi0_model_info *info) {
     *info = (pi0_model_info){.pi05 = c->pi05, .action_dim = c->action_dim, .action_horizon = c->action_horizon,
                              .max_token_len = c->max_token_len, .n_cameras = c->n_cameras,
                              .image_size = c->vis.image_size, .vocab_size = c->lm.vocab_size,
-                             .n_params = m->w.n_params};
+                             .n_params = m->w.n_params, .format = m->format, .root = m->root, .load_s = m->load_s,
+                             .vision = {c->vis.width, c->vis.depth, c->vis.mlp_dim, c->vis.num_heads, c->vis.patch_size},
+                             .paligemma = {c->lm.width, c->lm.depth, c->lm.mlp_dim, c->lm.num_heads, c->lm.num_kv_heads,
+                                           c->lm.head_dim},
+                             .action_expert = {c->ex.width, c->ex.depth, c->ex.mlp_dim, c->ex.num_heads,
+                                               c->ex.num_kv_heads, c->ex.head_dim}};
 }
 
 /* pi0_host_alloc: a 64-byte header records which allocator made the block (the pointer after it stays
@@ -573,5 +616,104 @@ pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p) {
     if (st == PI0_OK) st = write_text(stats_path, stats);
     if (st == PI0_OK) st = weights_generate(&c, st_path, p->seed, p->f32 ? PI0_DT_F32 : PI0_DT_BF16);
     free(cfg_json); free(stats); free(cfg_path); free(st_path); free(assets); free(stats_path);
+    return st;
+}
+
+/* Copies the regular files under src into dst (created), at most 4 levels deep: the assets folder. */
+static pi0_status copy_tree(const char *src, const char *dst, int depth) {
+    DIR *d = opendir(src);
+    if (!d) return errno == ENOENT ? PI0_OK : pi0_fail(PI0_ERR_IO, "%s: %s", src, strerror(errno));
+    pi0_status st = mkdir_p(dst);
+    for (struct dirent *de; st == PI0_OK && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char *s = join(src, de->d_name), *t = join(dst, de->d_name);
+        struct stat sb;
+        if (!s || !t) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        else if (stat(s, &sb) != 0) st = pi0_fail(PI0_ERR_IO, "%s: %s", s, strerror(errno));
+        else if (S_ISDIR(sb.st_mode) && depth < 4) st = copy_tree(s, t, depth + 1);
+        else if (S_ISREG(sb.st_mode)) {
+            size_t len;
+            char *text = pi0_read_file(s, &len, 256u << 20);
+            FILE *f = text ? fopen(t, "wb") : NULL;
+            if (!text) st = PI0_ERR_IO;
+            else if (!f || fwrite(text, 1, len, f) != len) st = pi0_fail(PI0_ERR_IO, "%s: cannot write: %s", t, strerror(errno));
+            if (f && fclose(f) != 0 && st == PI0_OK) st = pi0_fail(PI0_ERR_IO, "%s: cannot write: %s", t, strerror(errno));
+            free(text);
+        }
+        free(s);
+        free(t);
+    }
+    closedir(d);
+    return st;
+}
+
+pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_convert_params *p) {
+    if (!src || !out) return pi0_fail(PI0_ERR_ARG, "pi0_checkpoint_convert: NULL argument");
+    pi0_convert_params def = {0};
+    if (!p) p = &def;
+    if (p->dtype != PI0_CONVERT_KEEP && p->dtype != PI0_CONVERT_BF16 && p->dtype != PI0_CONVERT_F32)
+        return pi0_fail(PI0_ERR_ARG, "convert: dtype %d: expected PI0_CONVERT_KEEP, _BF16 or _F32", (int)p->dtype);
+    char *st_path = join(out, "model.safetensors"), *cfg_path = join(out, "config.json"), *assets = join(out, "assets");
+    pi0_model *m = NULL;
+    st_entry *e = NULL;
+    char *cfg_json = NULL, *src_assets = NULL;
+    float *f32 = NULL;
+    uint16_t *h = NULL;
+    pi0_status st = PI0_OK;
+    if (!st_path || !cfg_path || !assets) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    if (!p->force && (exists(st_path) || exists(cfg_path))) {
+        st = pi0_fail(PI0_ERR_IO, "%s: a checkpoint is already there (pass force / --force to overwrite it)", out);
+        goto done;
+    }
+    const robot_config *rc = p->config ? robot_config_find(p->config) : NULL;
+    if (p->config && !rc) { st = pi0_fail(PI0_ERR_ARG, "unknown openpi config '%s' (known: %s)", p->config, robot_config_names()); goto done; }
+    pi0_model_params mp = {.quiet = p->quiet, .action_horizon = p->action_horizon ? p->action_horizon : rc ? rc->action_horizon : 0,
+                           .max_token_len = p->max_token_len ? p->max_token_len : rc ? rc->max_token_len : 0};
+    if ((st = pi0_model_load(&m, src, &mp)) != PI0_OK) goto done;
+    if (rc && rc->pi05 != m->cfg.pi05) {
+        st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", rc->name, rc->pi05 ? "π0.5" : "π0", src,
+                      m->cfg.pi05 ? "π0.5" : "π0");
+        goto done;
+    }
+    const st_file *f = m->file;
+    pi0_dtype want = p->dtype == PI0_CONVERT_F32 ? PI0_DT_F32 : p->dtype == PI0_CONVERT_BF16 ? PI0_DT_BF16 : PI0_DT_COUNT;
+    if (!(e = calloc((size_t)f->n_tensors, sizeof *e))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    int all_bf16 = 1, all_f32 = 1;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const st_tensor *t = &f->tensors[i];
+        e[i] = (st_entry){.name = t->name, .dtype = want == PI0_DT_COUNT ? t->dtype : want, .ndim = t->ndim};
+        memcpy(e[i].shape, t->shape, sizeof e[i].shape);
+        all_bf16 &= e[i].dtype == PI0_DT_BF16;
+        all_f32 &= e[i].dtype == PI0_DT_F32;
+    }
+    pi0_config c = m->cfg;
+    snprintf(c.precision, sizeof c.precision, "%s", all_bf16 ? "bfloat16" : all_f32 ? "float32" : "mixed");
+    if ((st = mkdir_p(out)) != PI0_OK) goto done;
+    if (!(cfg_json = config_to_json(&c)) || !(src_assets = join(m->root, "assets"))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    st_writer w;
+    const char *meta[] = {"format", "pt"};
+    if ((st = st_writer_open(&w, st_path, e, f->n_tensors, meta, 1)) != PI0_OK) goto done;
+    enum { CH = 1 << 20 };
+    if (!(f32 = malloc(CH * sizeof *f32)) || !(h = malloc(CH * sizeof *h))) { st_writer_abort(&w); st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    for (int i = 0; i < f->n_tensors && st == PI0_OK; i++) {
+        const st_tensor *t = &f->tensors[i];
+        size_t n = (size_t)st_numel(t), esz = pi0_dtype_size(t->dtype);
+        if (e[i].dtype == t->dtype) { st = st_writer_write(&w, t->data, n * esz); continue; }
+        for (size_t k = 0; k < n && st == PI0_OK; k += CH) {   /* F32 -> BF16 rounds to nearest even, as torch */
+            size_t m_ = n - k < CH ? n - k : CH;
+            pi0_to_f32(f32, (const uint8_t *)t->data + k * esz, t->dtype, m_);
+            if (e[i].dtype == PI0_DT_F32) { st = st_writer_write(&w, f32, m_ * 4); continue; }
+            for (size_t j = 0; j < m_; j++) h[j] = pi0_f32_to_bf16(f32[j]);
+            st = st_writer_write(&w, h, m_ * 2);
+        }
+    }
+    if (st == PI0_OK) st = st_writer_close(&w);
+    else st_writer_abort(&w);
+    if (st == PI0_OK) st = write_text(cfg_path, cfg_json);
+    if (st == PI0_OK) st = copy_tree(src_assets, assets, 0);
+done:
+    free(f32); free(h); free(e); free(cfg_json); free(src_assets);
+    pi0_model_free(m);
+    free(st_path); free(cfg_path); free(assets);
     return st;
 }

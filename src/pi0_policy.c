@@ -160,7 +160,18 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
         goto fail;
     }
     if (!params->tokenizer) { st = pi0_fail(PI0_ERR_ARG, "a tokenizer model is required (paligemma_tokenizer.model)"); goto fail; }
-    if ((st = pi0_model_load(&p->model, dir, &params->model)) != PI0_OK) goto fail;
+    /* An Orbax checkpoint stores no horizon or prompt length: the openpi config supplies them (explicit values win);
+     * openpi's PyTorch conversion writes them to config.json, which the model loader reads. */
+    pi0_model_params mp = params->model;
+    char *st_path = path_join(dir, "model.safetensors");
+    if (!st_path) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
+    struct stat sb;
+    if (p->cfg && stat(st_path, &sb) != 0) {
+        if (!mp.action_horizon) mp.action_horizon = p->cfg->action_horizon;
+        if (!mp.max_token_len) mp.max_token_len = p->cfg->max_token_len;
+    }
+    free(st_path);
+    if ((st = pi0_model_load(&p->model, dir, &mp)) != PI0_OK) goto fail;
     pi0_model_info mi;
     pi0_model_get_info(p->model, &mi);
     p->pi05 = mi.pi05; p->quantile = mi.pi05;   /* openpi: quantile norm whenever the model is not plain π0 */
@@ -181,7 +192,7 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     p->metadata = p->cfg ? p->cfg->metadata_json : robot_default_metadata(p->robot);
     const char *dp = params->default_prompt ? params->default_prompt : p->cfg ? p->cfg->default_prompt : NULL;
     if (dp && !(p->default_prompt = strdup(dp))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
-    if ((st = load_norm_stats(p, dir, params->asset_id ? params->asset_id : p->cfg ? p->cfg->asset_id : NULL)) != PI0_OK) goto fail;
+    if ((st = load_norm_stats(p, mi.root, params->asset_id ? params->asset_id : p->cfg ? p->cfg->asset_id : NULL)) != PI0_OK) goto fail;
     if ((st = pi0_tokenizer_load(&p->tok, params->tokenizer)) != PI0_OK) goto fail;
     p->max_batch = params->max_batch > 0 ? params->max_batch : 1;
     if ((st = pi0_session_create(&p->session, p->model, &(pi0_session_params){.max_batch = p->max_batch,

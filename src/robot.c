@@ -14,17 +14,26 @@
 
 #define ALOHA_RESET "{\"reset_pose\": [0, -1.5, 1.5, 0, 0, 0]}"
 
-/* openpi training/config.py: robot, model type, AbsoluteActions, state in prompt, default prompt,
- * asset id (LeRobot configs use the repo id), policy_metadata. */
+/* openpi training/config.py (and polaris_config.py): robot, model type, AbsoluteActions, state in prompt,
+ * default prompt, asset id (LeRobot configs use the repo id), policy_metadata, action horizon, prompt length. */
 static const robot_config CONFIGS[] = {
-    {"pi0_aloha", PI0_ROBOT_ALOHA, 0, 1, 0, NULL, "trossen", ALOHA_RESET},
-    {"pi05_aloha", PI0_ROBOT_ALOHA, 1, 1, 1, NULL, "trossen", ALOHA_RESET},
-    {"pi0_aloha_towel", PI0_ROBOT_ALOHA, 0, 1, 0, "fold the towel", "trossen", ALOHA_RESET},
-    {"pi0_aloha_sim", PI0_ROBOT_ALOHA, 0, 0, 0, "Transfer cube", "lerobot/aloha_sim_transfer_cube_human", "{}"},
-    {"pi0_libero", PI0_ROBOT_LIBERO, 0, 1, 0, NULL, "physical-intelligence/libero", "{}"},
-    {"pi05_libero", PI0_ROBOT_LIBERO, 1, 0, 0, NULL, "physical-intelligence/libero", "{}"},
-    {"pi0_droid", PI0_ROBOT_DROID, 0, 0, 0, NULL, "droid", "{}"},
-    {"pi05_droid", PI0_ROBOT_DROID, 1, 0, 1, NULL, "droid", "{}"},
+    {"pi0_aloha", PI0_ROBOT_ALOHA, 0, 1, 0, NULL, "trossen", ALOHA_RESET, 50, 48},
+    {"pi05_aloha", PI0_ROBOT_ALOHA, 1, 1, 1, NULL, "trossen", ALOHA_RESET, 50, 200},
+    {"pi0_aloha_towel", PI0_ROBOT_ALOHA, 0, 1, 0, "fold the towel", "trossen", ALOHA_RESET, 50, 48},
+    {"pi0_aloha_tupperware", PI0_ROBOT_ALOHA, 0, 1, 0, "open the tupperware and put the food on the plate", "trossen",
+     ALOHA_RESET, 50, 48},
+    {"pi0_aloha_pen_uncap", PI0_ROBOT_ALOHA, 0, 1, 0, "uncap the pen", "trossen", "{}", 50, 48},
+    {"pi05_aloha_pen_uncap", PI0_ROBOT_ALOHA, 1, 1, 1, "uncap the pen", "trossen", "{}", 50, 200},
+    {"pi0_aloha_sim", PI0_ROBOT_ALOHA, 0, 0, 0, "Transfer cube", "lerobot/aloha_sim_transfer_cube_human", "{}", 50, 48},
+    {"pi0_libero", PI0_ROBOT_LIBERO, 0, 1, 0, NULL, "physical-intelligence/libero", "{}", 50, 48},
+    {"pi05_libero", PI0_ROBOT_LIBERO, 1, 0, 0, NULL, "physical-intelligence/libero", "{}", 10, 200},
+    {"pi0_droid", PI0_ROBOT_DROID, 0, 0, 0, NULL, "droid", "{}", 10, 48},
+    {"pi05_droid", PI0_ROBOT_DROID, 1, 0, 1, NULL, "droid", "{}", 15, 200},
+    {"pi05_droid_finetune", PI0_ROBOT_DROID, 1, 0, 1, NULL, "droid", "{}", 16, 200},
+    {"pi05_full_droid_finetune", PI0_ROBOT_DROID, 1, 1, 1, NULL, "droid", "{}", 16, 200},
+    {"pi05_droid_jointpos_polaris", PI0_ROBOT_DROID, 1, 1, 1, NULL, "droid", "{}", 15, 200},
+    {"pi0_droid_jointpos_polaris", PI0_ROBOT_DROID, 0, 1, 0, NULL, "droid", "{}", 10, 100},
+    {"pi0_droid_jointpos_100k_polaris", PI0_ROBOT_DROID, 0, 1, 0, NULL, "droid", "{}", 10, 100},
 };
 #define N_CONFIGS (int)(sizeof CONFIGS / sizeof CONFIGS[0])
 
@@ -35,7 +44,9 @@ const robot_config *robot_config_find(const char *name) {
 }
 
 const char *robot_config_names(void) {
-    return "pi0_aloha, pi05_aloha, pi0_aloha_towel, pi0_aloha_sim, pi0_libero, pi05_libero, pi0_droid, pi05_droid";
+    return "pi0_aloha, pi05_aloha, pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap, pi05_aloha_pen_uncap, "
+           "pi0_aloha_sim, pi0_libero, pi05_libero, pi0_droid, pi05_droid, pi05_droid_finetune, pi05_full_droid_finetune, "
+           "pi05_droid_jointpos_polaris, pi0_droid_jointpos_polaris, pi0_droid_jointpos_100k_polaris";
 }
 
 static const char *NAMES[] = {"none", "libero", "droid", "aloha"};

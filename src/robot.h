@@ -23,6 +23,8 @@ typedef struct {
     const char *default_prompt; /* the config's default prompt, or NULL */
     const char *asset_id;       /* folder under DIR/assets with norm_stats.json */
     const char *metadata_json;  /* the config's policy_metadata, sent first by the server */
+    int action_horizon;         /* the config's Pi0Config action_horizon (Orbax checkpoints do not store it) */
+    int max_token_len;          /* and max_token_len (48 π0 / 200 π0.5 unless the config says otherwise) */
 } robot_config;
 
 /* NULL when unknown; robot_config_names() lists the known names for messages. */

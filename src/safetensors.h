@@ -30,6 +30,7 @@ typedef struct {
     int n_tensors;
     char **meta_keys, **meta_vals;   /* __metadata__ entries */
     int n_meta;
+    int finite_checked;         /* 1: the producer already checked every value is finite (Orbax reader) */
 } st_file;
 
 /* Opens and validates path. Messages name the file and the offending tensor. */

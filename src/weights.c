@@ -268,7 +268,7 @@ pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, i
                               st_describe(got, sizeof got, t->ndim, t->shape, t->dtype));
                 break;
             }
-            int64_t bad = first_nonfinite(t);
+            int64_t bad = f->finite_checked ? -1 : first_nonfinite(t);
             if (bad >= 0) {
                 st = pi0_fail(PI0_ERR_FORMAT, "%s: tensor '%s': non-finite value at flat index %lld", f->path, name,
                               (long long)bad);

@@ -166,7 +166,7 @@ static void test_checkpoints(void) {
     if (truncate(path, 5) != 0) perror("truncate");
     EXPECT_ERR(load(d), PI0_ERR_FORMAT, "too short");
     remove(path);
-    EXPECT_ERR(load(d), PI0_ERR_IO, "model.safetensors: cannot open");
+    EXPECT_ERR(load(d), PI0_ERR_IO, "no checkpoint found: expected model.safetensors");
     /* config.json problems */
     d = make_ckpt("cfg", MOD_NONE, "");
     write_text(d, "config.json", "{\"action_dim\": 32,,}");
@@ -186,7 +186,7 @@ static void test_checkpoints(void) {
     snprintf(path, sizeof path, "%s/config.json", d);
     remove(path);
     EXPECT_ERR(load(d), PI0_ERR_IO, "config.json: cannot open");
-    EXPECT_ERR(load("/nonexistent/dir"), PI0_ERR_IO, "cannot open");
+    EXPECT_ERR(load("/nonexistent/dir"), PI0_ERR_IO, "/nonexistent/dir: no checkpoint found");
     /* the CUDA backend on a machine without a GPU (or a build without nvcc): a clear error, no crash */
     pi0_model *m = NULL;
     pi0_status st = pi0_model_load(&m, "tests/fixtures/tiny-pi0", &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA});

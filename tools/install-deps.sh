@@ -2,7 +2,7 @@
 # Installs the Debian packages that the build needs (and, with --test, what the tests and the
 # reference script need). Does nothing when they are already there. Uses sudo when not root.
 set -e
-pk="build-essential pkg-config libjansson-dev libmsgpack-dev libwebsockets-dev libturbojpeg0-dev libspng-dev"
+pk="build-essential pkg-config libjansson-dev libzstd-dev libmsgpack-dev libwebsockets-dev libturbojpeg0-dev libspng-dev"
 if [ "${1:-}" = "--test" ]; then
     pk="$pk clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-sentencepiece python3-pil
         python3-msgpack python3-venv sentencepiece haproxy curl"

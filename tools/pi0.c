@@ -4,6 +4,7 @@
  *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR
  *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
  *   pi0 info --checkpoint DIR
+ *   pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N] [--force]
  *   pi0 tokenize --tokenizer FILE [TEXT]
  * Bench workloads follow PI0_IO.md section 3; timing logic lives in bench.c of this folder. */
 #include <errno.h>
@@ -23,11 +24,15 @@ static void usage(FILE *f) {
             "                  the whole policy: robot observation in, action chunk out (`pi0 run --help`)\n"
             "  infer           --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
             "                  [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
+            "                  [--action-horizon N] [--max-token-len N]   (Orbax checkpoints store neither)\n"
             "  gen-checkpoint  --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR\n"
             "  bench           [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
             "                  [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
             "                  [--vary-tokens K]  (run i drops i %% K prompt tokens: new prefix lengths)\n"
-            "  info            --checkpoint DIR\n"
+            "  info            --checkpoint DIR   the format found and every dimension\n"
+            "  convert         --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
+            "                  [--max-token-len N] [--force]\n"
+            "                  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"
             "  tokenize        --tokenizer FILE [[--] TEXT]  plain SentencePiece ids (no TEXT: one line per stdin line)\n"
             "                  [--format pi0|pi05 [--state v1,v2,...] [--max-len N]]  the model's prompt tokens and mask\n"
             "  help\n"
@@ -68,7 +73,7 @@ static void dump_cb(void *user, const char *name, const float *data, int ndim, c
 
 static int cmd_infer(int argc, char **argv) {
     const char *ckpt = NULL, *inp = NULL, *outp = NULL;
-    long long steps = 10, seed = 0, threads = 0, device = 0;
+    long long steps = 10, seed = 0, threads = 0, device = 0, horizon = 0, max_len = 0;
     int dump = 0;
     pi0_backend_kind backend = PI0_BACKEND_CPU;
     for (int i = 0; i < argc; i++) {
@@ -81,6 +86,8 @@ static int cmd_infer(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, v, 0, 1024, &threads)) return 2; i++; }
         else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &device)) return 2; i++; }
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &backend)) return 2; }
+        else if (!strcmp(a, "--action-horizon")) { if (!cli_parse_int(a, v, 1, 4096, &horizon)) return 2; i++; }
+        else if (!strcmp(a, "--max-token-len")) { if (!cli_parse_int(a, v, 1, 4096, &max_len)) return 2; i++; }
         else if (!strcmp(a, "--dump")) dump = 1;
         else { fprintf(stderr, "pi0 infer: unknown or incomplete option '%s'\n", a); return 2; }
     }
@@ -96,8 +103,8 @@ static int cmd_infer(int argc, char **argv) {
     int rc = 1;
     pi0_inputs in;
     pi0_model_info info;
-    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads, .device = (int)device}) !=
-        PI0_OK) {
+    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads, .device = (int)device,
+                                                     .action_horizon = (int)horizon, .max_token_len = (int)max_len}) != PI0_OK) {
         rc = cli_fail("loading the checkpoint");
         goto done;
     }
@@ -247,6 +254,36 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
+static int cmd_convert(int argc, char **argv) {
+    const char *src = NULL, *out = NULL;
+    long long n;
+    pi0_convert_params cp = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--checkpoint") && v) src = argv[++i];
+        else if (!strcmp(a, "--out") && v) out = argv[++i];
+        else if (!strcmp(a, "--force")) cp.force = 1;
+        else if (!strcmp(a, "--config") && v) cp.config = argv[++i];
+        else if (!strcmp(a, "--action-horizon")) { if (!cli_parse_int(a, v, 1, 4096, &n)) return 2; cp.action_horizon = (int)n; i++; }
+        else if (!strcmp(a, "--max-token-len")) { if (!cli_parse_int(a, v, 1, 4096, &n)) return 2; cp.max_token_len = (int)n; i++; }
+        else if (!strcmp(a, "--dtype") && v) {
+            v = argv[++i];
+            if (!strcmp(v, "bf16")) cp.dtype = PI0_CONVERT_BF16;
+            else if (!strcmp(v, "f32")) cp.dtype = PI0_CONVERT_F32;
+            else if (!strcmp(v, "keep")) cp.dtype = PI0_CONVERT_KEEP;
+            else { fprintf(stderr, "pi0 convert: --dtype: expected bf16, f32 or keep, found '%s'\n", v); return 2; }
+        } else { fprintf(stderr, "pi0 convert: unknown or incomplete option '%s'\n", a); return 2; }
+    }
+    if (!src || !out) {
+        fprintf(stderr, "pi0 convert: usage: pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME]\n"
+                        "                   [--action-horizon N] [--max-token-len N] [--force]\n");
+        return 2;
+    }
+    if (pi0_checkpoint_convert(src, out, &cp) != PI0_OK) return cli_fail("convert");
+    fprintf(stderr, "pi0: wrote %s/model.safetensors, config.json and assets/ from %s\n", out, src);
+    return 0;
+}
+
 static int cmd_info(int argc, char **argv) {
     if (argc != 2 || strcmp(argv[0], "--checkpoint")) {
         fprintf(stderr, "pi0 info: usage: pi0 info --checkpoint DIR\n");
@@ -256,9 +293,19 @@ static int cmd_info(int argc, char **argv) {
     if (pi0_model_load(&m, argv[1], NULL) != PI0_OK) return cli_fail("loading the checkpoint");
     pi0_model_info i;
     pi0_model_get_info(m, &i);
-    printf("model: %s\nparameters: %lld\naction_dim: %d\naction_horizon: %d\nmax_token_len: %d\ncameras: %d\n"
-           "image_size: %d\nvocab_size: %d\n", i.pi05 ? "pi05" : "pi0", (long long)i.n_params, i.action_dim,
+    printf("format: %s\nmodel: %s\nparameters: %lld\naction_dim: %d\naction_horizon: %d\nmax_token_len: %d\ncameras: %d\n"
+           "image_size: %d\nvocab_size: %d\n", i.format, i.pi05 ? "pi05" : "pi0", (long long)i.n_params, i.action_dim,
            i.action_horizon, i.max_token_len, i.n_cameras, i.image_size, i.vocab_size);
+    printf("vision: width %d, depth %d, mlp_dim %d, num_heads %d, patch_size %d\n", i.vision.width, i.vision.depth,
+           i.vision.mlp_dim, i.vision.num_heads, i.vision.patch_size);
+    printf("paligemma: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n", i.paligemma.width,
+           i.paligemma.depth, i.paligemma.mlp_dim, i.paligemma.num_heads, i.paligemma.num_kv_heads, i.paligemma.head_dim);
+    printf("action_expert: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n",
+           i.action_expert.width, i.action_expert.depth, i.action_expert.mlp_dim, i.action_expert.num_heads,
+           i.action_expert.num_kv_heads, i.action_expert.head_dim);
+    if (strcmp(i.format, "safetensors"))
+        printf("note: action_horizon and max_token_len are openpi's defaults (an Orbax checkpoint stores neither); "
+               "pass them with --config or --action-horizon / --max-token-len\nread: %.2f s\n", i.load_s);
     pi0_model_free(m);
     return 0;
 }
@@ -274,6 +321,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "gen-checkpoint")) return cmd_gen(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     fprintf(stderr, "pi0: unknown command '%s'\n", cmd);
     usage(stderr);

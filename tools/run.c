@@ -19,12 +19,17 @@ static void run_usage(FILE *f) {
             "               [--image KEY=FILE ...] [--obs FILE.safetensors] [--state v1,v2,...] [--prompt TEXT]\n"
             "               [--noise FILE.safetensors] [--seed N] [--json] [--dump-inputs FILE.safetensors]\n"
             "               [--asset-id ID] [--default-prompt TEXT] [--delta-actions on|off] [--max-token-len N]\n"
+            "               [--action-horizon N]\n"
             "               [--steps N] [--backend cpu|cuda] [--device N] [--threads N]\n"
             "KEY is the robot's request key: LIBERO observation/image, observation/wrist_image; DROID\n"
             "observation/exterior_image_1_left, observation/wrist_image_left; ALOHA images/cam_high,\n"
             "images/cam_left_wrist, images/cam_right_wrist, images/cam_low. --state fills the robot's state key(s)\n"
             "(DROID: 7 joints then the gripper). --obs adds arrays named by key (any shape / dtype the robot takes).\n"
-            "Configs: pi0_aloha pi05_aloha pi0_aloha_towel pi0_aloha_sim pi0_libero pi05_libero pi0_droid pi05_droid\n");
+            "DIR: openpi's PyTorch conversion (model.safetensors + config.json) or an Orbax checkpoint (params/), whose\n"
+            "horizon and prompt length come from --config (or --action-horizon / --max-token-len).\n"
+            "Configs: pi0_aloha pi05_aloha pi0_aloha_towel pi0_aloha_tupperware pi0_aloha_pen_uncap pi05_aloha_pen_uncap\n"
+            "pi0_aloha_sim pi0_libero pi05_libero pi0_droid pi05_droid pi05_droid_finetune pi05_full_droid_finetune\n"
+            "pi05_droid_jointpos_polaris pi0_droid_jointpos_polaris pi0_droid_jointpos_100k_polaris\n");
 }
 
 typedef struct {
@@ -174,6 +179,7 @@ int cmd_run(int argc, char **argv) {
             if (strcmp(val, "on") && strcmp(val, "off")) { fprintf(stderr, "pi0 run: --delta-actions: expected on or off\n"); return 2; }
             pp.delta_actions = !strcmp(val, "on") ? 1 : -1;
         } else if (!strcmp(a, "--max-token-len")) { if (!cli_parse_int(a, val, 1, 4096, &v)) return 2; pp.model.max_token_len = (int)v; }
+        else if (!strcmp(a, "--action-horizon")) { if (!cli_parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_horizon = (int)v; }
         else if (!strcmp(a, "--steps")) { if (!cli_parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
         else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, val, 0, 64, &v)) return 2; pp.model.device = (int)v; }
         else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, val, 0, 1024, &v)) return 2; pp.model.n_threads = (int)v; }
