@@ -53,11 +53,14 @@ pi0_status zarr_parse_meta(zarr_array *a, const char *label, const char *text, s
                  "integers", label, ZARR_MAX_DIMS);
         goto done;
     }
-    int64_t n = 1;
+    int64_t n = 1, c = 1;
     for (int i = 0; i < a->ndim; i++) {
-        if (a->shape[i] && n > ZARR_MAX_BYTES / a->shape[i]) { pi0_fail(st, "%s: shape too large", label); goto done; }
+        if ((a->shape[i] && n > ZARR_MAX_BYTES / a->shape[i]) || c > ZARR_MAX_BYTES / a->chunks[i]) {
+            pi0_fail(st, "%s: shape or chunks too large", label);
+            goto done;
+        }
         n *= a->shape[i];
-        if (a->chunks[i] > ZARR_MAX_BYTES / (n ? n : 1)) { pi0_fail(st, "%s: chunks too large", label); goto done; }
+        c *= a->chunks[i];
     }
     const char *d = json_is_string(dt) ? json_string_value(dt) : "";
     if (!strcmp(d, "<f4")) a->dtype = PI0_DT_F32;
@@ -137,54 +140,70 @@ static void fill_elems(const zarr_array *a, uint8_t *dst, int64_t n) {
     }
 }
 
-/* Decodes one stored chunk (zstd or raw) of exactly `total` bytes into the spans that `next` hands out: next(ctx,
- * done, &span) says where decoded bytes [done, done + span.n) go. */
-typedef struct { uint8_t *p; size_t n; } span;
-typedef pi0_status (*next_fn)(void *ctx, size_t done, span *out);
+/* A pull reader over one stored chunk: zstd (streamed), raw, or absent (fill_value). Reads must add up to exactly
+ * the chunk's decoded size; rd_close checks that the zstd frame ends there. */
+typedef struct {
+    ZSTD_DCtx *z;
+    ZSTD_inBuffer in;
+    const uint8_t *src;         /* the stored chunk, for zarr_store.release */
+    size_t slen;
+    const uint8_t *raw;
+    int fill;
+    size_t total, done, last;   /* last: ZSTD_decompressStream's last return (0: a frame just ended) */
+    char what[1300];
+} reader;
 
-static pi0_status decode_chunk(const zarr_array *a, const uint8_t *src, size_t slen, size_t total, const char *what,
-                               next_fn next, void *ctx) {
-    pi0_status st = PI0_OK;
-    span o;
+static pi0_status rd_open(reader *r, const zarr_array *a, const uint8_t *src, size_t slen, int found, size_t total) {
+    r->z = NULL; r->raw = NULL; r->fill = !found; r->total = total; r->done = 0; r->last = 1;
+    r->src = found ? src : NULL;
+    r->slen = slen;
+    if (!found) return PI0_OK;
     if (!a->zstd) {
-        if (slen != total) return pi0_fail(PI0_ERR_FORMAT, "%s: %zu bytes, expected %zu (raw chunk)", what, slen, total);
-        for (size_t done = 0; done < total && st == PI0_OK; done += o.n) {
-            if ((st = next(ctx, done, &o)) != PI0_OK) break;
-            if (o.n > total - done) o.n = total - done;
-            memcpy(o.p, src + done, o.n);
-        }
-        return st;
+        if (slen != total) return pi0_fail(PI0_ERR_FORMAT, "%s: %zu bytes, expected %zu (raw chunk)", r->what, slen, total);
+        r->raw = src;
+        return PI0_OK;
     }
-    ZSTD_DCtx *z = ZSTD_createDCtx();
-    if (!z) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    ZSTD_inBuffer in = {src, slen, 0};
-    size_t done = 0, ret = 1;
-    while (done < total) {
-        if ((st = next(ctx, done, &o)) != PI0_OK) goto done;
-        ZSTD_outBuffer ob = {o.p, o.n < total - done ? o.n : total - done, 0};
-        while (ob.pos < ob.size) {
-            size_t in_before = in.pos, out_before = ob.pos;
-            ret = ZSTD_decompressStream(z, &ob, &in);
-            if (ZSTD_isError(ret)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: zstd: %s", what, ZSTD_getErrorName(ret)); goto done; }
-            if ((ret == 0 && in.pos == in.size) || (in.pos == in_before && ob.pos == out_before)) break;
-        }
-        done += ob.pos;
-        if (ob.pos < ob.size) {
-            st = pi0_fail(PI0_ERR_FORMAT, "%s: decodes to %zu bytes, expected %zu (truncated?)", what, done, total);
-            goto done;
+    if (!(r->z = ZSTD_createDCtx())) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    r->in = (ZSTD_inBuffer){src, slen, 0};
+    return PI0_OK;
+}
+
+static pi0_status rd_read(reader *r, const zarr_array *a, uint8_t *dst, size_t n) {
+    PI0_ASSERT(r->done + n <= r->total);
+    if (r->fill) fill_elems(a, dst, (int64_t)(n / pi0_dtype_size(a->dtype)));
+    else if (r->raw) memcpy(dst, r->raw + r->done, n);
+    else {
+        ZSTD_outBuffer o = {dst, n, 0};
+        while (o.pos < o.size) {
+            size_t ip = r->in.pos, op = o.pos, ret = r->last = ZSTD_decompressStream(r->z, &o, &r->in);
+            if (ZSTD_isError(ret)) return pi0_fail(PI0_ERR_FORMAT, "%s: zstd: %s", r->what, ZSTD_getErrorName(ret));
+            if (o.pos == op && r->in.pos == ip)
+                return pi0_fail(PI0_ERR_FORMAT, "%s: decodes to %zu bytes, expected %zu (truncated?)", r->what, r->done + o.pos, r->total);
         }
     }
-    if (ret != 0) {   /* the frame must end exactly at `total` bytes */
+    r->done += n;
+    return PI0_OK;
+}
+
+static pi0_status rd_skip(reader *r, const zarr_array *a, size_t n) {   /* edge-chunk padding */
+    uint8_t sink[1 << 14];
+    pi0_status st = PI0_OK;
+    for (size_t k; n && st == PI0_OK; n -= k) st = rd_read(r, a, sink, (k = n < sizeof sink ? n : sizeof sink));
+    return st;
+}
+
+static pi0_status rd_close(reader *r, pi0_status st) {
+    if (r->z && st == PI0_OK) {   /* the frame must end exactly at the chunk's size */
         uint8_t extra;
         ZSTD_outBuffer ob = {&extra, 1, 0};
-        ret = ZSTD_decompressStream(z, &ob, &in);
-        if (ZSTD_isError(ret)) st = pi0_fail(PI0_ERR_FORMAT, "%s: zstd: %s", what, ZSTD_getErrorName(ret));
-        else if (ob.pos) st = pi0_fail(PI0_ERR_FORMAT, "%s: decodes to more than the %zu bytes expected", what, total);
-        else if (ret != 0) st = pi0_fail(PI0_ERR_FORMAT, "%s: zstd frame truncated", what);
+        size_t ret = r->last ? ZSTD_decompressStream(r->z, &ob, &r->in) : 0;   /* e.g. the checksum still to read */
+        if (ZSTD_isError(ret)) st = pi0_fail(PI0_ERR_FORMAT, "%s: zstd: %s", r->what, ZSTD_getErrorName(ret));
+        else if (ob.pos) st = pi0_fail(PI0_ERR_FORMAT, "%s: decodes to more than the %zu bytes expected", r->what, r->total);
+        else if (ret != 0) st = pi0_fail(PI0_ERR_FORMAT, "%s: zstd frame truncated", r->what);
+        else if (r->in.pos != r->in.size) st = pi0_fail(PI0_ERR_FORMAT, "%s: %zu bytes after the zstd frame", r->what, r->in.size - r->in.pos);
     }
-    if (st == PI0_OK && in.pos != in.size) st = pi0_fail(PI0_ERR_FORMAT, "%s: %zu bytes after the zstd frame", what, in.size - in.pos);
-done:
-    ZSTD_freeDCtx(z);
+    ZSTD_freeDCtx(r->z);
+    r->z = NULL;
     return st;
 }
 
@@ -195,125 +214,87 @@ static void chunk_key(const zarr_array *a, const char *name, const int64_t *idx,
         k += (size_t)snprintf(key + k, n - k, "%s%lld", i ? (a->sep == '/' ? "/" : ".") : "", (long long)idx[i]);
 }
 
-/* Rows of the array stream into the block buffer; a block is handed to fn as soon as its last row is in.
- * Edge-chunk padding goes to a scratch span. */
-typedef struct {
-    uint8_t *buf;
-    size_t row_bytes, block_bytes;
-    uint64_t pos0, valid;                  /* array byte offset of the chunk's first row; its valid bytes */
-    int64_t next_block;
-    zarr_block_fn fn; void *user;
-    uint8_t scratch[1 << 16];
-} rows_ctx;
-
-static pi0_status flush(rows_ctx *x, uint64_t upto) {   /* emits every block that ends at or before byte `upto` */
-    pi0_status st = PI0_OK;
-    while (st == PI0_OK && (uint64_t)(x->next_block + 1) * x->block_bytes <= upto)
-        st = x->fn(x->user, x->next_block++, x->buf);
-    return st;
-}
-
-static pi0_status rows_next(void *c, size_t done, span *o) {
-    rows_ctx *x = c;
-    if (done >= x->valid) { *o = (span){x->scratch, sizeof x->scratch}; return flush(x, x->pos0 + x->valid); }
-    pi0_status st = flush(x, x->pos0 + done);
-    uint64_t in_block = (x->pos0 + done) % x->block_bytes, n = x->block_bytes - in_block;
-    *o = (span){x->buf + in_block, (size_t)(n < x->valid - done ? n : x->valid - done)};
-    return st;
-}
-
-static pi0_status whole_next(void *c, size_t done, span *o) {
-    *o = (span){(uint8_t *)c + done, SIZE_MAX};
-    return PI0_OK;
-}
-
-static pi0_status get_chunk(const zarr_array *a, const zarr_store *s, const char *name, const char *label, const int64_t *idx,
-                            const uint8_t **d, size_t *n, int *found, char *what, size_t wn) {
-    char key[1200];
-    chunk_key(a, name, idx, key, sizeof key);
-    snprintf(what, wn, "%s: chunk %s", label, key);
-    pi0_status st = s->get(s->user, key, d, n, found);
-    if (st == PI0_OK && !*found && !a->has_fill)
-        st = pi0_fail(PI0_ERR_FORMAT, "%s: missing, and the array has no fill_value", what);
-    return st;
-}
+#define ZARR_MAX_INNER 64   /* chunks across the non-leading axes, decoded side by side */
 
 pi0_status zarr_read(const zarr_array *a, const zarr_store *s, const char *name, const char *label,
                      int64_t block_rows, void *buf, zarr_block_fn fn, void *user) {
     zarr_array g = *a;   /* a scalar is one row of one element */
     if (!g.ndim) { g.ndim = 1; g.shape[0] = g.chunks[0] = 1; }
-    const size_t esz = pi0_dtype_size(a->dtype);
-    size_t row_bytes = esz;
-    int fast = 1;
-    for (int i = 1; i < g.ndim; i++) { row_bytes *= (size_t)g.shape[i]; fast &= g.chunks[i] == g.shape[i]; }
     PI0_ASSERT(block_rows > 0 && g.shape[0] % block_rows == 0);
     if (zarr_numel(&g) == 0) return PI0_OK;
-    char what[2048];
-    int64_t idx[ZARR_MAX_DIMS] = {0};
-    const uint8_t *d;
-    size_t n;
-    int found;
+    const size_t esz = pi0_dtype_size(a->dtype);
+    const int nd = g.ndim;
+    int64_t grid[ZARR_MAX_DIMS], K = 1;
+    size_t row_bytes = esz, crow_bytes = esz;   /* one leading-axis row of the array / of a chunk */
+    int direct = 1;                             /* chunk rows are whole array rows */
+    for (int i = 0; i < nd; i++) {
+        grid[i] = (g.shape[i] + g.chunks[i] - 1) / g.chunks[i];
+        if (i == 0) continue;
+        K *= grid[i];
+        row_bytes *= (size_t)g.shape[i];
+        crow_bytes *= (size_t)g.chunks[i];
+        direct &= g.chunks[i] == g.shape[i];
+    }
+    if (K > ZARR_MAX_INNER)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "%s: %s: %lld chunks across the inner axes (at most %d supported)", label, name,
+                        (long long)K, ZARR_MAX_INNER);
+    reader *rd = calloc((size_t)K, sizeof *rd);
+    uint8_t *tmp = direct ? NULL : malloc(crow_bytes);
+    if (!rd || (!direct && !tmp)) { free(rd); free(tmp); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     pi0_status st = PI0_OK;
-    if (fast) {
-        rows_ctx *x = malloc(sizeof *x);
-        if (!x) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-        *x = (rows_ctx){.buf = buf, .row_bytes = row_bytes, .block_bytes = row_bytes * (size_t)block_rows, .fn = fn, .user = user};
-        const int64_t c0 = g.chunks[0];
-        for (idx[0] = 0; idx[0] * c0 < g.shape[0] && st == PI0_OK; idx[0]++) {
-            if ((st = get_chunk(a, s, name, label, idx, &d, &n, &found, what, sizeof what)) != PI0_OK) break;
-            int64_t row0 = idx[0] * c0, valid = g.shape[0] - row0 < c0 ? g.shape[0] - row0 : c0;
-            x->pos0 = (uint64_t)row0 * row_bytes;
-            x->valid = (uint64_t)valid * row_bytes;
-            if (found) st = decode_chunk(a, d, n, (size_t)c0 * row_bytes, what, rows_next, x);
-            else {
-                span o;
-                for (size_t done = 0; done < x->valid && st == PI0_OK; done += o.n)
-                    if ((st = rows_next(x, done, &o)) == PI0_OK) fill_elems(a, o.p, (int64_t)(o.n / esz));
+    const int64_t c0 = g.chunks[0];
+    for (int64_t j0 = 0; j0 < grid[0] && st == PI0_OK; j0++) {
+        int64_t idx[ZARR_MAX_DIMS] = {j0}, opened = 0;
+        for (int64_t k = 0; k < K && st == PI0_OK; k++, opened++) {   /* inner chunk k: idx[1..] in C order */
+            for (int i = nd - 1, q = (int)k; i >= 1; q /= (int)grid[i], i--) idx[i] = q % grid[i];
+            char key[1200];
+            chunk_key(a, name, idx, key, sizeof key);
+            snprintf(rd[k].what, sizeof rd[k].what, "%s: chunk %s", label, key);
+            const uint8_t *d = NULL;
+            size_t n = 0;
+            int found = 0;
+            if ((st = s->get(s->user, key, &d, &n, &found)) != PI0_OK) break;
+            if (!found && !a->has_fill) { st = pi0_fail(PI0_ERR_FORMAT, "%s: missing, and the array has no fill_value", rd[k].what); break; }
+            st = rd_open(&rd[k], a, d, n, found, (size_t)c0 * crow_bytes);
+        }
+        const int64_t rows = g.shape[0] - j0 * c0 < c0 ? g.shape[0] - j0 * c0 : c0;
+        for (int64_t r = 0, take; r < rows && st == PI0_OK; r += take) {
+            const int64_t row = j0 * c0 + r, in_block = row % block_rows;
+            uint8_t *dst = (uint8_t *)buf + (size_t)in_block * row_bytes;
+            if (direct) {   /* as many rows as the block still takes, in one read */
+                take = rows - r < block_rows - in_block ? rows - r : block_rows - in_block;
+                st = rd_read(&rd[0], a, dst, (size_t)take * row_bytes);
+            } else {        /* one row: each inner chunk's slice of it, copied into place run by run */
+                take = 1;
+                for (int64_t k = 0; k < K && st == PI0_OK; k++) {
+                    if ((st = rd_read(&rd[k], a, tmp, crow_bytes)) != PI0_OK) break;
+                    int64_t ci[ZARR_MAX_DIMS], ext[ZARR_MAX_DIMS], in[ZARR_MAX_DIMS] = {0};
+                    for (int i = nd - 1, q = (int)k; i >= 1; q /= (int)grid[i], i--) {
+                        ci[i] = q % grid[i];
+                        ext[i] = g.shape[i] - ci[i] * g.chunks[i] < g.chunks[i] ? g.shape[i] - ci[i] * g.chunks[i] : g.chunks[i];
+                    }
+                    for (;;) {
+                        int64_t so = 0, dof = 0;
+                        for (int i = 1; i < nd; i++) {
+                            so = so * g.chunks[i] + in[i];
+                            dof = dof * g.shape[i] + ci[i] * g.chunks[i] + in[i];
+                        }
+                        memcpy(dst + (size_t)dof * esz, tmp + (size_t)so * esz, (size_t)ext[nd - 1] * esz);
+                        int i = nd - 2;
+                        while (i >= 1 && ++in[i] == ext[i]) in[i--] = 0;
+                        if (i < 1) break;
+                    }
+                }
             }
-            if (st == PI0_OK) st = flush(x, x->pos0 + x->valid);
+            if (st == PI0_OK && (row + take) % block_rows == 0) st = fn(user, (row + take) / block_rows - 1, buf);
         }
-        free(x);
-        return st;
-    }
-    /* any other chunk grid: assemble the whole array, then hand it out block by block */
-    size_t total = (size_t)zarr_numel(&g) * esz, cbytes = esz;
-    for (int i = 0; i < g.ndim; i++) cbytes *= (size_t)g.chunks[i];
-    uint8_t *all = pi0_malloc(total, "a zarr array"), *chunk = pi0_malloc(cbytes, "a zarr chunk");
-    if (!all || !chunk) { free(all); free(chunk); return PI0_ERR_NOMEM; }
-    int64_t grid[ZARR_MAX_DIMS];
-    for (int i = 0; i < g.ndim; i++) grid[i] = (g.shape[i] + g.chunks[i] - 1) / g.chunks[i];
-    for (;;) {
-        if ((st = get_chunk(a, s, name, label, idx, &d, &n, &found, what, sizeof what)) != PI0_OK) break;
-        if (found) { if ((st = decode_chunk(a, d, n, cbytes, what, whole_next, chunk)) != PI0_OK) break; }
-        else fill_elems(a, chunk, (int64_t)(cbytes / esz));
-        /* copy the chunk's valid region, one innermost run at a time */
-        int64_t ext[ZARR_MAX_DIMS], in[ZARR_MAX_DIMS] = {0};
-        for (int i = 0; i < g.ndim; i++) {
-            int64_t lo = idx[i] * g.chunks[i];
-            ext[i] = g.shape[i] - lo < g.chunks[i] ? g.shape[i] - lo : g.chunks[i];
+        for (int64_t k = 0; k < opened; k++) {   /* padding rows of the last chunk row, then the frame end */
+            if (st == PI0_OK && rows < c0) st = rd_skip(&rd[k], a, (size_t)(c0 - rows) * crow_bytes);
+            st = rd_close(&rd[k], st);
+            if (rd[k].src && s->release) s->release(s->user, rd[k].src, rd[k].slen);
         }
-        const int last = g.ndim - 1;
-        for (;;) {
-            int64_t src = 0, dst = 0;
-            for (int i = 0; i < g.ndim; i++) {
-                src = src * g.chunks[i] + in[i];
-                dst = dst * g.shape[i] + idx[i] * g.chunks[i] + in[i];
-            }
-            memcpy(all + (size_t)dst * esz, chunk + (size_t)src * esz, (size_t)ext[last] * esz);
-            int k = last - 1;
-            while (k >= 0 && ++in[k] == ext[k]) in[k--] = 0;
-            if (k < 0) break;
-        }
-        int k = last;
-        while (k >= 0 && ++idx[k] == grid[k]) idx[k--] = 0;
-        if (k < 0) break;
     }
-    size_t block_bytes = row_bytes * (size_t)block_rows;
-    for (int64_t b = 0; st == PI0_OK && b < g.shape[0] / block_rows; b++) {
-        memcpy(buf, all + (size_t)b * block_bytes, block_bytes);
-        st = fn(user, b, buf);
-    }
-    free(all);
-    free(chunk);
+    free(rd);
+    free(tmp);
     return st;
 }

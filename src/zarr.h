@@ -18,6 +18,7 @@
 typedef struct {
     pi0_status (*get)(void *user, const char *key, const uint8_t **data, size_t *len, int *found);
     void *user;
+    void (*release)(void *user, const uint8_t *data, size_t len);   /* optional: a chunk's bytes are no longer needed */
 } zarr_store;
 
 typedef struct {

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mem x = {data + 4, data + 4 + n, n, size - 4 - n};
     ocdbt *db;
     if (ocdbt_open(&db, "fuzz", &(ocdbt_files){mem_map, &x}) != PI0_OK) return 0;
-    zarr_store s = {db_get, db};
+    zarr_store s = {db_get, db, NULL};
     for (int i = 0; i < ocdbt_count(db); i++) {
         const ocdbt_entry *e = ocdbt_at(db, i);
         const uint8_t *v;

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Orbax checkpoints against build/pi0: check.py BUILD NAME (run by tests/orbax/run.sh inside a venv with
+orbax-checkpoint). Every checkpoint here is written by orbax-checkpoint itself (tools/reference/orbax_checkpoint.py,
+from the tiny fixtures); bad inputs are made by cutting or editing those files, or by writing into them with
+tensorstore. Checks:
+- `pi0 info` names the format and every dimension; `pi0 convert` gives exactly the tensors that the reference
+  script gets by restoring the checkpoint with orbax and applying openpi's JAX -> PyTorch mapping (bit for bit);
+- `pi0 infer` on the Orbax directory gives the actions of the converted directory, and of the source fixture
+  whenever the stored dtype loses nothing (bit for bit);
+- `pi0 run` (the policy) takes its horizon from --config, and equals the fixture's actions;
+- training-run layouts (run dir, step dir, params dir), nnx "value" leaves, bf16 / f32 / mixed, OCDBT or not;
+- bad input: a clear error naming the file or parameter, never a crash or a hang.
+Prints one line per check and "orbax-NAME: N passed, M failed".
+"""
+import argparse
+import json
+import os
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import tensorstore as ts
+
+sys.dont_write_bytecode = True
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools", "reference"))
+import orbax_checkpoint as oc  # noqa: E402
+
+BUILD, NAME = sys.argv[1], sys.argv[2]
+PI0 = os.path.join(ROOT, BUILD, "pi0")
+FIX = os.path.join(ROOT, "tests", "fixtures")
+TOKENS = {"tiny-pi0": "12", "tiny-pi05": "16"}
+counts = [0, 0]
+
+
+def check(name, ok, detail=""):
+    counts[0 if ok else 1] += 1
+    print(f"{'PASS' if ok else 'FAIL'} {name}" + ("" if ok or not detail else f": {detail}"))
+    return ok
+
+
+def pi0(*args, timeout=120):
+    """(exit code, stdout, stderr); a signal (crash) shows as a negative code, a hang as 'timeout'."""
+    try:
+        p = subprocess.run([PI0, *args], capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return "timeout", "", "timed out"
+
+
+def write(src, out, **kw):
+    a = argparse.Namespace(src=os.path.join(FIX, src), out=out, ocdbt=1, dtype="source", nnx_value=False,
+                           train_run=None, expect=None)
+    vars(a).update(kw)
+    oc.write(a)
+
+
+def tensors(path):
+    """{name: (dtype, shape, bytes)} of a safetensors file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+
+
+def save_st(path, arrays):
+    names = {np.dtype(np.uint8): "U8", np.dtype(np.float32): "F32"}
+    header, off, blobs = {}, 0, []
+    for k, a in arrays.items():
+        header[k] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+        blobs.append(a.tobytes())
+    hb = json.dumps(header).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+
+
+def infer(ckpt, fixture, out, *flags):
+    rc, _, err = pi0("infer", "--checkpoint", ckpt, "--inputs", os.path.join(FIX, fixture, "b2.in.safetensors"),
+                     "--output", out, *flags)
+    return rc == 0 and tensors(out)["actions"], err.strip()[-300:]
+
+
+def model_case(tmp, label, fixture, lossless, **kw):
+    d, expect, conv = os.path.join(tmp, label), os.path.join(tmp, label + ".expect.safetensors"), os.path.join(tmp, label + ".conv")
+    write(fixture, d, expect=expect, **kw)
+    ckpt = d if kw.get("train_run") is None else os.path.join(d, str(kw["train_run"]))
+    rc, out, err = pi0("info", "--checkpoint", d)
+    fmt = "orbax-ocdbt" if kw.get("ocdbt", 1) else "orbax-zarr"
+    want = [f"format: {fmt}", f"model: {'pi05' if fixture.endswith('05') else 'pi0'}", "image_size: 56", "vocab_size: 512",
+            "vision: width 32, depth 2, mlp_dim 48, num_heads 4, patch_size 14",
+            "paligemma: width 64, depth 2, mlp_dim 128, num_heads 4, num_kv_heads 1, head_dim 16",
+            "action_expert: width 32, depth 2, mlp_dim 64, num_heads 4, num_kv_heads 1, head_dim 16"]
+    check(f"{label}: info names {fmt} and every dim", rc == 0 and all(w in out for w in want), f"rc {rc} {out}{err}")
+    L = TOKENS[fixture]
+    rc, _, err = pi0("convert", "--checkpoint", d, "--out", conv, "--action-horizon", "5", "--max-token-len", L)
+    got = rc == 0 and tensors(os.path.join(conv, "model.safetensors"))
+    want_t = tensors(expect)
+    diff = sorted(k for k in set(want_t) | set(got or {}) if not got or got.get(k) != want_t.get(k))
+    check(f"{label}: convert == orbax restore + openpi mapping ({len(want_t)} tensors, bit for bit)", got and not diff,
+          f"rc {rc} {err[-200:]} differing: {diff[:4]}")
+    check(f"{label}: convert copies assets", os.path.isfile(os.path.join(conv, "assets", "tiny", "norm_stats.json")))
+    a_ox, e1 = infer(d, fixture, os.path.join(tmp, label + ".a_ox"), "--action-horizon", "5", "--max-token-len", L)
+    a_cv, e2 = infer(conv, fixture, os.path.join(tmp, label + ".a_cv"))
+    check(f"{label}: actions of the Orbax dir == of its conversion", a_ox and a_ox == a_cv, e1 + e2)
+    if lossless:
+        a_fx, e3 = infer(os.path.join(FIX, fixture), fixture, os.path.join(tmp, label + ".a_fx"))
+        check(f"{label}: actions == the source fixture's (bit for bit)", a_ox and a_ox == a_fx, e3)
+    return d, ckpt
+
+
+def policy_checks(tmp, d0, d5):
+    tok = os.path.join(ROOT, BUILD, "tests", "tok.model")
+    rng = np.random.default_rng(5)
+    obs = os.path.join(tmp, "obs.safetensors")
+    save_st(obs, {"observation/image": rng.integers(0, 256, (60, 80, 3), dtype=np.uint8),
+                  "observation/wrist_image": rng.integers(0, 256, (56, 56, 3), dtype=np.uint8),
+                  "observation/state": rng.standard_normal(8).astype(np.float32)})
+    for fixture, d, cfg, H in (("tiny-pi0", d0, "pi0_libero", 50), ("tiny-pi05", d5, "pi05_libero", 10)):
+        base = ["run", "--config", cfg, "--asset-id", "tiny", "--tokenizer", tok, "--obs", obs, "--prompt", "pick it up",
+                "--seed", "3", "--json"]
+        r1 = pi0(*base, "--checkpoint", d, "--action-horizon", "5", "--max-token-len", TOKENS[fixture])
+        r2 = pi0(*base, "--checkpoint", os.path.join(FIX, fixture))
+        same = r1[0] == 0 and r2[0] == 0 and json.loads(r1[1])["actions"] == json.loads(r2[1])["actions"]
+        check(f"pi0 run {cfg} on Orbax == on the fixture", same, (r1[2] + r2[2])[-300:])
+        r3 = pi0(*base, "--checkpoint", d)
+        rows = r3[0] == 0 and len(json.loads(r3[1])["actions"])
+        check(f"pi0 run {cfg} on Orbax: horizon {H} from the config", rows == H, f"{rows} rows; {r3[2][-200:]}")
+
+
+def expect_error(label, ckpt, *needles, rc_want=1, args=()):
+    rc, out, err = pi0("info", "--checkpoint", ckpt, *args, timeout=20)
+    ok = rc == rc_want and all(n in err for n in needles)
+    return check(f"bad input: {label}", ok, f"rc {rc}, stderr: {err.strip()[-400:]}")
+
+
+def fresh(base, tmp, name):
+    d = os.path.join(tmp, "bad-" + name)
+    shutil.copytree(base, d)
+    return d
+
+
+def add_leaf(d, path, value):
+    """A new array written by tensorstore and registered in _METADATA, as Orbax would have saved it (nnx leaf)."""
+    keys = ["params"] + path.split("/") + ["value"]
+    arr = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": os.path.join(d, "params", ".".join(keys))},
+                   "metadata": {"shape": list(value.shape), "chunks": list(value.shape), "dtype": "<f4",
+                                "compressor": {"id": "zstd", "level": 1}}}, create=True).result()
+    arr.write(value).result()
+    mp = os.path.join(d, "params", "_METADATA")
+    meta = json.load(open(mp))
+    meta["tree_metadata"][str(tuple(keys))] = {"key_metadata": [{"key": k, "key_type": 2} for k in keys],
+                                               "value_metadata": {"value_type": "jax.Array", "skip_deserialize": False,
+                                                                  "write_shape": list(value.shape)}}
+    json.dump(meta, open(mp, "w"))
+
+
+def bad_inputs(tmp, ocd, zarr):
+    p = os.path.join(ocd, "params")
+    d = fresh(ocd, tmp, "manifest")
+    with open(os.path.join(d, "params", "manifest.ocdbt"), "r+b") as f:
+        f.truncate(20)
+    expect_error("truncated manifest", d, "manifest.ocdbt", "truncated")
+    root = [os.path.join("params", "d", f) for f in os.listdir(os.path.join(p, "d"))][0]
+    d = fresh(ocd, tmp, "node")
+    os.truncate(os.path.join(d, root), os.path.getsize(os.path.join(d, root)) // 2)
+    expect_error("truncated B+tree node file", d, "B+tree node", "past the end of the file")
+    d = fresh(ocd, tmp, "crc")
+    with open(os.path.join(d, root), "r+b") as f:
+        f.seek(40)
+        b = f.read(1)
+        f.seek(40)
+        f.write(bytes([b[0] ^ 0x10]))
+    expect_error("a flipped bit in a B+tree node", d, "B+tree node", "CRC-32C")
+    data = os.path.join("params", "ocdbt.process_0", "d")
+    big = max(os.listdir(os.path.join(p, "ocdbt.process_0", "d")), key=lambda f: os.path.getsize(os.path.join(p, "ocdbt.process_0", "d", f)))
+    d = fresh(ocd, tmp, "data")
+    os.truncate(os.path.join(d, data, big), os.path.getsize(os.path.join(d, data, big)) // 2)
+    expect_error("truncated data file (a reference past its end)", d, "ocdbt.process_0/d/" + big, "past the end of the file")
+    d = fresh(ocd, tmp, "missing-data")
+    os.remove(os.path.join(d, data, big))
+    expect_error("missing data file", d, "ocdbt.process_0/d/" + big, "missing")
+    d = fresh(ocd, tmp, "fifo")
+    os.remove(os.path.join(d, "params", "manifest.ocdbt"))
+    os.mkfifo(os.path.join(d, "params", "manifest.ocdbt"))
+    expect_error("a FIFO as manifest.ocdbt (no hang)", d, "manifest.ocdbt", "not a regular file")
+    d = fresh(ocd, tmp, "metadata")
+    open(os.path.join(d, "params", "_METADATA"), "w").write('{"tree_metadata": {')
+    expect_error("invalid _METADATA", d, "_METADATA", "invalid JSON")
+    zp = lambda d, leaf: os.path.join(d, "params", "params." + leaf.replace("/", ".") + ".value")  # noqa: E731 (nnx)
+    d = fresh(zarr, tmp, "codec")
+    za = os.path.join(zp(d, "PaliGemma/llm/layers/mlp/linear"), ".zarray")
+    m = json.load(open(za))
+    json.dump(dict(m, compressor={"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1}), open(za, "w"))
+    expect_error("unknown codec", d, "params.PaliGemma.llm.layers.mlp.linear.value/.zarray", "compressor 'blosc'")
+    d = fresh(zarr, tmp, "shape")
+    za = os.path.join(zp(d, "PaliGemma/llm/layers/mlp/linear"), ".zarray")
+    m = json.load(open(za))
+    json.dump(dict(m, shape=[2, 128, 65], chunks=[2, 128, 65]), open(za, "w"))
+    expect_error("a shape that contradicts the others", d, "parameter 'PaliGemma/llm/layers/mlp/linear'",
+                 "expected (2, 128, 64)", "found (2, 128, 65)")
+    d = fresh(zarr, tmp, "chunk")
+    ch = os.path.join(zp(d, "PaliGemma/llm/layers/mlp/linear"), "0.0.0")
+    os.truncate(ch, os.path.getsize(ch) // 2)
+    expect_error("truncated chunk", d, "params.PaliGemma.llm.layers.mlp.linear.value/0.0.0", "truncated")
+    os.remove(ch)
+    expect_error("missing chunk", d, "params.PaliGemma.llm.layers.mlp.linear.value/0.0.0", "missing")
+    d = fresh(zarr, tmp, "array")
+    shutil.rmtree(zp(d, "PaliGemma/llm/final_norm/scale"))
+    expect_error("array directory missing", d, "params.PaliGemma.llm.final_norm.scale.value/.zarray", "missing")
+    d = fresh(zarr, tmp, "leaf")
+    shutil.rmtree(zp(d, "PaliGemma/llm/final_norm/scale"))
+    mp = os.path.join(d, "params", "_METADATA")
+    meta = json.load(open(mp))
+    meta["tree_metadata"] = {k: v for k, v in meta["tree_metadata"].items() if "'final_norm', 'scale'" not in k}
+    json.dump(meta, open(mp, "w"))
+    expect_error("missing parameter", d, "missing parameter 'PaliGemma/llm/final_norm/scale'")
+    d = fresh(zarr, tmp, "nan")
+    arr = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": zp(d, "PaliGemma/llm/layers/mlp/linear")}}).result()
+    arr[1, 3, 5] = np.float32("nan")
+    expect_error("a NaN weight", d, "parameter 'PaliGemma/llm/layers/mlp/linear' layer 1", "non-finite value at flat index 197")
+    d = fresh(zarr, tmp, "extra")
+    add_leaf(d, "extra_head/kernel", np.ones((4, 4), np.float32))
+    rc, _, err = pi0("info", "--checkpoint", d)
+    check("extra parameter: loads with a warning naming it", rc == 0 and "1 parameter(s) not used by the model ignored "
+          "(first: 'extra_head/kernel')" in err, f"rc {rc} {err[-300:]}")
+    d = fresh(zarr, tmp, "lora")
+    add_leaf(d, "PaliGemma/llm/layers/attn/q_einsum/lora_a", np.ones((2, 4, 64, 16), np.float32))
+    expect_error("LoRA adapters refused", d, "LoRA adapter parameters", "q_einsum/lora_a")
+    expect_error("no checkpoint at all", os.path.join(tmp, "nothing-here"), "no checkpoint found")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix=f"pi0-orbax-{NAME}-")
+    try:
+        d0, _ = model_case(tmp, "pi0-ocdbt-source", "tiny-pi0", True)
+        d5, _ = model_case(tmp, "pi05-ocdbt-source", "tiny-pi05", True)
+        model_case(tmp, "pi05-zarr-mixed-nnx", "tiny-pi05", False, ocdbt=0, dtype="mixed", nnx_value=True)
+        if NAME != "pinned":
+            return
+        zarr, _ = model_case(tmp, "pi0-zarr-f32-nnx", "tiny-pi0", True, ocdbt=0, dtype="f32", nnx_value=True)
+        model_case(tmp, "pi05-ocdbt-bf16", "tiny-pi05", False, dtype="bf16")
+        run, step = model_case(tmp, "pi0-train-run", "tiny-pi0", True, train_run=3, nnx_value=True)
+        for label, where in (("step dir", step), ("params dir", os.path.join(step, "params"))):
+            rc, out, err = pi0("info", "--checkpoint", where)
+            check(f"train run: --checkpoint at the {label}", rc == 0 and "format: orbax-ocdbt" in out, err[-200:])
+        policy_checks(tmp, d0, d5)
+        bad_inputs(tmp, d0, zarr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"orbax-{NAME}: {counts[0]} passed, {counts[1]} failed")
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if counts[1] else 0)
