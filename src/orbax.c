@@ -343,7 +343,8 @@ static void tile8_u16(uint16_t *dst, int64_t R, const uint16_t *src, int64_t C) 
 }
 #endif
 
-static void transpose(uint8_t *dst, const uint8_t *src, int64_t R, int64_t C, size_t esz) {
+/* dst[c * ldd + r] = src[r * lds + c] for r < R, c < C. */
+static void transpose(uint8_t *dst, int64_t ldd, const uint8_t *src, int64_t lds, int64_t R, int64_t C, size_t esz) {
     enum { T = 64 };
     for (int64_t r0 = 0; r0 < R; r0 += T)
         for (int64_t c0 = 0; c0 < C; c0 += T) {
@@ -356,18 +357,28 @@ static void transpose(uint8_t *dst, const uint8_t *src, int64_t R, int64_t C, si
                 r8 = r0 + (r1 - r0) / 8 * 8;
                 c8 = c0 + (c1 - c0) / 8 * 8;
                 for (int64_t c = c0; c < c8; c += 8)
-                    for (int64_t r = r0; r < r8; r += 8) tile8_u16(d + c * R + r, R, s + r * C + c, C);
+                    for (int64_t r = r0; r < r8; r += 8) tile8_u16(d + c * ldd + r, ldd, s + r * lds + c, lds);
 #endif
                 for (int64_t c = c0; c < c1; c++)   /* the edges (all of it without SSE2) */
-                    for (int64_t r = c < c8 ? r8 : r0; r < r1; r++) d[c * R + r] = s[r * C + c];
+                    for (int64_t r = c < c8 ? r8 : r0; r < r1; r++) d[c * ldd + r] = s[r * lds + c];
             } else {
                 for (int64_t c = c0; c < c1; c++)
-                    for (int64_t r = r0; r < r1; r++) ((uint32_t *)dst)[c * R + r] = ((const uint32_t *)src)[r * C + c];
+                    for (int64_t r = r0; r < r1; r++) ((uint32_t *)dst)[c * ldd + r] = ((const uint32_t *)src)[r * lds + c];
             }
         }
 }
 
-static void relayout(const jrow *r, int nd, const int64_t *d, uint8_t *dst, const uint8_t *src, size_t esz) {
+enum { STRIP = 512 };   /* columns per piece of a transpose: pieces run on every thread */
+
+/* How many independent pieces relayout() splits into (one for copies and the patch kernel). */
+static int64_t pieces(const jrow *r, int nd, const int64_t *d) {
+    int64_t C = 1;
+    for (int i = r->split; i < nd; i++) C *= d[i];
+    return r->op == OP_T ? (C + STRIP - 1) / STRIP : r->op == OP_HEADS ? d[0] : 1;
+}
+
+/* Piece `k` of re-laying out one slice `src` (dims d[0..nd)) into its PyTorch tensor `dst`. */
+static void relayout(const jrow *r, int nd, const int64_t *d, uint8_t *dst, const uint8_t *src, size_t esz, int64_t k) {
     int64_t R = 1, C = 1;
     switch (r->op) {
     case OP_COPY: {
@@ -376,13 +387,17 @@ static void relayout(const jrow *r, int nd, const int64_t *d, uint8_t *dst, cons
         memcpy(dst, src, (size_t)n * esz);
         break;
     }
-    case OP_T:
+    case OP_T: {   /* columns [c0, c1) of src [R, C] are rows [c0, c1) of dst [C, R] */
         for (int i = 0; i < nd; i++) *(i < r->split ? &R : &C) *= d[i];
-        transpose(dst, src, R, C, esz);
+        int64_t c0 = k * STRIP, c1 = c0 + STRIP < C ? c0 + STRIP : C;
+        transpose(dst + (size_t)(c0 * R) * esz, R, src + (size_t)c0 * esz, C, R, c1 - c0, esz);
         break;
-    case OP_HEADS:   /* [N, D, H] -> rows n * H + h of [N * H, D] */
-        for (int64_t h = 0; h < d[0]; h++) transpose(dst + (size_t)(h * d[1] * d[2]) * esz, src + (size_t)(h * d[1] * d[2]) * esz, d[1], d[2], esz);
+    }
+    case OP_HEADS: {   /* [N, D, H] -> rows n * H + h of [N * H, D]: head k */
+        size_t o = (size_t)(k * d[1] * d[2]) * esz;
+        transpose(dst + o, d[1], src + o, d[2], d[1], d[2], esz);
         break;
+    }
     case OP_PATCH: {   /* [P, P, C, O] (y, x, c, o) -> [O, C, P, P] (o, c, y, x) */
         const int64_t P = d[0], Q = d[1], Ci = d[2], O = d[3];
         for (int64_t y = 0; y < P; y++)
@@ -426,6 +441,8 @@ typedef struct {
     const char *label;
 } task;
 
+/* Each block (a stacked layer, or a whole array) is scanned for NaN / Inf and re-laid out by OpenMP tasks, so
+ * that the other threads help while one thread decodes a big array (the decoding is sequential per zstd frame). */
 static pi0_status on_block(void *user, int64_t block, void *buf) {
     task *t = user;
     const leaf *l = t->lf;
@@ -435,8 +452,18 @@ static pi0_status on_block(void *user, int64_t block, void *buf) {
     for (int i = 0; i < r->ndim; i++) per *= (d[i] = t->ds->v[r->d[i]]);
     n = t->direct && r->stack != S_NONE ? per * t->ds->depth[r->stack] : per;   /* direct: the whole stack at once */
     const uint8_t *p = buf;
-    const int64_t bad = first_nonfinite(p, n, l->z.dtype);
-    if (bad >= 0) {
+    enum { SPAN = 1 << 21 };
+    const int64_t nspan = (n + SPAN - 1) / SPAN;
+    int64_t bad = n;
+    #pragma omp taskloop grainsize(1) shared(bad)
+    for (int64_t k = 0; k < nspan; k++) {
+        int64_t e = (k + 1) * SPAN < n ? (k + 1) * SPAN : n, b = first_nonfinite(p + (size_t)(k * SPAN) * esz, e - k * SPAN, l->z.dtype);
+        if (b >= 0) {
+            #pragma omp critical(orbax_bad)
+            if (k * SPAN + b < bad) bad = k * SPAN + b;
+        }
+    }
+    if (bad < n) {
         int64_t layer = r->stack == S_NONE ? -1 : t->direct ? bad / per : block;
         char where[48] = "";
         if (layer >= 0) snprintf(where, sizeof where, " layer %lld", (long long)layer);
@@ -444,9 +471,12 @@ static pi0_status on_block(void *user, int64_t block, void *buf) {
                         (long long)(bad % per));
     }
     if (t->direct) return PI0_OK;
+    const int nd = l->nout > 1 ? r->ndim - 1 : r->ndim;
+    const int64_t *dd = l->nout > 1 ? d + 1 : d, np = pieces(r, nd, dd);
+    #pragma omp taskloop grainsize(1) collapse(2)
     for (int k = 0; k < l->nout; k++)
-        relayout(r, l->nout > 1 ? r->ndim - 1 : r->ndim, l->nout > 1 ? d + 1 : d, t->base + l->off[k] + (size_t)block * l->bytes,
-                 p + (size_t)k * (size_t)(per / l->nout) * esz, esz);
+        for (int64_t q = 0; q < np; q++)
+            relayout(r, nd, dd, t->base + l->off[k] + (size_t)block * l->bytes, p + (size_t)k * (size_t)(per / l->nout) * esz, esz, q);
     return PI0_OK;
 }
 
@@ -626,22 +656,37 @@ pi0_status orbax_load(st_file **out, pi0_config *cfg, orbax_info *info, const ch
             if (b > most) most = b;
         }
     }
-    int oom = 0;
-    #pragma omp parallel reduction(|:oom)
-    {
-        uint8_t *scratch = malloc(most);
-        oom = !scratch;
-        #pragma omp for schedule(dynamic, 1)
-        for (int i = 0; i < nt; i++) {
-            if (!scratch) { res[i] = PI0_ERR_NOMEM; continue; }
-            tasks[i].scratch = scratch;
-            tasks[i].scratch_bytes = most;
-            res[i] = run_task(&tasks[i], db, params);
-            if (res[i] != PI0_OK) snprintf(msg[i], sizeof msg[i], "%s", pi0_last_error());
+    /* one task per array (largest first); block buffers come from a pool, reused across arrays (fresh pages cost a
+     * zeroing each). A thread waiting on its block's pieces runs only those pieces (tied tasks), so the pool
+     * holds at most one buffer per thread. */
+    uint8_t *pool[256];
+    int n_pool = 0, oom = 0;
+    #pragma omp parallel
+    #pragma omp single
+    for (int i = 0; i < nt; i++) {
+        #pragma omp task firstprivate(i) shared(pool, n_pool, oom, res, msg, tasks)
+        {
+            uint8_t *scratch = NULL;
+            #pragma omp critical(orbax_pool)
+            scratch = n_pool ? pool[--n_pool] : NULL;
+            if (!scratch && !(scratch = malloc(most))) {
+                res[i] = PI0_ERR_NOMEM;
+                #pragma omp atomic write
+                oom = 1;
+            } else {
+                tasks[i].scratch = scratch;
+                tasks[i].scratch_bytes = most;
+                res[i] = run_task(&tasks[i], db, params);
+                if (res[i] != PI0_OK) snprintf(msg[i], sizeof msg[i], "%s", pi0_last_error());
+                int kept = 0;
+                #pragma omp critical(orbax_pool)
+                if (n_pool < 256) { pool[n_pool++] = scratch; kept = 1; }
+                if (!kept) free(scratch);
+            }
         }
-        free(scratch);
     }
-    if (oom) st = pi0_fail(PI0_ERR_NOMEM, "out of memory (%zu bytes of scratch per thread)", most);
+    for (int i = 0; i < n_pool; i++) free(pool[i]);
+    if (oom) st = pi0_fail(PI0_ERR_NOMEM, "out of memory (%zu bytes of block buffer)", most);
     for (int i = 0; i < nt && st == PI0_OK; i++) if (res[i] != PI0_OK) st = pi0_fail(res[i], "%s", msg[i]);
     free(res);
     free(msg);

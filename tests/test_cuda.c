@@ -1110,7 +1110,7 @@ int main(int argc, char **argv) {
     /* a broken checkpoint on the GPU path: refused before anything reaches the device */
     pi0_model *bad = NULL;
     pi0_status st = pi0_model_load(&bad, "/nonexistent", &(pi0_model_params){.backend = PI0_BACKEND_CUDA});
-    CHECK(st == PI0_ERR_IO && !bad && strstr(pi0_last_error(), "cannot open"), "bad checkpoint on CUDA: %s",
+    CHECK(st == PI0_ERR_IO && !bad && strstr(pi0_last_error(), "no checkpoint found"), "bad checkpoint on CUDA: %s",
           pi0_last_error());
     st = pi0_model_load(&bad, "tests/fixtures/tiny-pi0", &(pi0_model_params){.backend = PI0_BACKEND_CUDA, .device = 9});
     CHECK(st == PI0_ERR_ARG && !bad && strstr(pi0_last_error(), "CUDA device 9"), "bad device: %s", pi0_last_error());
