@@ -1,18 +1,20 @@
 #!/bin/sh
 # Orbax checkpoint tests: tests/orbax/run.sh BUILD
 # Real Orbax checkpoints are written by orbax-checkpoint itself (tools/reference/orbax_checkpoint.py) in two
-# virtualenvs made once under build/: the versions openpi pins in its lock file, and the newest on PyPI. Each
-# venv runs tests/orbax/check.py: loads, conversions, actions and bad input against build/pi0.
+# virtualenvs made once under build/ (PI0_ORBAX_VENVS overrides; the sanitizer build shares them): the versions
+# openpi pins in its lock file, and the newest on PyPI. Each venv runs tests/orbax/check.py: loads, conversions,
+# actions and bad input against BUILD/pi0.
 # Prints every check and "orbax: N passed, M failed"; no network for PyPI is a failure, not a skip.
 BUILD=${1:-build}
 PINNED="orbax-checkpoint==0.11.13 jax[cpu]==0.5.3 jaxlib==0.5.3 tensorstore==0.1.74 ml-dtypes==0.4.1 numpy==1.26.4"
 CURRENT="orbax-checkpoint jax[cpu]"
+VENVS=${PI0_ORBAX_VENVS:-build}
 pass=0; fail=0
-mkdir -p "$BUILD/tests"
+mkdir -p "$BUILD/tests" "$VENVS"
 
-# venv NAME PACKAGES: makes $BUILD/venv-orbax-NAME once (under a lock: parallel test runs share it)
+# venv NAME PACKAGES: makes $VENVS/venv-orbax-NAME once (under a lock: parallel test runs share it)
 venv() {
-    v="$BUILD/venv-orbax-$1"
+    v="$VENVS/venv-orbax-$1"
     (
         flock 9
         if ! "$v/bin/python" -c "import orbax.checkpoint, jax, tensorstore" 2>/dev/null; then
@@ -31,7 +33,7 @@ for name in pinned current; do
         echo "FAIL orbax $name: could not install $pk from PyPI:"; tail -n 5 "$BUILD/tests/venv-orbax-$name.log"
         fail=$((fail + 1)); continue
     fi
-    out=$("$BUILD/venv-orbax-$name/bin/python" tests/orbax/check.py "$BUILD" $name 2>"$BUILD/tests/orbax-$name.log"); st=$?
+    out=$("$VENVS/venv-orbax-$name/bin/python" tests/orbax/check.py "$BUILD" $name 2>"$BUILD/tests/orbax-$name.log"); st=$?
     printf '%s\n' "$out"
     line=$(printf '%s\n' "$out" | grep -E "^orbax-$name: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
     if [ -z "$line" ]; then
