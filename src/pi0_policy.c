@@ -3,6 +3,7 @@
  * prompt format, batching of prepared observations into one pi0_infer, float64 output transforms. Image
  * files are not decoded here (the CLI does that); no network code (the server does that). */
 #include <dirent.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,6 +265,12 @@ pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_pre
         pi0_error_prefix("observation state");
         goto fail;
     }
+    for (int i = 0; i < in.n_state; i++)   /* the model takes float32: say so rather than "not finite" later */
+        if (fabs(x->state[i]) > FLT_MAX) {
+            st = pi0_fail(PI0_ERR_ARG, "observation state: value %d (%g) normalises to %g, out of float32 range", i,
+                          in.state[i], x->state[i]);
+            goto fail;
+        }
     /* ResizeImages: resize_with_pad of the uint8 images; an absent camera stays black with mask 0 */
     for (int c = 0; c < ROBOT_CAMS; c++) {
         x->masks[c] = in.img[c] != NULL;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -47,6 +48,8 @@ void st_close(st_file *f) {
     if (!f) return;
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     for (int i = 0; i < f->n_meta; i++) { free(f->meta_keys[i]); free(f->meta_vals[i]); }
+    for (int i = 0; i < f->n_owned; i++) free(f->owned[i]);
+    free(f->owned);
     free(f->tensors); free(f->meta_keys); free(f->meta_vals);
     if (f->map) munmap(f->map, f->map_len);
     free(f->path);
@@ -169,14 +172,32 @@ pi0_status st_parse(st_file **out, const char *label, const uint8_t *buf, size_t
     if (!order) { st = pi0_fail(PI0_ERR_NOMEM, "%s: out of memory", label); goto fail; }
     for (int i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
     qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_begin);
-    for (int i = 1; i < f->n_tensors; i++) {
-        const st_tensor *a = order[i - 1], *b = order[i];
-        if (b->begin < a->end && b->end > b->begin && a->end > a->begin) {
+    /* every non-empty range against the furthest-reaching earlier one (empty tensors overlap nothing) */
+    const st_tensor *reach = NULL;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const st_tensor *b = order[i];
+        if (b->end == b->begin) continue;
+        if (reach && b->begin < reach->end) {
             st = pi0_fail(PI0_ERR_FORMAT, "%s: tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap", label,
-                          a->name, (unsigned long long)a->begin, (unsigned long long)a->end, b->name,
+                          reach->name, (unsigned long long)reach->begin, (unsigned long long)reach->end, b->name,
                           (unsigned long long)b->begin, (unsigned long long)b->end);
             goto fail;
         }
+        if (!reach || b->end > reach->end) reach = b;
+    }
+    /* Tensors at addresses that are not a multiple of their element size (a header not padded to 8 bytes, or
+     * offsets that break alignment) get an aligned copy: every reader loads elements through typed pointers. */
+    for (int i = 0; i < f->n_tensors; i++) {
+        st_tensor *t = &f->tensors[i];
+        size_t esz = pi0_dtype_size(t->dtype), bytes = (size_t)(t->end - t->begin);
+        if (!bytes || (uintptr_t)t->data % esz == 0) continue;
+        void **grown = realloc(f->owned, (size_t)(f->n_owned + 1) * sizeof *grown);
+        void *copy = grown ? malloc(bytes) : NULL;   /* malloc's alignment covers every dtype */
+        if (grown) f->owned = grown;
+        if (!copy) { st = pi0_fail(PI0_ERR_NOMEM, "%s: out of memory", label); goto fail; }
+        memcpy(copy, t->data, bytes);
+        f->owned[f->n_owned++] = copy;
+        t->data = copy;
     }
     free(order);
     order = NULL;
@@ -193,7 +214,7 @@ fail:
 
 pi0_status st_open(st_file **out, const char *path) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);   /* a FIFO must not block the open: it is refused below */
     if (fd < 0) return pi0_fail(PI0_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

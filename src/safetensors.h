@@ -31,6 +31,8 @@ typedef struct {
     char **meta_keys, **meta_vals;   /* __metadata__ entries */
     int n_meta;
     int finite_checked;         /* 1: the producer already checked every value is finite (Orbax reader) */
+    void **owned;               /* aligned copies of tensors whose data sat at an address not a multiple of their */
+    int n_owned;                /* element size (an unpadded header): readers load them through typed pointers */
 } st_file;
 
 /* Opens and validates path. Messages name the file and the offending tensor. */

@@ -2,10 +2,13 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static _Thread_local char g_err[2048];
 
@@ -129,8 +132,13 @@ void *pi0_calloc(size_t n, size_t size, const char *what) {
 }
 
 char *pi0_read_file(const char *path, size_t *len, size_t max_len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { pi0_fail(PI0_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    /* O_NONBLOCK: a FIFO or device named as a file must not block the open; only regular files are read */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) { pi0_fail(PI0_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); pi0_fail(PI0_ERR_IO, "%s: not a regular file", path); return NULL; }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); pi0_fail(PI0_ERR_IO, "%s: cannot open: %s", path, strerror(errno)); return NULL; }
     char *buf = NULL;
     size_t cap = 0, n = 0;
     for (;;) {

@@ -187,6 +187,23 @@ static void test_checkpoints(void) {
     remove(path);
     EXPECT_ERR(load(d), PI0_ERR_IO, "config.json: cannot open");
     EXPECT_ERR(load("/nonexistent/dir"), PI0_ERR_IO, "/nonexistent/dir: no checkpoint found");
+    /* a FIFO named as a file is refused at once (open() used to block on it); the alarm turns a hang into a
+     * failure of this test binary */
+    alarm(30);
+    d = make_ckpt("fifo", MOD_NONE, "");
+    snprintf(path, sizeof path, "%s/config.json", d);
+    remove(path);
+    if (mkfifo(path, 0600) != 0) perror("mkfifo");
+    EXPECT_ERR(load(d), PI0_ERR_IO, "config.json: not a regular file");
+    remove(path);
+    write_text(d, "config.json", "{}");
+    snprintf(path, sizeof path, "%s/model.safetensors", d);
+    remove(path);
+    if (mkfifo(path, 0600) != 0) perror("mkfifo");
+    EXPECT_ERR(load(d), PI0_ERR_IO, "model.safetensors: not a regular file");
+    pi0_tokenizer *tok = NULL;
+    EXPECT_ERR(pi0_tokenizer_load(&tok, path), PI0_ERR_IO, "not a regular file");
+    alarm(0);
     /* the CUDA backend on a machine without a GPU (or a build without nvcc): a clear error, no crash */
     pi0_model *m = NULL;
     pi0_status st = pi0_model_load(&m, "tests/fixtures/tiny-pi0", &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA});

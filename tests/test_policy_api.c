@@ -191,6 +191,9 @@ int main(int argc, char **argv) {
     e = libero(&le, 0, "x", NULL, 1);
     le.a[0].shape[0] = 1; le.a[0].shape[1] = 1000;   /* 3000 bytes: within img_a */
     CHECK(prep_err(p, &e) == PI0_ERR_ARG && strstr(pi0_last_error(), "too thin"), "1 x 1000 image: %s", pi0_last_error());
+    e = libero(&le, 0, "x", NULL, 1);
+    le.state[3] = 1e300;   /* finite in float64, not in float32 */
+    CHECK(prep_err(p, &e) == PI0_ERR_ARG && strstr(pi0_last_error(), "out of float32 range"), "state 1e300: %s", pi0_last_error());
     float bad_noise[5 * 32] = {0};
     bad_noise[17] = INFINITY;
     e = libero(&le, 0, "x", bad_noise, 1);

@@ -2,7 +2,9 @@
  * round trip, config variants and consistency rules, gen-checkpoint output (openpi key layout,
  * tied-embedding alias, orphan lm_head), and engine properties the fixtures cannot show alone:
  * determinism across thread counts, batch = concatenation of single runs, seeded noise. */
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -26,6 +28,47 @@ static void test_conversions(void) {
     double s = 0, s2 = 0;
     for (int i = 0; i < 100000; i++) { double x = pi0_rng_normal(&r); s += x; s2 += x * x; }
     CHECK(fabs(s / 1e5) < 0.02 && fabs(s2 / 1e5 - 1) < 0.02, "normal mean %.4f var %.4f", s / 1e5, s2 / 1e5);
+}
+
+/* A safetensors buffer from header text and data bytes (the header is not padded: its length is what it is). */
+static size_t st_buffer(uint8_t *buf, const char *header, const void *data, size_t n) {
+    uint64_t hl = strlen(header);
+    memcpy(buf, &hl, 8);
+    memcpy(buf + 8, header, hl);
+    memcpy(buf + 8 + hl, data, n);
+    return 8 + hl + n;
+}
+
+/* Hardening (issue 45): unaligned tensor data is read through aligned copies (ASan/UBSan would trap a misaligned
+ * typed load in `make debug`), and an overlap hidden behind an empty tensor is found. */
+static void test_safetensors_hostile(void) {
+    uint8_t buf[512];
+    float fv[3] = {1.5f, -2.25f, 3.0f};
+    uint16_t hv[2] = {0x3f80, 0xc000};
+    uint8_t data[16];
+    memcpy(data, hv, 4);
+    memcpy(data + 4, fv, 12);
+    /* header length 83 (odd): the data block starts at byte 91 */
+    const char *h = "{\"h\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                    "\"f\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[4,16]}}";
+    st_file *f = NULL;
+    size_t n = st_buffer(buf + 1, h, data, sizeof data);   /* buf + 1: odd addresses whatever the header */
+    CHECK(st_parse(&f, "odd", buf + 1, n) == PI0_OK, "unaligned tensors parse: %s", pi0_last_error());
+    const st_tensor *tf = f ? st_find(f, "f") : NULL, *th = f ? st_find(f, "h") : NULL;
+    float got[3] = {0}, goth[2] = {0};
+    if (tf) pi0_to_f32(got, tf->data, tf->dtype, 3);
+    if (th) pi0_to_f32(goth, th->data, th->dtype, 2);
+    CHECK(tf && th && (uintptr_t)tf->data % 4 == 0 && (uintptr_t)th->data % 2 == 0 && !memcmp(got, fv, sizeof fv) &&
+          goth[0] == 1.0f && goth[1] == -2.0f, "unaligned F32 / BF16 read through aligned copies");
+    st_close(f);
+    const char *ov = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                     "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[2,2]},"
+                     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}";
+    n = st_buffer(buf, ov, data, sizeof data);
+    f = NULL;
+    CHECK(st_parse(&f, "overlap", buf, n) == PI0_ERR_FORMAT && strstr(pi0_last_error(), "overlap"),
+          "overlap behind an empty tensor refused: %s", f ? "accepted" : pi0_last_error());
+    st_close(f);
 }
 
 static void test_safetensors_roundtrip(void) {
@@ -197,6 +240,7 @@ int main(void) {
     test_host_alloc();
     test_conversions();
     test_safetensors_roundtrip();
+    test_safetensors_hostile();
     test_config();
     test_gen_checkpoint();
     test_engine_properties();

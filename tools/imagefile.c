@@ -6,11 +6,14 @@
 #include "imagefile.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <spng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #define MAX_SIDE 8192
 #define MAX_FILE (256u << 20)
@@ -72,8 +75,12 @@ static int load_png(const char *path, const uint8_t *buf, size_t len, uint8_t **
 
 int imagefile_load(const char *path, uint8_t **rgb, int *h, int *w, char *err, size_t errlen) {
     *rgb = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail(err, errlen, path, "cannot open", strerror(errno));
+    int fd = open(path, O_RDONLY | O_NONBLOCK);   /* a FIFO must not block: only regular files are read */
+    struct stat sb;
+    if (fd < 0) return fail(err, errlen, path, "cannot open", strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) { close(fd); return fail(err, errlen, path, "cannot open", "not a regular file"); }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return fail(err, errlen, path, "cannot open", strerror(errno)); }
     uint8_t *buf = NULL;
     size_t len = 0, cap = 0, got;
     do {
