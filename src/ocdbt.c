@@ -442,7 +442,7 @@ static void latest_numbered(const char *dir, char name[32]) {
     for (struct dirent *de; (de = readdir(d));) {
         const char *s = de->d_name;
         if (strncmp(s, "manifest.", 9) || strlen(s) != 25 || strspn(s + 9, "0123456789abcdef") != 16) continue;
-        if (strcmp(s, name) > 0) snprintf(name, 32, "%s", s);
+        if (strcmp(s, name) > 0) memcpy(name, s, 26);   /* 25 characters and the NUL */
     }
     closedir(d);
 }
