@@ -141,27 +141,48 @@ static const char *show(const char *s, size_t n, char *out, size_t cap) {
     return out;
 }
 
-/* Strict UTF-8 (what Python's bytes.decode("utf-8") accepts: no overlongs, surrogates or > U+10FFFF). */
-static int valid_utf8(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        int k;
-        uint32_t cp, min;
-        if (c < 0x80) { i++; continue; }
-        if ((c & 0xe0) == 0xc0) { k = 1; cp = c & 0x1f; min = 0x80; }
-        else if ((c & 0xf0) == 0xe0) { k = 2; cp = c & 0x0f; min = 0x800; }
-        else if ((c & 0xf8) == 0xf0) { k = 3; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (n - i <= (size_t)k) return 0;
-        for (int j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + j] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-        i += k + 1;
+/* Length (1-4) of the strict UTF-8 sequence at s (what Python's bytes.decode("utf-8") accepts: no overlongs,
+ * surrogates or > U+10FFFF), or 0 when the bytes there are not one. */
+size_t msgnp_utf8_seq(const uint8_t *s, size_t n) {
+    if (!n) return 0;
+    uint8_t c = s[0];
+    int k;
+    uint32_t cp, min;
+    if (c < 0x80) return 1;
+    if ((c & 0xe0) == 0xc0) { k = 1; cp = c & 0x1f; min = 0x80; }
+    else if ((c & 0xf0) == 0xe0) { k = 2; cp = c & 0x0f; min = 0x800; }
+    else if ((c & 0xf8) == 0xf0) { k = 3; cp = c & 0x07; min = 0x10000; }
+    else return 0;
+    if (n <= (size_t)k) return 0;
+    for (int j = 1; j <= k; j++) {
+        if ((s[j] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[j] & 0x3f);
     }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return (size_t)k + 1;
+}
+
+static int valid_utf8(const uint8_t *s, size_t n) {
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = msgnp_utf8_seq(s + i, n - i))) return 0;
     return 1;
+}
+
+size_t msgnp_escape(char *dst, size_t cap, const char *src) {
+    const uint8_t *s = (const uint8_t *)src;
+    size_t n = strlen(src), o = 0;
+    for (size_t i = 0, k; i < n; i += k) {
+        k = msgnp_utf8_seq(s + i, n - i);
+        int raw = k > 1 || (k == 1 && s[i] >= 0x20 && s[i] != 0x7f);
+        size_t need = raw ? k : 4;
+        if (o + need + 1 > cap) break;
+        if (raw) memcpy(dst + o, s + i, k);
+        else snprintf(dst + o, 5, "\\x%02x", s[i]);
+        o += need;
+        if (!k) k = 1;
+    }
+    if (cap) dst[o] = 0;
+    return o;
 }
 
 /* ---- numpy dtypes ---- */

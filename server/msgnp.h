@@ -53,6 +53,11 @@ pi0_status msgnp_encode_reply(const double *actions, int h, int d, double policy
                               const double *prev_total_ms, size_t headroom, msgnp_buf *out);
 /* The metadata frame from the policy's metadata JSON (objects -> maps with str keys, JSON integers ->
  * msgpack ints, reals -> float64, as Python's msgpack packs openpi's config values). */
+/* Length (1-4) of the strict UTF-8 sequence at s, 0 if none starts there. */
+size_t msgnp_utf8_seq(const uint8_t *s, size_t n);
+/* Client-supplied text made safe for a log line or a websocket text frame: control bytes and bytes that are
+ * not valid UTF-8 become \xNN, valid UTF-8 is kept. Writes at most cap bytes (NUL included); returns the length. */
+size_t msgnp_escape(char *dst, size_t cap, const char *src);
 pi0_status msgnp_encode_metadata(const char *json, size_t headroom, msgnp_buf *out, char *err, size_t errlen);
 
 #endif

@@ -64,8 +64,10 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+/* Every line is escaped (msgnp_escape): client-supplied keys and strings reach the log through error messages,
+ * and a newline or a terminal escape in them must not forge or hide a line. */
 void srv_log(const char *fmt, ...) {
-    char line[2048];
+    char line[2048], msg[1800], safe[2048];
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -74,8 +76,10 @@ void srv_log(const char *fmt, ...) {
     k += snprintf(line + k, sizeof line - k, ".%03ldZ pi0-server: ", ts.tv_nsec / 1000000);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + k, sizeof line - k, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    msgnp_escape(safe, sizeof safe - (size_t)k, msg);
+    snprintf(line + k, sizeof line - k, "%s", safe);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
 }
@@ -97,11 +101,12 @@ static conn *find_conn(ws_server *s, uint64_t id) {
  * client is still sending the refused message (oversized, a text frame), the close waits for its end,
  * at most 10 s: closing mid-message would make its send fail before it reads the reason. */
 static void conn_error(conn *c, int code, const char *fmt, ...) {
-    char msg[1200];
+    char raw[1200], msg[1200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    msgnp_escape(msg, sizeof msg, raw);   /* a text frame must be valid UTF-8; the reason may quote client keys */
     srv_log("conn %llu %s: error: %s", (unsigned long long)c->id, c->peer, msg);
     if (!c->error && !c->closing) {
         c->error = strdup(msg);

@@ -694,6 +694,35 @@ static void test_live(void) {
     ok = fd >= 0 && ws_send(fd, 2, nostate, sizeof nostate) == 0 && expect_error(fd, "state: expected", 1011);
     report("policy refuses the observation -> error", ok);
     close(fd);
+    {   /* a client key with a newline, a terminal escape and invalid UTF-8, quoted by the error: the text frame is
+         * valid UTF-8 and the log gets one line with the bytes escaped (issue 45, finding 4) */
+        const char key[] = "k\nFORGED pi0-server: \x1b[31m\xff";
+        mp mk;
+        mp_init(&mk);
+        msgpack_pack_map(&mk.pk, 1);
+        msgpack_pack_str_with_body(&mk.pk, key, sizeof key - 1);
+        mp_nd(&mk, "<c8", 1, (uint64_t[]){1}, "12345678", 8);
+        char logf[] = "/tmp/pi0-srvlog-XXXXXX";
+        int lf = mkstemp(logf), saved = dup(2);
+        fflush(stderr);
+        dup2(lf, 2);
+        fd = client(l.port);
+        ok = fd >= 0 && ws_send(fd, 2, mk.sb.data, mk.sb.size) == 0 &&
+             expect_error(fd, "k\\x0aFORGED pi0-server: \\x1b[31m\\xff: unsupported dtype", 1011);
+        close(fd);
+        usleep(100 * 1000);
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+        char logtext[8192] = "";
+        ssize_t got = pread(lf, logtext, sizeof logtext - 1, 0);
+        if (got > 0) logtext[got] = 0;
+        close(lf);
+        unlink(logf);
+        int forged = strstr(logtext, "\nFORGED") != NULL || strchr(logtext, 0x1b) != NULL || strchr(logtext, 0xff) != NULL;
+        report("client key with \\n, ESC, 0xff: escaped in frame and log", ok && !forged && strstr(logtext, "k\\x0aFORGED"));
+        msgpack_sbuffer_destroy(&mk.sb);
+    }
     fd = client(l.port);
     uint8_t *huge = calloc(1, 100000);
     ok = fd >= 0 && ws_send(fd, 2, huge, 100000) == 0 && expect_error(fd, "larger than 65536", 1009);
