@@ -100,13 +100,18 @@ debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
-# observations, OCDBT + zarr (Orbax checkpoints). FUZZ_SECONDS per target. UBSan findings halt like ASan's.
+# observations, OCDBT + zarr (Orbax checkpoints), JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
+# like ASan's.
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
-            $(BUILD)/fuzz/fuzz_ocdbt
+            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image
+# images: the CLI's decoder (TurboJPEG, libspng) and the library's resize
+$(BUILD)/fuzz/fuzz_image: tests/fuzz/fuzz_image.c tools/imagefile.c src/image.c src/util.c $(HDRS) tools/imagefile.h
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) $< tools/imagefile.c src/image.c src/util.c -o $@ -lturbojpeg -lspng -lm
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lzstd -lm
@@ -127,6 +132,11 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
 	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13
 	$(BUILD)/fuzz/fuzz_ocdbt $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_ocdbt
+	@mkdir -p $(BUILD)/fuzz/corpus_img
+	$(PY) -c "from PIL import Image; import random; r = random.Random(1); \
+	  [Image.frombytes(m, (13, 7), bytes(r.randrange(256) for _ in range(13 * 7 * len(m)))).save('$(BUILD)/fuzz/corpus_img/%s.%s' % (m, e)) \
+	   for m in ('RGB', 'L', 'RGBA', 'LA') for e in ('png', 'jpg') if not (e == 'jpg' and 'A' in m)]"
+	$(BUILD)/fuzz/fuzz_image $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_img
 
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:
@@ -145,7 +155,7 @@ help:
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
-	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, policy and OCDBT/zarr parsers (FUZZ_SECONDS=30 each)"
+	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, policy, OCDBT/zarr and image parsers (FUZZ_SECONDS=30 each)"
 	@echo "make test-server  pi0-server tests (protocol, openpi-client from PyPI, load, faults, HAProxy)"
 	@echo "make fuzz-server  libFuzzer on the server's msgpack-numpy decoder (also part of make fuzz)"
 	@echo "make fixtures     regenerate tests/fixtures with tools/reference (PyTorch)"

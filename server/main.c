@@ -35,6 +35,9 @@ static const char usage[] =
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
     "  --max-message-bytes N   refuse larger requests (default 67108864)\n"
+    "  --max-pending-bytes N   bytes all connections' incomplete requests may hold together; past it a request\n"
+    "                          gets an error and close 1013, try again later (default 268435456)\n"
+    "  --message-timeout-s T   refuse a request still incomplete after T seconds, close 1008 (default 30)\n"
     "  --warmup 0|1            run synthetic batches (1 and --max-batch) before listening (default: 1 on cuda)\n";
 
 static ws_server *volatile g_server;
@@ -91,6 +94,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-message-bytes")) {
             if (parse_int(a, val, 1024, 1L << 31, &v)) return 2;
             wp.max_message_bytes = (size_t)v;
+        } else if (!strcmp(a, "--max-pending-bytes")) {
+            if (parse_int(a, val, 1024, 1L << 40, &v)) return 2;
+            wp.max_pending_bytes = (size_t)v;
+        } else if (!strcmp(a, "--message-timeout-s")) {
+            if (parse_int(a, val, 1, 86400, &v)) return 2;
+            wp.message_timeout_s = (double)v;
         } else { fprintf(stderr, "pi0-server: unknown option %s\n%s", a, usage); return 2; }
     }
     if (!checkpoint || !pp.tokenizer) { fprintf(stderr, "pi0-server: --checkpoint and --tokenizer are required\n%s", usage); return 2; }

@@ -38,7 +38,7 @@ test-server: $(BUILD)/tests/test_server
 # `make fuzz` runs it too.
 $(BUILD)/fuzz/fuzz_msgpack: tests/fuzz/fuzz_msgpack.c server/msgnp.c $(SRV_HDRS)
 	@mkdir -p $(dir $@)
-	clang $(FUZZ_CFLAGS) -fno-sanitize-recover=undefined -Iserver $< server/msgnp.c -o $@ -lmsgpackc -ljansson
+	clang $(FUZZ_CFLAGS) -Iserver $< server/msgnp.c -o $@ -lmsgpackc -ljansson
 fuzz-server: $(BUILD)/fuzz/fuzz_msgpack
 	@mkdir -p $(BUILD)/fuzz/corpus_msgpack
 	$(PY) tests/server/fuzz_seeds.py $(BUILD)/fuzz/corpus_msgpack

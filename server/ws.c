@@ -18,6 +18,8 @@
 
 #include "msgnp.h"
 
+#define CLOSE_TRY_AGAIN_LATER 1013   /* IANA's WebSocket close code "Try Again Later" (not in lws 4.1's enum) */
+
 typedef struct conn conn;
 struct conn {
     struct lws *wsi;
@@ -26,8 +28,9 @@ struct conn {
     char peer[96];
     int websocket, healthz;     /* what this wsi is */
     uint8_t *rx;                /* message being reassembled */
-    size_t rx_len, rx_cap;
+    size_t rx_len, rx_cap;      /* rx_cap counts in the server's pending bytes */
     int rx_open;                /* a message has begun and not ended (the close waits for its end) */
+    double t_rx;                /* when the message being received began */
     uint8_t *held;              /* a whole request that came while another was in flight */
     size_t held_len;
     int busy;                   /* a request of this connection is in the engine */
@@ -51,6 +54,7 @@ struct ws_server {
     msgnp_buf meta;             /* the metadata message (LWS_PRE headroom) */
     char auth[600];             /* "Api-Key <key>" or "" */
     conn *conns;
+    size_t pending;             /* bytes held for incomplete messages, every connection together */
     uint64_t next_id;
     volatile sig_atomic_t stop;
     int draining;
@@ -117,6 +121,14 @@ static void conn_error(conn *c, int code, const char *fmt, ...) {
     lws_callback_on_writable(c->wsi);
 }
 
+/* Forgets the message being received (its buffer leaves the pending count). */
+static void drop_rx(ws_server *s, conn *c) {
+    s->pending -= c->rx_cap;
+    free(c->rx);
+    c->rx = NULL;
+    c->rx_len = c->rx_cap = 0;
+}
+
 static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
     c->busy = 1;
     if (engine_submit(s->eng, c->id, msg, len) != 0) {
@@ -129,6 +141,7 @@ static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
 static void on_message(ws_server *s, conn *c) {
     uint8_t *msg = c->rx;
     size_t len = c->rx_len;
+    s->pending -= c->rx_cap;   /* complete: one per connection at most, bounded by --max-batch and connections */
     c->rx = NULL;
     c->rx_len = c->rx_cap = 0;
     if (s->draining) {
@@ -151,6 +164,7 @@ static int on_receive(ws_server *s, conn *c, const void *in, size_t len) {
     int last = lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
     int starts = !c->rx_open;
     c->rx_open = !last;
+    if (starts) c->t_rx = now_ms();
     if (c->error || c->closing) { /* refused: drop the rest, then let the close go out */
         if (last) {
             lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
@@ -164,9 +178,7 @@ static int on_receive(ws_server *s, conn *c, const void *in, size_t len) {
         return 0;
     }
     if (len > s->p.max_message_bytes - c->rx_len) {
-        free(c->rx);
-        c->rx = NULL;
-        c->rx_len = c->rx_cap = 0;
+        drop_rx(s, c);
         conn_error(c, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, "bad request: message larger than %zu bytes (--max-message-bytes)",
                    s->p.max_message_bytes);
         return 0;
@@ -175,11 +187,18 @@ static int on_receive(ws_server *s, conn *c, const void *in, size_t len) {
         size_t cap = c->rx_cap ? c->rx_cap : 65536;
         while (cap < c->rx_len + len) cap *= 2;
         if (cap > s->p.max_message_bytes) cap = s->p.max_message_bytes;
+        if (cap - c->rx_cap > s->p.max_pending_bytes - s->pending) {   /* a server-wide bound on half-sent data */
+            drop_rx(s, c);
+            conn_error(c, CLOSE_TRY_AGAIN_LATER, "server busy: incomplete requests would hold more than %zu "
+                       "bytes (--max-pending-bytes); try again later", s->p.max_pending_bytes);
+            return 0;
+        }
         uint8_t *p = realloc(c->rx, cap ? cap : 1);
         if (!p) {
             conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
             return 0;
         }
+        s->pending += cap - c->rx_cap;
         c->rx = p;
         c->rx_cap = cap;
     }
@@ -390,7 +409,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         srv_log("conn %llu %s: %llu requests in %.1f s, %s%s", (unsigned long long)c->id, c->peer,
                 (unsigned long long)c->n_requests, (now_ms() - c->t_open) / 1e3, c->why,
                 c->busy ? " (a request was in flight; its reply is dropped)" : "");
-        free(c->rx);
+        drop_rx(s, c);
         free(c->held);
         free(c->error);
         engine_job_free(c->done);
@@ -416,6 +435,8 @@ pi0_status ws_server_create(ws_server **out, const ws_params *p, const srv_backe
     s->p = *p;
     s->b = *b;
     if (!s->p.max_message_bytes) s->p.max_message_bytes = (size_t)64 << 20;
+    if (!s->p.max_pending_bytes) s->p.max_pending_bytes = (size_t)256 << 20;
+    if (!(s->p.message_timeout_s > 0)) s->p.message_timeout_s = 30;
     if (s->p.drain_s <= 0) s->p.drain_s = 30;
     if (p->api_key) {
         if (!p->api_key[0] || strlen(p->api_key) > 512 || strpbrk(p->api_key, "\r\n")) {
@@ -479,8 +500,18 @@ void ws_server_stop(ws_server *s) {
     if (s->ctx) lws_cancel_service(s->ctx);
 }
 
+/* Every 100 ms: messages incomplete for longer than --message-timeout-s are refused (a client that trickles a
+ * byte a second would otherwise hold its connection and buffer forever); the close is not delayed for them. */
 static void tick(lws_sorted_usec_list_t *sul) {
     ws_server *s = lws_container_of(sul, ws_server, tick);
+    double t = now_ms();
+    for (conn *c = s->conns; c; c = c->next)
+        if (c->rx_open && !c->error && !c->closing && t - c->t_rx > s->p.message_timeout_s * 1e3) {
+            drop_rx(s, c);
+            c->rx_open = 0;
+            conn_error(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "bad request: message still incomplete after %g s "
+                       "(--message-timeout-s)", s->p.message_timeout_s);
+        }
     lws_sul_schedule(s->ctx, 0, &s->tick, tick, 100 * LWS_US_PER_MS);
 }
 
@@ -491,13 +522,13 @@ static int unsent_replies(ws_server *s) {
 }
 
 void ws_server_run(ws_server *s) {
+    tick(&s->tick);
     while (!s->stop)
         if (lws_service(s->ctx, 0) < 0) break;
     /* Graceful stop: refuse new requests, answer those in flight, then close every connection. */
     s->draining = 1;
     int n = engine_pending(s->eng);
     srv_log("stopping: %d request%s in flight", n, n == 1 ? "" : "s");
-    tick(&s->tick);
     double until = now_ms() + s->p.drain_s * 1e3;
     while ((engine_pending(s->eng) > 0 || unsent_replies(s) > 0) && now_ms() < until)
         if (lws_service(s->ctx, 0) < 0) break;

@@ -14,6 +14,9 @@ typedef struct {
     int port;                      /* 0 = a free port chosen by the kernel (ws_server_port says which) */
     const char *api_key;           /* NULL = open; else "Authorization: Api-Key <key>" is required */
     size_t max_message_bytes;      /* larger requests get an error and close 1009; 0 = 64 MiB */
+    size_t max_pending_bytes;      /* all connections' incomplete messages together; a message that would pass it
+                                      gets an error and close 1013 (try again later); 0 = 256 MiB */
+    double message_timeout_s;      /* a message still incomplete after this gets an error and close 1008; 0 = 30 s */
     double drain_s;                /* on stop, how long in-flight requests may take; 0 = 30 s */
 } ws_params;
 

@@ -94,11 +94,14 @@ int imagefile_load(const char *path, uint8_t **rgb, int *h, int *w, char *err, s
     } while (got > 0);
     int rd_err = ferror(f);
     fclose(f);
-    int rc;
-    if (rd_err) rc = fail(err, errlen, path, "read error", NULL);
-    else if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF) rc = load_jpeg(path, buf, len, rgb, h, w, err, errlen);
-    else if (len >= 8 && !memcmp(buf, "\x89PNG\r\n\x1a\n", 8)) rc = load_png(path, buf, len, rgb, h, w, err, errlen);
-    else rc = fail(err, errlen, path, "not a JPEG or PNG file", NULL);
+    int rc = rd_err ? fail(err, errlen, path, "read error", NULL) : imagefile_decode(path, buf, len, rgb, h, w, err, errlen);
     free(buf);
     return rc;
+}
+
+int imagefile_decode(const char *label, const uint8_t *buf, size_t len, uint8_t **rgb, int *h, int *w, char *err, size_t errlen) {
+    *rgb = NULL;
+    if (len >= 3 && buf[0] == 0xFF && buf[1] == 0xD8 && buf[2] == 0xFF) return load_jpeg(label, buf, len, rgb, h, w, err, errlen);
+    if (len >= 8 && !memcmp(buf, "\x89PNG\r\n\x1a\n", 8)) return load_png(label, buf, len, rgb, h, w, err, errlen);
+    return fail(err, errlen, label, "not a JPEG or PNG file", NULL);
 }

@@ -500,14 +500,18 @@ typedef struct {
 
 static void *serve(void *arg) { ws_server_run(arg); return NULL; }
 
-static int start(live *l, const char *api_key, int max_batch, double window_ms, size_t max_bytes) {
-    ws_params p = {.host = "127.0.0.1", .port = 0, .api_key = api_key, .max_message_bytes = max_bytes, .drain_s = 5};
+static int start_p(live *l, ws_params p, int max_batch, double window_ms) {
     engine_params e = {.max_batch = max_batch, .batch_window_ms = window_ms};
     char err[256];
     if (ws_server_create(&l->s, &p, &FAKE, &e, err, sizeof err) != PI0_OK) { printf("server: %s\n", err); return -1; }
     l->port = ws_server_port(l->s);
     pthread_create(&l->th, NULL, serve, l->s);
     return 0;
+}
+
+static int start(live *l, const char *api_key, int max_batch, double window_ms, size_t max_bytes) {
+    return start_p(l, (ws_params){.host = "127.0.0.1", .port = 0, .api_key = api_key, .max_message_bytes = max_bytes,
+                                  .drain_s = 5}, max_batch, window_ms);
 }
 
 static void stop(live *l) {
@@ -803,11 +807,52 @@ static void test_live(void) {
     msgpack_sbuffer_destroy(&m.sb);
 }
 
+/* Half-sent requests (issue 45, finding 5): a server-wide bound on their buffers, and a timeout. Real sockets. */
+static void test_limits(void) {
+    live l;
+    if (start_p(&l, (ws_params){.host = "127.0.0.1", .max_message_bytes = 1 << 20, .max_pending_bytes = 100000,
+                                .message_timeout_s = 1, .drain_s = 5}, 1, 0)) { CHECK(0, "server start"); return; }
+    mp m;
+    request(&m, 5, NULL);
+    /* conn a: the first 10 bytes of a request (a 64 KiB buffer: 65536 of the 100000 bytes); conn b: the same no
+     * longer fits and is refused with 1013; a then completes its request and is answered */
+    int a = client(l.port), b = client(l.port);
+    int ok = a >= 0 && b >= 0 && ws_send_frame(a, 2, 0, m.sb.data, 10) == 0;
+    usleep(50 * 1000);
+    ok = ok && ws_send_frame(b, 2, 0, m.sb.data, 10) == 0;
+    uint8_t *d = NULL;
+    size_t n;
+    ok = ok && ws_recv(b, &d, &n) == 1 && strstr((char *)d, "--max-pending-bytes");   /* the reason first */
+    free(d);
+    d = NULL;
+    /* as for an oversized message, the close waits for the end of the refused message (at most 10 s) */
+    ok = ok && ws_send_frame(b, 0, 1, m.sb.data + 10, m.sb.size - 10) == 0 && ws_recv(b, &d, &n) == 8 &&
+         close_code(d, n) == 1013;
+    free(d);
+    report("pending bytes cap: second half-sent request -> 1013", ok);
+    ok = a >= 0 && ws_send_frame(a, 0, 1, m.sb.data + 10, m.sb.size - 10) == 0 && read_reply(a, 5, NULL);
+    report("the first one completes and is answered", ok);
+    report("after it, a new connection is served", still_serving(l.port));
+    if (a >= 0) close(a);
+    if (b >= 0) close(b);
+    /* a request left half-sent: refused after --message-timeout-s (1 s here), the close not delayed */
+    int c = client(l.port);
+    double t0 = ms_now();
+    ok = c >= 0 && ws_send_frame(c, 2, 0, m.sb.data, 10) == 0 && expect_error(c, "still incomplete after 1 s", 1008);
+    double waited = ms_now() - t0;
+    report("half-sent request: 1008 after the 1 s timeout", ok && waited > 900 && waited < 3000);
+    if (c >= 0) close(c);
+    report("the server goes on serving", still_serving(l.port));
+    msgpack_sbuffer_destroy(&m.sb);
+    stop(&l);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with the server's log lines on stderr */
     test_decode_good();
     test_decode_bad();
     test_encode();
     test_live();
+    test_limits();
     return test_summary("test_server");
 }
