@@ -60,6 +60,11 @@ typedef struct {
     int max_token_len;     /* overrides the prompt length limit; 0 = keep */
 } pi0_model_params;
 
+/* Whether `backend` can run here, without loading anything: PI0_OK for the CPU; for CUDA, PI0_ERR_UNSUPPORTED when
+ * this build has no CUDA backend, else an error unless device exists and is a Hopper GPU (the kernels are sm_90a).
+ * Cheap next to a model load: tools call it before expensive work (generating a checkpoint, say). */
+pi0_status pi0_backend_check(pi0_backend_kind backend, int device);
+
 /* Loads a checkpoint directory and validates every tensor. Two formats (docs/checkpoints.md):
  * - openpi's PyTorch conversion: DIR/model.safetensors + DIR/config.json (BF16/F16/F32 weights);
  * - openpi's Orbax checkpoints as published and as its JAX trainer writes them: DIR/params/ (OCDBT or plain
@@ -291,8 +296,10 @@ typedef struct {
     int f32;               /* 0 = store BF16 (openpi's default conversion), 1 = F32 */
     int action_horizon;    /* 0 = the variant's (50 full size, 5 tiny) */
     int max_token_len;     /* 0 = the variant's */
+    int force;             /* 1 = overwrite a checkpoint already in DIR */
 } pi0_gen_params;
-/* Writes DIR/model.safetensors, DIR/config.json, DIR/assets/<id>/norm_stats.json (creates DIR). */
+/* Writes DIR/model.safetensors, DIR/config.json, DIR/assets/<id>/norm_stats.json (creates DIR). Refuses a DIR that
+ * already holds a checkpoint unless force, and a file system with too little free space, before writing anything. */
 pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p);
 
 /* ---- Checkpoint conversion ---- */

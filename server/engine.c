@@ -98,6 +98,14 @@ static void *prep_main(void *arg) {
         if (ok) {
             req->obs.seed = seed;
             ok = e->b.prepare(e->b.ctx, &req->obs, &j->prepared, err, sizeof err) == 0;
+            for (int k = 0; !ok && k < req->n_unread; k++) {   /* "missing 'state'" when state came as a string */
+                char quoted[MSGNP_MAX_KEY + 2];
+                snprintf(quoted, sizeof quoted, "'%s'", req->unread[k]);
+                size_t n = strlen(err);
+                if (strstr(err, quoted))
+                    snprintf(err + n, sizeof err - n, " (%s was sent as a %s; expected numbers or a numpy array)", quoted,
+                             req->unread_type[k]);
+            }
             if (!ok) set_error(j, "observation refused", err);
         }
         msgnp_request_free(req);

@@ -523,7 +523,11 @@ static pi0_status walk_map(msgnp_request *r, const msgpack_object *m, const char
         } else if (v->type == MSGPACK_OBJECT_ARRAY) {
             st = add_list(r, key, v, err, errlen);
         }
-        /* str, bin, nil, ext under other keys: not read by any policy, ignored as openpi ignores them */
+        else if (r->n_unread < 4) {   /* str, bin, nil, ext under other keys: ignored as openpi ignores them */
+            snprintf(r->unread[r->n_unread], MSGNP_MAX_KEY, "%s", key);
+            r->unread_type[r->n_unread++] = v->type == MSGPACK_OBJECT_STR ? "str" : v->type == MSGPACK_OBJECT_BIN ? "bin"
+                                          : v->type == MSGPACK_OBJECT_NIL ? "nil" : "msgpack ext";
+        }
         if (st) return st;
     }
     return PI0_OK;

@@ -30,6 +30,11 @@ typedef struct {
     void *copies[MSGNP_MAX_ARRAYS];  /* byte-swapped / realigned data, or NULL */
     char *prompt;                    /* NUL-terminated UTF-8 copy, or NULL */
     float *noise;                    /* [H, A] float32 copy, or NULL */
+    /* keys whose values no policy reads (str, bin, nil, ext; openpi ignores them too): when the policy then says
+     * such a key is missing, the server tells what was sent instead */
+    char unread[4][MSGNP_MAX_KEY];
+    const char *unread_type[4];
+    int n_unread;
 } msgnp_request;
 
 /* Decodes one request message (a msgpack map, str/bin keys; nested maps flattened with '/'; numpy

@@ -158,6 +158,8 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
 /* CUDA backend (src/cuda/): one stream, cuBLASLt handle and workspace per session. Weights live in
  * one device arena per model, made by cuda_weights_upload (fills every pi0_wt's dev / dev32). */
 pi0_status cuda_backend_create(pi0_backend **out, int device);
+/* The device exists, can be selected, and is a Hopper GPU (compute capability 9.x: the kernels are sm_90a). */
+pi0_status cuda_device_check(int device);
 pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c, int device);
 /* The same for a list of tensors (op tests); free with cuda_weights_free. */
 pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "backend.h"
 #include "config.h"
@@ -67,6 +68,17 @@ void pi0_model_free(pi0_model *m) {
 static int exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+pi0_status pi0_backend_check(pi0_backend_kind backend, int device) {
+    if (backend == PI0_BACKEND_DEFAULT || backend == PI0_BACKEND_CPU) return PI0_OK;
+    if (backend != PI0_BACKEND_CUDA) return pi0_fail(PI0_ERR_ARG, "backend %d: expected PI0_BACKEND_CPU or PI0_BACKEND_CUDA", (int)backend);
+#ifdef PI0_HAVE_CUDA
+    return cuda_device_check(device);
+#else
+    (void)device;
+    return pi0_fail(PI0_ERR_UNSUPPORTED, "the CUDA backend is not in this build (make found no nvcc)");
+#endif
 }
 
 /* openpi's PyTorch conversion: DIR/config.json + DIR/model.safetensors. */
@@ -611,7 +623,14 @@ pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p) {
     char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
     char *assets = join(dir, "assets/random"), *stats_path = join(dir, "assets/random/norm_stats.json");
     if (!cfg_json || !stats || !cfg_path || !st_path || !assets || !stats_path) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    if (st == PI0_OK && !p->force && (exists(st_path) || exists(cfg_path)))
+        st = pi0_fail(PI0_ERR_IO, "%s: a checkpoint is already there (pass force / --force to overwrite it)", dir);
     if (st == PI0_OK) st = mkdir_p(assets);
+    struct statvfs fs;
+    uint64_t need = weights_file_bytes(&c, p->f32 ? PI0_DT_F32 : PI0_DT_BF16) + (1u << 20);
+    if (st == PI0_OK && statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < need)
+        st = pi0_fail(PI0_ERR_IO, "%s: the checkpoint needs %.2f GB, the file system has %.2f GB free", dir, need / 1e9,
+                      (double)fs.f_bavail * fs.f_frsize / 1e9);
     if (st == PI0_OK) st = write_text(cfg_path, cfg_json);
     if (st == PI0_OK) st = write_text(stats_path, stats);
     if (st == PI0_OK) st = weights_generate(&c, st_path, p->seed, p->f32 ? PI0_DT_F32 : PI0_DT_BF16);

@@ -6,6 +6,7 @@
 #include "tokenizer.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,6 +462,10 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
     }
     if (n > cap) { st = pi0_fail(PI0_ERR_FORMAT, "prompt encodes to more tokens than bytes"); goto done; }
     int valid = (int)(n < (size_t)max_len ? n : (size_t)max_len);   /* openpi truncates longer prompts */
+    static atomic_int warned;   /* openpi logs a warning; once per process here, a server would repeat it per request */
+    if (n > (size_t)max_len && !atomic_exchange(&warned, 1))
+        fprintf(stderr, "pi0: warning: a prompt of %zu tokens exceeds max_token_len %d and is truncated, as openpi does "
+                "(logged once; raise the prompt length if this happens often)\n", n, max_len);
     for (int i = 0; i < max_len; i++) {
         tokens[i] = i < valid ? ids[i] : 0;
         mask[i] = i < valid;

@@ -326,6 +326,20 @@ static float init_value(pi0_rng *r, enum init in, int64_t fan) {
     return 0;
 }
 
+uint64_t weights_file_bytes(const pi0_config *c, pi0_dtype dtype) {
+    uint64_t n = 0;
+    int64_t shape[4];
+    for (int i = 0; i < N_TABLE; i++) {
+        const wdesc *d = &table[i];
+        if (!needed(d, c) && d->need != ND_ORPHAN) continue;
+        expected_shape(d, c, shape);
+        int64_t e = 1;
+        for (int k = 0; k < d->ndim; k++) e *= shape[k];
+        n += (uint64_t)e * (uint64_t)n_layers(d, c);
+    }
+    return n * pi0_dtype_size(dtype);
+}
+
 pi0_status weights_generate(const pi0_config *c, const char *path, uint64_t seed, pi0_dtype dtype) {
     int n = 0;
     for (int i = 0; i < N_TABLE; i++) if (needed(&table[i], c) || table[i].need == ND_ORPHAN) n += n_layers(&table[i], c);

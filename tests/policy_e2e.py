@@ -414,6 +414,9 @@ def main():
                 continue
             problems = compare_dumps(os.path.join(tmp, f"c{i}.safetensors"), r_dump)
             report(not problems, name + " [model inputs bit-exact]", "; ".join(problems))
+            if "truncated (--max-token-len" in name:   # openpi warns when it truncates a prompt; so does pi0 run
+                report("exceeds max_token_len" in c_err and "truncated" in c_err, name + " [warned on stderr]",
+                       c_err.splitlines()[-1][:100] if c_err else "no warning on stderr")
             with open(r_json) as fh:
                 ref = np.array(json.load(fh)["actions"], dtype=np.float64)
             try:

@@ -5,6 +5,7 @@
  * lengths and horizon, so the default command finishes in seconds on any machine. */
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,12 +63,39 @@ static double pct(const double *sorted, int n, double p) {   /* nearest rank */
     return sorted[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-static void remove_tree(const char *dir) {   /* only what gen-checkpoint writes */
-    const char *files[] = {"model.safetensors", "config.json", "assets/random/norm_stats.json"};
-    const char *dirs[] = {"assets/random", "assets", ""};
-    char p[4096];
-    for (int i = 0; i < 3; i++) { snprintf(p, sizeof p, "%s/%s", dir, files[i]); remove(p); }
-    for (int i = 0; i < 3; i++) { snprintf(p, sizeof p, "%s/%s", dir, dirs[i]); rmdir(p); }
+/* The generated checkpoints' paths (files first, then folders), made before generation so that SIGINT / SIGTERM can
+ * remove a half-written 7 GB file with async-signal-safe calls only. */
+static char g_paths[2][6][300];
+static volatile sig_atomic_t g_armed[2];
+
+static void remove_tree(int t) {   /* only what gen-checkpoint writes */
+    for (int i = 0; i < 3; i++) unlink(g_paths[t][i]);
+    for (int i = 3; i < 6; i++) rmdir(g_paths[t][i]);
+    g_armed[t] = 0;
+}
+
+static void on_signal(int sig) {
+    for (int t = 0; t < 2; t++) if (g_armed[t]) remove_tree(t);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void arm(int t, const char *dir) {
+    const char *rel[6] = {"model.safetensors", "config.json", "assets/random/norm_stats.json", "assets/random", "assets", ""};
+    for (int i = 0; i < 6; i++) snprintf(g_paths[t][i], sizeof g_paths[t][i], "%s/%s", dir, rel[i]);
+    g_armed[t] = 1;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+}
+
+static int g_header;   /* the table header is printed with the first result, not before a failure */
+
+static void header(const pi0_session *s) {
+    if (g_header++) return;
+    printf("machine: %s; driver: %s\n", pi0_session_device(s), pi0_session_driver(s));   /* CPU: model and threads */
+    printf("%-14s %-7s %-4s %-5s %-5s %4s  %9s %9s %9s %9s %8s %9s  %10s %10s %10s\n", "workload", "scale", "be", "graph",
+           "batch", "iter", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "Hz", "samples/s", "vision_ms", "prefill_ms",
+           "denoise_ms");
 }
 
 typedef struct {
@@ -94,6 +122,7 @@ static int run_workload(bench_opts *o, const workload *w) {
         if (!o->tmp[t][0]) {
             snprintf(o->tmp[t], sizeof o->tmp[t], "%s/pi0-bench-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
             if (!mkdtemp(o->tmp[t])) { perror("pi0 bench: mkdtemp"); o->tmp[t][0] = 0; return 1; }
+            arm(t, o->tmp[t]);
             int full = o->full || o->backend == PI0_BACKEND_CUDA;
             const char *variant = full ? (t ? "pi05" : "pi0") : (t ? "tiny-pi05" : "tiny-pi0");
             fprintf(stderr, "pi0 bench: generating a random %s checkpoint in %s%s\n", variant, o->tmp[t],
@@ -191,7 +220,8 @@ static int run_workload(bench_opts *o, const workload *w) {
     double p50 = pct(lat, n, 50), p90 = pct(lat, n, 90), p99 = pct(lat, n, 99);
     const char *scale = o->full || o->checkpoint || o->backend == PI0_BACKEND_CUDA ? "full" : "reduced";
     int graph = o->backend == PI0_BACKEND_CUDA && !o->no_graph;
-    printf("%-14s %-7s %-4s %-5s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %8.2f %8.2f %8.2f\n", w->name, scale,
+    header(s);
+    printf("%-14s %-7s %-4s %-5s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %10.2f %10.2f %10.2f\n", w->name, scale,
            pi0_session_backend(s), graph ? "on" : "off", B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis,
            pre, den);
     if (o->csv) {
@@ -258,8 +288,8 @@ int cmd_bench(int argc, char **argv) {
             fprintf(o.csv, "date,commit,device,driver,backend,graph,workload,scale,batch,iters,p50_ms,p90_ms,p99_ms,"
                            "mean_ms,hz,samples_per_s,vision_ms,prefill_ms,denoise_ms\n");
     }
-    printf("%-14s %-7s %-4s %-5s %-5s %4s  %9s %9s %9s %9s %8s %9s  %8s %8s %8s\n", "workload", "scale", "be", "graph",
-           "batch", "iter", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "Hz", "samples/s", "vision", "prefill", "denoise");
+    /* a missing GPU is found now, not after generating a 7 GB checkpoint */
+    if (pi0_backend_check(o.backend, o.device) != PI0_OK) return cli_fail("bench");
     int rc = 0;
     if (!strcmp(wname, "all")) {
         for (int k = 0; k < N_WORKLOADS && !rc; k++) rc = run_workload(&o, &workloads[k]);
@@ -272,7 +302,10 @@ int cmd_bench(int argc, char **argv) {
             rc = run_workload(&o, &w);
         }
     }
-    for (int t = 0; t < 2; t++) if (o.tmp[t][0]) remove_tree(o.tmp[t]);
+    for (int t = 0; t < 2; t++) if (o.tmp[t][0]) remove_tree(t);
+    if (g_header)
+        printf("(times in ms; vision/prefill/denoise: the mean of up to 3 separate runs that synchronise between stages,\n"
+               " without a CUDA graph, so their sum can exceed p50)\n");
     if (o.csv) fclose(o.csv);
     if (o.trace) {
         fprintf(o.trace, "\n]}\n");

@@ -1,12 +1,12 @@
 /* pi0 — command-line front end of libpi0 (uses include/pi0.h only).
  *   pi0 run --checkpoint DIR --config NAME|--robot R --tokenizer FILE --image KEY=FILE ... --state .. --prompt ..
  *   pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors [--steps N] [--seed S] [--dump]
- *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR
+ *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR
  *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
  *   pi0 info --checkpoint DIR
  *   pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N] [--force]
  *   pi0 tokenize --tokenizer FILE [TEXT]
- * Bench workloads follow PI0_IO.md section 3; timing logic lives in bench.c of this folder. */
+ * `pi0 CMD --help` prints a command's usage; timing logic lives in bench.c of this folder, `pi0 run` in run.c. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,28 +15,38 @@
 #include "pi0.h"
 #include "cli.h"
 
+/* Each command's usage: `pi0 CMD --help` prints it (exit 0); a usage error prints it after the message (exit 2). */
+static const struct { const char *name, *usage; } CMDS[] = {
+    {"run", NULL},   /* its own, longer help: run.c */
+    {"infer", "pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
+              "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
+              "          [--action-horizon N] [--max-token-len N]   (Orbax checkpoints store neither)\n"
+              "  runs the model on model-level inputs (images in [-1, 1], tokens, masks, state, optional noise)\n"},
+    {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR\n"
+                       "  writes a random-weight checkpoint (full size: about 7 GB); refuses to overwrite one unless --force\n"},
+    {"bench", "pi0 bench [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
+              "          [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
+              "          [--vary-tokens K]  (run i drops i % K prompt tokens: new prefix lengths)\n"
+              "          [--list]  (the workloads)\n"},
+    {"info", "pi0 info --checkpoint DIR\n  the format found (safetensors, orbax-ocdbt, orbax-zarr) and every dimension\n"},
+    {"convert", "pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
+                "            [--max-token-len N] [--force]\n"
+                "  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"},
+    {"tokenize", "pi0 tokenize --tokenizer FILE [[--] TEXT]   plain SentencePiece ids (no TEXT: one line per stdin line)\n"
+                 "pi0 tokenize --tokenizer FILE --format pi0|pi05 [--state v1,v2,...] [--max-len N] TEXT\n"
+                 "  the model's prompt tokens and mask\n"},
+};
+#define N_CMDS ((int)(sizeof CMDS / sizeof *CMDS))
+
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pi0 <command> [options]\n"
-            "commands:\n"
-            "  run             --checkpoint DIR (--config NAME | --robot libero|droid|aloha) --tokenizer FILE\n"
-            "                  [--image KEY=FILE ...] [--obs FILE] [--state v1,...] [--prompt TEXT] [--noise FILE] [--json]\n"
-            "                  the whole policy: robot observation in, action chunk out (`pi0 run --help`)\n"
-            "  infer           --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
-            "                  [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
-            "                  [--action-horizon N] [--max-token-len N]   (Orbax checkpoints store neither)\n"
-            "  gen-checkpoint  --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] DIR\n"
-            "  bench           [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
-            "                  [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
-            "                  [--vary-tokens K]  (run i drops i %% K prompt tokens: new prefix lengths)\n"
-            "  info            --checkpoint DIR   the format found and every dimension\n"
-            "  convert         --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
-            "                  [--max-token-len N] [--force]\n"
-            "                  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"
-            "  tokenize        --tokenizer FILE [[--] TEXT]  plain SentencePiece ids (no TEXT: one line per stdin line)\n"
-            "                  [--format pi0|pi05 [--state v1,v2,...] [--max-len N]]  the model's prompt tokens and mask\n"
-            "  help\n"
-            "Run `pi0 bench --list` for the workloads.\n");
+    fprintf(f, "usage: pi0 <command> [options]   (pi0 <command> --help for one command)\ncommands:\n"
+               "  run             the whole policy: robot observation in, action chunk out (pi0 run --help)\n");
+    for (int i = 1; i < N_CMDS; i++) fprintf(f, "  %s", CMDS[i].usage);
+}
+
+static void cmd_usage(FILE *f, const char *name) {
+    for (int i = 0; i < N_CMDS; i++)
+        if (!strcmp(CMDS[i].name, name) && CMDS[i].usage) fprintf(f, "usage: %s", CMDS[i].usage);
 }
 
 int cli_fail(const char *what) {
@@ -148,7 +158,7 @@ done:
 static int cmd_gen(int argc, char **argv) {
     const char *variant = NULL, *dir = NULL;
     long long seed = -1;
-    int f32 = 0;
+    int f32 = 0, force = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--variant") && v) variant = argv[++i];
@@ -157,14 +167,16 @@ static int cmd_gen(int argc, char **argv) {
             v = argv[++i];
             if (!strcmp(v, "f32")) f32 = 1;
             else if (strcmp(v, "bf16")) { fprintf(stderr, "pi0 gen-checkpoint: --dtype: expected bf16 or f32\n"); return 2; }
-        } else if (a[0] != '-' && !dir) dir = a;
+        } else if (!strcmp(a, "--force")) force = 1;
+        else if (a[0] != '-' && !dir) dir = a;
         else { fprintf(stderr, "pi0 gen-checkpoint: unknown or incomplete option '%s'\n", a); return 2; }
     }
     if (!variant || !dir || seed < 0) {
         fprintf(stderr, "pi0 gen-checkpoint: --variant, --seed and DIR are required\n");
         return 2;
     }
-    if (pi0_checkpoint_generate(dir, &(pi0_gen_params){.variant = variant, .seed = (uint64_t)seed, .f32 = f32}) != PI0_OK)
+    if (pi0_checkpoint_generate(dir, &(pi0_gen_params){.variant = variant, .seed = (uint64_t)seed, .f32 = f32,
+                                                       .force = force}) != PI0_OK)
         return cli_fail("gen-checkpoint");
     fprintf(stderr, "pi0: wrote %s checkpoint (seed %lld, %s) to %s\n", variant, seed, f32 ? "F32" : "BF16", dir);
     return 0;
@@ -232,7 +244,7 @@ static int cmd_tokenize(int argc, char **argv) {
         else if (argv[i][0] != '-' && !text) text = argv[i];
         else { fprintf(stderr, "pi0 tokenize: unknown or incomplete option '%s'\n", argv[i]); return 2; }
     }
-    if (!model) { fprintf(stderr, "pi0 tokenize: usage: pi0 tokenize --tokenizer FILE [TEXT] (no TEXT: stdin lines)\n"); return 2; }
+    if (!model) { fprintf(stderr, "pi0 tokenize: --tokenizer FILE is required\n"); return 2; }
     pi0_tokenizer *t;
     if (pi0_tokenizer_load(&t, model) != PI0_OK) return cli_fail("loading the tokenizer");
     int rc = 0;
@@ -275,8 +287,7 @@ static int cmd_convert(int argc, char **argv) {
         } else { fprintf(stderr, "pi0 convert: unknown or incomplete option '%s'\n", a); return 2; }
     }
     if (!src || !out) {
-        fprintf(stderr, "pi0 convert: usage: pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME]\n"
-                        "                   [--action-horizon N] [--max-token-len N] [--force]\n");
+        fprintf(stderr, "pi0 convert: --checkpoint and --out are required\n");
         return 2;
     }
     if (pi0_checkpoint_convert(src, out, &cp) != PI0_OK) return cli_fail("convert");
@@ -286,7 +297,7 @@ static int cmd_convert(int argc, char **argv) {
 
 static int cmd_info(int argc, char **argv) {
     if (argc != 2 || strcmp(argv[0], "--checkpoint")) {
-        fprintf(stderr, "pi0 info: usage: pi0 info --checkpoint DIR\n");
+        fprintf(stderr, "pi0 info: --checkpoint DIR is required (and nothing else)\n");
         return 2;
     }
     pi0_model *m;
@@ -316,13 +327,19 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "infer")) return cmd_infer(argc - 2, argv + 2);
-    if (!strcmp(cmd, "gen-checkpoint")) return cmd_gen(argc - 2, argv + 2);
-    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
-    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 2, argv + 2);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    static const struct { const char *name; int (*fn)(int, char **); } fns[] = {
+        {"run", cmd_run}, {"infer", cmd_infer}, {"gen-checkpoint", cmd_gen}, {"bench", cmd_bench},
+        {"info", cmd_info}, {"convert", cmd_convert}, {"tokenize", cmd_tokenize}};
+    for (size_t k = 0; k < sizeof fns / sizeof *fns; k++) {
+        if (strcmp(cmd, fns[k].name)) continue;
+        for (int i = 2; i < argc && strcmp(cmd, "run"); i++) {   /* run answers --help itself */
+            if (!strcmp(argv[i], "--")) break;
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { cmd_usage(stdout, cmd); return 0; }
+        }
+        int rc = fns[k].fn(argc - 2, argv + 2);
+        if (rc == 2) cmd_usage(stderr, cmd);
+        return rc;
+    }
     fprintf(stderr, "pi0: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

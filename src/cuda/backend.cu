@@ -42,6 +42,18 @@ static pi0_status check_device(int device) {
     return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
 }
 
+extern "C" pi0_status cuda_device_check(int device) {
+    pi0_status st = check_device(device);
+    if (st != PI0_OK) return st;
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, device);
+    if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    if (p.major != 9)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; this build runs on Hopper "
+                        "(9.0: H100, H200) only", device, p.name, p.major, p.minor);
+    return PI0_OK;
+}
+
 // ---- weights ----
 
 struct weight_arena {

@@ -458,7 +458,7 @@ static int fake_prepare(void *ctx, const pi0_observation *obs, void **out, char 
     for (int i = 0; i < obs->n_arrays; i++)
         if (!strcmp(obs->arrays[i].key, "state")) s = &obs->arrays[i];
     if (!s || s->dtype != PI0_DT_F64 || s->ndim != 1) {
-        snprintf(err, errlen, "state: expected float64 [n]");
+        snprintf(err, errlen, "missing 'state' (expected float64 [n])");
         return -1;
     }
     fake_prep *p = malloc(sizeof *p);
@@ -695,8 +695,14 @@ static void test_live(void) {
     close(fd);
     fd = client(l.port);
     static const uint8_t nostate[] = {0x81, 0xa1, 'x', 0x01};
-    ok = fd >= 0 && ws_send(fd, 2, nostate, sizeof nostate) == 0 && expect_error(fd, "state: expected", 1011);
+    ok = fd >= 0 && ws_send(fd, 2, nostate, sizeof nostate) == 0 && expect_error(fd, "missing 'state' (expected float64 [n])", 1011);
     report("policy refuses the observation -> error", ok);
+    close(fd);
+    fd = client(l.port);
+    static const uint8_t strstate[] = {0x81, 0xa5, 's', 't', 'a', 't', 'e', 0xa3, '1', ',', '2'};   /* {"state": "1,2"} */
+    ok = fd >= 0 && ws_send(fd, 2, strstate, sizeof strstate) == 0 &&
+         expect_error(fd, "'state' was sent as a str; expected numbers or a numpy array", 1011);
+    report("state sent as a string: the error says so", ok);
     close(fd);
     {   /* a client key with a newline, a terminal escape and invalid UTF-8, quoted by the error: the text frame is
          * valid UTF-8 and the log gets one line with the bytes escaped (issue 45, finding 4) */
