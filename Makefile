@@ -88,7 +88,10 @@ $(BUILD)/pi0: $(CLI_OBJ) $(BUILD)/libpi0.a | $(BUILD)/lib/libspng.so.0
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-test: all
+# the test dependencies (Debian packages) first: `make test` is all the set-up a bare machine needs after the build
+test:
+	@tools/install-deps.sh --test
+	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) PY=$(PY) sh tests/run.sh
 
 # GPU tests (on the device machine): op tests vs the CPU twins, tiny fixtures, resources.

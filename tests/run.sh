@@ -30,8 +30,10 @@ done
 script() {
     name=$1; shift
     echo "== $name"
-    out=$("$@" 2>&1); st=$?
-    printf '%s\n' "$out"
+    # streamed as it runs (a venv made from PyPI takes a minute: its progress line shows at once), kept for the summary
+    tmpo=$(mktemp); tmps=$(mktemp)
+    { "$@" 2>&1; echo $? > "$tmps"; } | tee "$tmpo"
+    out=$(cat "$tmpo"); st=$(cat "$tmps"); rm -f "$tmpo" "$tmps"
     line=$(printf '%s\n' "$out" | grep -E "^$name: [0-9]+ passed, [0-9]+ failed" | tail -n 1)
     if [ -z "$line" ]; then echo "$name: no summary (exit $st)"; total_fail=$((total_fail + 1)); rc=1; return; fi
     total_pass=$((total_pass + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))

@@ -347,6 +347,66 @@ static int sh(const char *cmd, const char *needle) {
     return rc;
 }
 
+/* Runs cmd; *out / *err get its stdout / stderr (malloc'd, "" when empty). Returns the exit status (128: a signal). */
+static int run_cli(const char *cmd, char **out, char **err) {
+    char full[2048], of[400], ef[400];
+    snprintf(of, sizeof of, "%s/stdout.txt", tmp);
+    snprintf(ef, sizeof ef, "%s/stderr.txt", tmp);
+    snprintf(full, sizeof full, "%s > %s 2> %s", cmd, of, ef);
+    int rc = system(full);
+    rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+    *out = pi0_read_file(of, NULL, 1 << 20);
+    *err = pi0_read_file(ef, NULL, 1 << 20);
+    if (!*out) *out = strdup("");
+    if (!*err) *err = strdup("");
+    return rc;
+}
+
+/* First contact (issue 46): every command's --help, usage after a usage error, no overwrite without --force, a
+ * missing GPU found before a 7 GB checkpoint is generated, bench's header and labels, no temporary files left
+ * after SIGINT. */
+static void test_cli_first_contact(void) {
+    char cmd[1024], *o, *e;
+    const char *cmds[] = {"run", "infer", "gen-checkpoint", "bench", "info", "convert", "tokenize"};
+    for (int i = 0; i < 7; i++)
+        for (int h = 0; h < 2; h++) {
+            snprintf(cmd, sizeof cmd, "%s %s %s", PI0, cmds[i], h ? "-h" : "--help");
+            char want[64];
+            snprintf(want, sizeof want, "usage: pi0 %s", cmds[i]);
+            int rc = run_cli(cmd, &o, &e);
+            CHECK(rc == 0 && strstr(o, want), "pi0 %s %s: exit %d, usage on stdout", cmds[i], h ? "-h" : "--help", rc);
+            free(o); free(e);
+        }
+    snprintf(cmd, sizeof cmd, "%s info", PI0);
+    int rc = run_cli(cmd, &o, &e);
+    CHECK(rc == 2 && strstr(e, "usage: pi0 info --checkpoint DIR"), "usage error prints the command's usage: %d %s", rc, e);
+    free(o); free(e);
+    snprintf(cmd, sizeof cmd, "%s gen-checkpoint --variant tiny-pi0 --seed 1 %s/gc", PI0, tmp);
+    CHECK(sh(cmd, NULL) == 0, "gen-checkpoint writes");
+    CHECK(sh(cmd, "a checkpoint is already there (pass force / --force") == 1, "gen-checkpoint refuses to overwrite");
+    snprintf(cmd, sizeof cmd, "%s gen-checkpoint --variant tiny-pi0 --seed 2 --force %s/gc", PI0, tmp);
+    CHECK(sh(cmd, NULL) == 0, "gen-checkpoint --force overwrites");
+    /* no GPU on this machine (or no CUDA in this build): refused before generating anything */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/bt && TMPDIR=%s/bt %s bench --backend cuda", tmp, tmp, PI0);
+    rc = run_cli(cmd, &o, &e);
+    char ls[600];
+    snprintf(ls, sizeof ls, "test -z \"$(ls -A %s/bt)\"", tmp);
+    CHECK(rc == 1 && !strstr(e, "generating") && !strstr(o, "workload") && system(ls) == 0,
+          "bench --backend cuda without a usable GPU: refused first, no checkpoint, no header: %d %s", rc, e);
+    free(o); free(e);
+    snprintf(cmd, sizeof cmd, "%s bench --workload pi0-3cam --iters 2 --warmup 0", PI0);
+    rc = run_cli(cmd, &o, &e);
+    CHECK(rc == 0 && strstr(o, "machine: ") && strstr(o, "p50_ms") && strstr(o, "vision_ms") && strstr(o, "denoise_ms") &&
+          strstr(o, "separate runs that synchronise"), "bench prints the machine, units and how the split is measured");
+    free(o); free(e);
+    /* SIGINT while the full-size checkpoint is being written: the temporary folder is removed */
+    snprintf(cmd, sizeof cmd, "TMPDIR=%s/bt timeout -s INT 3 %s bench --full --workload pi0-3cam", tmp, PI0);
+    rc = run_cli(cmd, &o, &e);
+    CHECK(rc != 0 && strstr(e, "generating a random pi0 checkpoint") && system(ls) == 0,
+          "bench interrupted while generating: nothing left in TMPDIR (exit %d)", rc);
+    free(o); free(e);
+}
+
 static void test_cli(void) {
     char cmd[1024], out[400];
     snprintf(out, sizeof out, "%s/out.safetensors", tmp);
@@ -392,6 +452,7 @@ int main(void) {
     test_checkpoints();
     test_inputs();
     test_cli();
+    test_cli_first_contact();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmp);

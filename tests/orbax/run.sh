@@ -15,10 +15,11 @@ mkdir -p "$BUILD/tests" "$VENVS"
 # venv NAME PACKAGES: makes $VENVS/venv-orbax-NAME once (under a lock: parallel test runs share it)
 venv() {
     v="$VENVS/venv-orbax-$1"
+    "$v/bin/python" -c "import orbax.checkpoint, jax, tensorstore" 2>/dev/null ||
+        echo "making $v: $2 from PyPI (about a minute)"
     (
         flock 9
         if ! "$v/bin/python" -c "import orbax.checkpoint, jax, tensorstore" 2>/dev/null; then
-            echo "making $v: $2 from PyPI (about a minute)" >&2
             rm -rf "$v"
             /usr/bin/python3 -m venv "$v" && "$v/bin/pip" install -q --disable-pip-version-check $2 >&2
         fi

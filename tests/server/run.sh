@@ -34,6 +34,7 @@ run() {
 run test_server "$BUILD/tests/test_server.log" "$BUILD/tests/test_server"
 
 # the virtualenv with openpi-client, made once (under a lock: parallel `make test` runs share it)
+"$VENV/bin/python" -c "import openpi_client" 2>/dev/null || echo "making $VENV: $OPENPI_CLIENT from PyPI (about a minute)"
 (
     flock 9
     if ! "$VENV/bin/python" -c "import openpi_client, websockets.sync.client" 2>/dev/null; then
