@@ -83,7 +83,7 @@ typedef struct {
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
-    char device[128], driver[64];   /* filled at create, for reports */
+    char device[192], driver[64];   /* filled at create, for reports */
     void *ctx;
     pt (*alloc)(pi0_backend *be, size_t n, int kind);   /* zero-filled; p == NULL on failure */
     void (*release)(pi0_backend *be, pt t);             /* frees one alloc() result; NULL p is a no-op */

@@ -479,8 +479,12 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->name = "cuda";
     cudaDeviceProp prop;
     int drv = 0;
+    int sm_khz = 0, mem_khz = 0;   /* the maximum clocks (CUDA 13 dropped them from cudaDeviceProp) */
+    cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device);
+    cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device);
     if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
-        snprintf(be->device, sizeof be->device, "%.90s; %d SMs", prop.name, prop.multiProcessorCount);
+        snprintf(be->device, sizeof be->device, "%.80s; %d SMs; max clocks %d MHz SM, %d MHz memory", prop.name,
+                 prop.multiProcessorCount, sm_khz / 1000, mem_khz / 1000);
     cudaDriverGetVersion(&drv);
     snprintf(be->driver, sizeof be->driver, "CUDA driver %d.%d", drv / 1000, (drv % 1000) / 10);
     be->alloc = cuda_alloc;
