@@ -67,6 +67,8 @@ pi0_status pi0_backend_check(pi0_backend_kind backend, int device);
 
 /* Loads a checkpoint directory and validates every tensor. Two formats (docs/checkpoints.md):
  * - openpi's PyTorch conversion: DIR/model.safetensors + DIR/config.json (BF16/F16/F32 weights);
+ * - LeRobot's π0 / π0.5 policy directory (config.json with "type": "pi0" | "pi05", keys under "model."): the model
+ *   only, so far (LeRobot's processor pipeline, its normaliser stats and prompt steps, is not read yet);
  * - openpi's Orbax checkpoints as published and as its JAX trainer writes them: DIR/params/ (OCDBT or plain
  *   zarr), DIR itself being params/, or a training run DIR/<step>/ (the highest step). Every dimension comes
  *   from the parameter shapes; the action horizon (weights do not fix it) is 50 and the prompt length 48 / 200
@@ -84,7 +86,7 @@ typedef struct {
     int image_size;      /* R: 224 */
     int vocab_size;
     int64_t n_params;    /* parameters used by inference (orphan lm_head excluded) */
-    const char *format;  /* "safetensors" (openpi's PyTorch conversion), "orbax-ocdbt" or "orbax-zarr" */
+    const char *format;  /* "safetensors" (openpi's PyTorch conversion), "lerobot", "orbax-ocdbt" or "orbax-zarr" */
     const char *root;    /* the checkpoint directory: it holds assets/<asset_id>/norm_stats.json */
     double load_s;       /* Orbax: seconds spent reading, decompressing and re-laying out the parameters */
     struct { int width, depth, mlp_dim, num_heads, patch_size; } vision;

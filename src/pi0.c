@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "config.h"
 #include "model.h"
+#include "lerobot.h"
 #include "orbax.h"
 #include "robot.h"
 #include "safetensors.h"
@@ -82,19 +83,27 @@ pi0_status pi0_backend_check(pi0_backend_kind backend, int device) {
 }
 
 /* openpi's PyTorch conversion: DIR/config.json + DIR/model.safetensors. */
+/* openpi's PyTorch conversion, or LeRobot's policy directory: DIR/config.json + DIR/model.safetensors. */
 static pi0_status load_safetensors(pi0_model *m, const char *dir) {
-    char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors");
+    char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors"), *text = NULL;
     pi0_status st = PI0_ERR_NOMEM;
+    size_t len = 0;
     if (!cfg_path || !st_path || !(m->root = strdup(dir))) { pi0_fail(st, "out of memory"); goto done; }
-    m->format = "safetensors";
-    if ((st = config_load(&m->cfg, cfg_path)) != PI0_OK) goto done;
+    if (!(text = pi0_read_file(cfg_path, &len, 1 << 20))) { st = PI0_ERR_IO; goto done; }
+    int lerobot = lerobot_is_config(text, len);
+    m->format = lerobot ? "lerobot" : "safetensors";
+    if ((st = lerobot ? lerobot_config(&m->cfg, cfg_path, text, len) : config_parse(&m->cfg, cfg_path, text, len)) != PI0_OK)
+        goto done;
     if ((st = st_open(&m->file, st_path)) != PI0_OK) goto done;
+    if (lerobot && (st = lerobot_fix_keys(m->file, m->cfg.pi05)) != PI0_OK) goto done;
     int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL;
     if (m->cfg.pi05 < 0) m->cfg.pi05 = has_marker;
     else if (m->cfg.pi05 != has_marker)
-        st = pi0_fail(PI0_ERR_FORMAT, "%s: \"pi05\": %s, but %s %s the adaRMS tensor '%s'", cfg_path,
-                      m->cfg.pi05 ? "true" : "false", st_path, has_marker ? "has" : "lacks", PI0_PI05_MARKER);
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: %s, but %s %s the adaRMS tensor '%s'", cfg_path,
+                      lerobot ? (m->cfg.pi05 ? "\"type\": \"pi05\"" : "\"type\": \"pi0\"") : m->cfg.pi05 ? "\"pi05\": true" : "\"pi05\": false",
+                      st_path, has_marker ? "has" : "lacks", PI0_PI05_MARKER);
 done:
+    free(text);
     free(cfg_path);
     free(st_path);
     return st;
@@ -675,6 +684,8 @@ pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_co
     char *st_path = join(out, "model.safetensors"), *cfg_path = join(out, "config.json"), *assets = join(out, "assets");
     pi0_model *m = NULL;
     st_entry *e = NULL;
+    const st_tensor **used = NULL;
+    char (*names)[256] = NULL;
     char *cfg_json = NULL, *src_assets = NULL;
     float *f32 = NULL;
     uint16_t *h = NULL;
@@ -694,13 +705,20 @@ pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_co
                       m->cfg.pi05 ? "π0.5" : "π0");
         goto done;
     }
+    /* the tensors the model uses, under openpi's PyTorch names: a source's extras (LeRobot's untied lm_head, the
+     * orphan expert lm_head, unknown tensors) are not carried over */
     const st_file *f = m->file;
     pi0_dtype want = p->dtype == PI0_CONVERT_F32 ? PI0_DT_F32 : p->dtype == PI0_CONVERT_BF16 ? PI0_DT_BF16 : PI0_DT_COUNT;
-    if (!(e = calloc((size_t)f->n_tensors, sizeof *e))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    if (!(e = calloc((size_t)f->n_tensors + 1, sizeof *e)) || !(used = calloc((size_t)f->n_tensors + 1, sizeof *used)) ||
+        !(names = calloc((size_t)f->n_tensors + 1, sizeof *names))) {
+        st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const int n_used = weights_used(&m->cfg, f, used, names, f->n_tensors + 1);
     int all_bf16 = 1, all_f32 = 1;
-    for (int i = 0; i < f->n_tensors; i++) {
-        const st_tensor *t = &f->tensors[i];
-        e[i] = (st_entry){.name = t->name, .dtype = want == PI0_DT_COUNT ? t->dtype : want, .ndim = t->ndim};
+    for (int i = 0; i < n_used; i++) {
+        const st_tensor *t = used[i];
+        e[i] = (st_entry){.name = names[i], .dtype = want == PI0_DT_COUNT ? t->dtype : want, .ndim = t->ndim};
         memcpy(e[i].shape, t->shape, sizeof e[i].shape);
         all_bf16 &= e[i].dtype == PI0_DT_BF16;
         all_f32 &= e[i].dtype == PI0_DT_F32;
@@ -711,11 +729,11 @@ pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_co
     if (!(cfg_json = config_to_json(&c)) || !(src_assets = join(m->root, "assets"))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     st_writer w;
     const char *meta[] = {"format", "pt"};
-    if ((st = st_writer_open(&w, st_path, e, f->n_tensors, meta, 1)) != PI0_OK) goto done;
+    if ((st = st_writer_open(&w, st_path, e, n_used, meta, 1)) != PI0_OK) goto done;
     enum { CH = 1 << 20 };
     if (!(f32 = malloc(CH * sizeof *f32)) || !(h = malloc(CH * sizeof *h))) { st_writer_abort(&w); st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
-    for (int i = 0; i < f->n_tensors && st == PI0_OK; i++) {
-        const st_tensor *t = &f->tensors[i];
+    for (int i = 0; i < n_used && st == PI0_OK; i++) {
+        const st_tensor *t = used[i];
         size_t n = (size_t)st_numel(t), esz = pi0_dtype_size(t->dtype);
         if (e[i].dtype == t->dtype) { st = st_writer_write(&w, t->data, n * esz); continue; }
         for (size_t k = 0; k < n && st == PI0_OK; k += CH) {   /* F32 -> BF16 rounds to nearest even, as torch */
@@ -731,7 +749,7 @@ pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_co
     if (st == PI0_OK) st = write_text(cfg_path, cfg_json);
     if (st == PI0_OK) st = copy_tree(src_assets, assets, 0);
 done:
-    free(f32); free(h); free(e); free(cfg_json); free(src_assets);
+    free(f32); free(h); free(e); free(used); free(names); free(cfg_json); free(src_assets);
     pi0_model_free(m);
     free(st_path); free(cfg_path); free(assets);
     return st;

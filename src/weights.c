@@ -326,6 +326,27 @@ static float init_value(pi0_rng *r, enum init in, int64_t fan) {
     return 0;
 }
 
+int weights_used(const pi0_config *c, const st_file *f, const st_tensor **t, char (*names)[256], int cap) {
+    int n = 0;
+    char name[256];
+    for (int i = 0; i < N_TABLE; i++) {
+        const wdesc *d = &table[i];
+        if (!needed(d, c)) continue;
+        for (int l = 0; l < n_layers(d, c); l++) {
+            key_name(name, sizeof name, d, l);
+            const st_tensor *x = st_find(f, name);
+            if (!x && !strcmp(d->fmt, EMBED_NAME)) {   /* the tied embedding under the lm_head name (weights_bind) */
+                const char *alias = st_meta(f, EMBED_NAME);
+                x = st_find(f, alias ? alias : TIED_NAME);
+            }
+            if (!x || n == cap) continue;
+            t[n] = x;
+            snprintf(names[n++], 256, "%s", name);
+        }
+    }
+    return n;
+}
+
 uint64_t weights_file_bytes(const pi0_config *c, pi0_dtype dtype) {
     uint64_t n = 0;
     int64_t shape[4];

@@ -74,6 +74,9 @@ pi0_status weights_foreach(pi0_weights *w, const pi0_config *cfg, weights_visit_
 /* Writes a random-weight model.safetensors for cfg (every tensor of the table, orphan lm_head included,
  * embedding under the tied lm_head name as safetensors.torch.save_model does). */
 pi0_status weights_generate(const pi0_config *cfg, const char *path, uint64_t seed, pi0_dtype dtype);
+/* The tensors of f that the model uses (after weights_bind succeeded), under their table names (the tied embedding as
+ * ...embed_tokens.weight whatever name it is stored under). Fills up to cap; returns how many. */
+int weights_used(const pi0_config *cfg, const st_file *f, const st_tensor **t, char (*names)[256], int cap);
 /* Bytes of tensor data weights_generate writes for cfg (the file is this plus a header of a few hundred KB). */
 uint64_t weights_file_bytes(const pi0_config *cfg, pi0_dtype dtype);
 

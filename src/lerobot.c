@@ -1,0 +1,110 @@
+/* lerobot.c — see lerobot.h. LeRobot's from_pretrained (policies/pi0, pi05 modeling files) reads model.safetensors,
+ * renames the keys that lack the "model." prefix (π0: time_mlp_* -> action_time_mlp_*; π0.5: the reverse) and adds
+ * the prefix to them, then loads strictly; its text embedding is embed_tokens, or a copy of lm_head when the file
+ * has only that (weights.c's rule for the tied embedding). */
+#include "lerobot.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+int lerobot_is_config(const char *json, size_t len) {
+    json_t *r = json_loadb(json, len, 0, NULL);
+    int yes = json_is_string(json_object_get(r, "type"));
+    json_decref(r);
+    return yes;
+}
+
+static int get_pos_int(json_t *r, const char *key, int *dst, const char *label, pi0_status *st) {
+    json_t *v = json_object_get(r, key);
+    if (!v) return 1;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24)) {
+        *st = pi0_fail(PI0_ERR_FORMAT, "%s: %s: expected a positive integer", label, key);
+        return 0;
+    }
+    *dst = (int)json_integer_value(v);
+    return 1;
+}
+
+pi0_status lerobot_config(pi0_config *c, const char *label, const char *json, size_t len) {
+    pi0_status st = config_parse(c, label, json, len);   /* variants, and the explicit-dimension blocks if any */
+    if (st != PI0_OK) return st;
+    json_t *r = json_loadb(json, len, JSON_REJECT_DUPLICATES, NULL), *v;
+    const char *type = json_string_value(json_object_get(r, "type"));
+    st = PI0_OK;
+    if (!type || (strcmp(type, "pi0") && strcmp(type, "pi05"))) {
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: type '%s': this engine runs LeRobot's pi0 and pi05 policies", label,
+                      type ? type : "?");
+        goto done;
+    }
+    c->pi05 = !strcmp(type, "pi05");
+    int state_dim = 0, action_dim = c->action_dim, n_obs = 1;
+    if (!get_pos_int(r, "chunk_size", &c->action_horizon, label, &st) ||
+        !get_pos_int(r, "tokenizer_max_length", &c->max_token_len, label, &st) ||
+        !get_pos_int(r, "max_action_dim", &action_dim, label, &st) || !get_pos_int(r, "max_state_dim", &state_dim, label, &st) ||
+        !get_pos_int(r, "n_obs_steps", &n_obs, label, &st))
+        goto done;
+    c->action_dim = action_dim;
+    if (state_dim && state_dim != action_dim) {   /* the engine pads state and actions to one width */
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: max_state_dim %d differs from max_action_dim %d (not supported)", label,
+                      state_dim, action_dim);
+        goto done;
+    }
+    if ((v = json_object_get(r, "image_resolution"))) {
+        json_t *h = json_array_get(v, 0), *w = json_array_get(v, 1);
+        if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(h) || !json_is_integer(w) ||
+            json_integer_value(h) != json_integer_value(w) || json_integer_value(h) < 1 || json_integer_value(h) > 8192) {
+            st = pi0_fail(PI0_ERR_FORMAT, "%s: image_resolution: expected [R, R] (square, as LeRobot requires)", label);
+            goto done;
+        }
+        c->vis.image_size = (int)json_integer_value(h);
+    }
+    /* options that change the model or its inputs and that the engine does not implement: refused, never ignored */
+    static const char *const flags[] = {"use_peft", "use_relative_actions", "use_visual_memory", "use_proprioceptive_memory"};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (json_is_true(json_object_get(r, flags[i]))) {
+            st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: %s: true is not supported by this engine", label, flags[i]);
+            goto done;
+        }
+    if (n_obs != 1) { st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: n_obs_steps %d: only 1 is supported", label, n_obs); goto done; }
+    json_t *rtc = json_object_get(r, "rtc_config");
+    if (json_is_object(rtc) && !json_is_false(json_object_get(rtc, "enabled"))) {
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: rtc_config: real-time chunking is not supported by this engine yet", label);
+        goto done;
+    }
+done:
+    json_decref(r);
+    return st;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+pi0_status lerobot_fix_keys(st_file *f, int pi05) {
+    static const char *const pi0_ren[][2] = {{"time_mlp_in.", "action_time_mlp_in."}, {"time_mlp_out.", "action_time_mlp_out."}};
+    static const char *const pi05_ren[][2] = {{"action_time_mlp_in.", "time_mlp_in."}, {"action_time_mlp_out.", "time_mlp_out."}};
+    const char *const (*ren)[2] = pi05 ? pi05_ren : pi0_ren;
+    for (int i = 0; i < f->n_tensors; i++) {
+        const char *n = f->tensors[i].name, *to = NULL, *rest = NULL;
+        if (!strncmp(n, "model.", 6)) { to = ""; rest = n + 6; }
+        for (int k = 0; k < 2 && !to; k++) {
+            size_t l = strlen(ren[k][0]);
+            if (!strncmp(n, ren[k][0], l)) { to = ren[k][1]; rest = n + l; }
+        }
+        if (!to) continue;
+        char *fixed = malloc(strlen(to) + strlen(rest) + 1);
+        if (!fixed) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        strcat(strcpy(fixed, to), rest);
+        free(f->tensors[i].name);
+        f->tensors[i].name = fixed;
+    }
+    qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_name);
+    for (int i = 1; i < f->n_tensors; i++)
+        if (!strcmp(f->tensors[i - 1].name, f->tensors[i].name))
+            return pi0_fail(PI0_ERR_FORMAT, "%s: tensor '%s' is stored twice (with and without LeRobot's model. prefix, or "
+                            "under both time-MLP names)", f->path ? f->path : "model.safetensors", f->tensors[i].name);
+    return PI0_OK;
+}
