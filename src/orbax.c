@@ -223,7 +223,7 @@ static pi0_status dir_get(void *user, const char *key, const uint8_t **d, size_t
     *found = 0;
     if (stat(path, &sb) != 0) return errno == ENOENT || errno == ENOTDIR ? PI0_OK : pi0_fail(PI0_ERR_IO, "%s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode)) return pi0_fail(PI0_ERR_IO, "%s: not a regular file", path);
-    if (s->n == 64) return pi0_fail(PI0_ERR_FORMAT, "%s: more than 64 chunks in one array", path);
+    if (s->n == 64) return pi0_fail(PI0_ERR_FORMAT, "%s: more than 64 chunks of one array open at once", path);
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) return pi0_fail(PI0_ERR_IO, "%s: %s", path, strerror(errno));
     void *p = (void *)"";
@@ -235,6 +235,18 @@ static pi0_status dir_get(void *user, const char *key, const uint8_t **d, size_t
     if (sb.st_size) { s->map[s->n].p = p; s->map[s->n++].n = (size_t)sb.st_size; }
     *d = p; *n = (size_t)sb.st_size; *found = 1;
     return PI0_OK;
+}
+
+/* A decoded chunk file is unmapped at once: no more than zarr.c's 64 side-by-side chunks are mapped together. */
+static void dir_unmap(void *user, const uint8_t *data, size_t len) {
+    dirstore *s = user;
+    (void)len;
+    for (int i = 0; i < s->n; i++)
+        if (s->map[i].p == data) {
+            munmap(s->map[i].p, s->map[i].n);
+            s->map[i] = s->map[--s->n];
+            return;
+        }
 }
 
 static void dir_release(dirstore *s) {
@@ -490,7 +502,7 @@ static pi0_status run_task(task *t, ocdbt *db, const char *params) {
     PI0_ASSERT(t->direct || block <= t->scratch_bytes);
     t->buf = t->direct ? t->base + l->off[0] : t->scratch;
     dirstore ds = {.dir = params};
-    zarr_store s = db ? (zarr_store){db_get, db, unmap_pages} : (zarr_store){dir_get, &ds, unmap_pages};
+    zarr_store s = db ? (zarr_store){db_get, db, unmap_pages} : (zarr_store){dir_get, &ds, dir_unmap};
     pi0_status st = zarr_read(&l->z, &s, l->name, t->label, nrow, t->buf, on_block, t);
     dir_release(&ds);
     return st;
