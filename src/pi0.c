@@ -27,7 +27,7 @@
 struct pi0_model {
     char *dir;
     char *root;            /* the checkpoint directory that holds assets/ */
-    const char *format;    /* "safetensors", "orbax-ocdbt", "orbax-zarr" */
+    const char *format;    /* "safetensors", "lerobot", "orbax-ocdbt", "orbax-zarr" */
     pi0_config cfg;
     st_file *file;
     pi0_weights w;
@@ -82,7 +82,6 @@ pi0_status pi0_backend_check(pi0_backend_kind backend, int device) {
 #endif
 }
 
-/* openpi's PyTorch conversion: DIR/config.json + DIR/model.safetensors. */
 /* openpi's PyTorch conversion, or LeRobot's policy directory: DIR/config.json + DIR/model.safetensors. */
 static pi0_status load_safetensors(pi0_model *m, const char *dir) {
     char *cfg_path = join(dir, "config.json"), *st_path = join(dir, "model.safetensors"), *text = NULL;

@@ -234,6 +234,17 @@ static pi0_status compose_action_mlp(pi0_weights *w) {
     return PI0_OK;
 }
 
+/* The file's tensor for table entry d under `name`; the tied embedding may be stored under the lm_head name (or the
+ * name a __metadata__ alias gives). */
+static const st_tensor *lookup(const st_file *f, const wdesc *d, const char *name) {
+    const st_tensor *t = st_find(f, name);
+    if (!t && !strcmp(d->fmt, EMBED_NAME)) {
+        const char *alias = st_meta(f, EMBED_NAME);
+        t = st_find(f, alias ? alias : TIED_NAME);
+    }
+    return t;
+}
+
 pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, int quiet) {
     memset(w, 0, sizeof *w);
     if (!alloc_layers(w, c)) { weights_free(w); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
@@ -245,12 +256,7 @@ pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, i
         const wdesc *d = &table[i];
         for (int l = 0; l < n_layers(d, c) && st == PI0_OK; l++) {
             key_name(name, sizeof name, d, l);
-            const st_tensor *t = st_find(f, name);
-            if (!t && !strcmp(d->fmt, EMBED_NAME)) {   /* tied embedding stored under the lm_head name */
-                const char *alias = st_meta(f, EMBED_NAME);
-                t = st_find(f, alias ? alias : TIED_NAME);
-                if (t) used[t - f->tensors] = 1;
-            }
+            const st_tensor *t = lookup(f, d, name);
             if (t) used[t - f->tensors] = 1;
             if (!needed(d, c)) continue;
             int64_t shape[4];
@@ -334,11 +340,7 @@ int weights_used(const pi0_config *c, const st_file *f, const st_tensor **t, cha
         if (!needed(d, c)) continue;
         for (int l = 0; l < n_layers(d, c); l++) {
             key_name(name, sizeof name, d, l);
-            const st_tensor *x = st_find(f, name);
-            if (!x && !strcmp(d->fmt, EMBED_NAME)) {   /* the tied embedding under the lm_head name (weights_bind) */
-                const char *alias = st_meta(f, EMBED_NAME);
-                x = st_find(f, alias ? alias : TIED_NAME);
-            }
+            const st_tensor *x = lookup(f, d, name);
             if (!x || n == cap) continue;
             t[n] = x;
             snprintf(names[n++], 256, "%s", name);
