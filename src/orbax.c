@@ -123,7 +123,7 @@ typedef struct {
     int nout;
 } leaf;
 
-typedef struct { int64_t v[X_NONE]; int64_t depth[3]; } dimset;
+typedef struct { int64_t v[X_NONE]; int64_t depth[3]; int64_t grid; } dimset;   /* grid: patches per image side */
 
 static void leaves_free(leaf *lv, int n) {
     for (int i = 0; i < n; i++) { free(lv[i].path); free(lv[i].name); }
@@ -304,6 +304,7 @@ static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *pi0
     *pi05 = has05;
     int64_t g = 0;
     while ((g + 1) * (g + 1) <= v[X_T]) g++;
+    ds->grid = g;
     if (g * g != v[X_T] || v[X_VQ] != v[X_VW])
         return pi0_fail(PI0_ERR_SHAPE, "%s: PaliGemma/img: %lld position embeddings (expected a square number) and %lld x %lld "
                         "attention heads for width %lld", label, (long long)v[X_T], (long long)v[X_VH], (long long)v[X_VHD], (long long)v[X_VW]);
@@ -318,9 +319,7 @@ static pi0_status to_config(const dimset *ds, int pi05, pi0_config *c, const cha
                      v[X_LHD], v[X_V], v[X_EW], v[X_EF], v[X_EH], v[X_EK], v[X_EHD], v[X_A]};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (all[i] <= 0 || all[i] > (1 << 24)) return pi0_fail(PI0_ERR_SHAPE, "%s: a parameter dimension is %lld (expected 1..16777216)", label, (long long)all[i]);
-    int64_t g = 0;
-    while ((g + 1) * (g + 1) <= v[X_T]) g++;
-    c->vis = (pi0_vision_cfg){(int)v[X_VW], (int)ds->depth[S_VIS], (int)v[X_VF], (int)v[X_VH], (int)v[X_P], (int)(g * v[X_P])};
+    c->vis = (pi0_vision_cfg){(int)v[X_VW], (int)ds->depth[S_VIS], (int)v[X_VF], (int)v[X_VH], (int)v[X_P], (int)(ds->grid * v[X_P])};
     c->lm = (pi0_gemma_cfg){(int)v[X_LW], (int)ds->depth[S_LLM], (int)v[X_LF], (int)v[X_LH], (int)v[X_LK], (int)v[X_LHD], (int)v[X_V]};
     c->ex = (pi0_gemma_cfg){(int)v[X_EW], (int)ds->depth[S_LLM], (int)v[X_EF], (int)v[X_EH], (int)v[X_EK], (int)v[X_EHD], (int)v[X_V]};
     c->action_dim = (int)v[X_A];
@@ -389,16 +388,14 @@ static int64_t pieces(const jrow *r, int nd, const int64_t *d) {
     return r->op == OP_T ? (C + STRIP - 1) / STRIP : r->op == OP_HEADS ? d[0] : 1;
 }
 
-/* Piece `k` of re-laying out one slice `src` (dims d[0..nd)) into its PyTorch tensor `dst`. */
+/* Piece `k` of re-laying out one slice `src` (dims d[0..nd)) into its PyTorch tensor `dst`. Copies never come here:
+ * they are decoded straight into their tensors (run_task). */
 static void relayout(const jrow *r, int nd, const int64_t *d, uint8_t *dst, const uint8_t *src, size_t esz, int64_t k) {
     int64_t R = 1, C = 1;
     switch (r->op) {
-    case OP_COPY: {
-        int64_t n = 1;
-        for (int i = 0; i < nd; i++) n *= d[i];
-        memcpy(dst, src, (size_t)n * esz);
+    case OP_COPY:
+        PI0_ASSERT(!"copies are decoded in place");
         break;
-    }
     case OP_T: {   /* columns [c0, c1) of src [R, C] are rows [c0, c1) of dst [C, R] */
         for (int i = 0; i < nd; i++) *(i < r->split ? &R : &C) *= d[i];
         int64_t c0 = k * STRIP, c1 = c0 + STRIP < C ? c0 + STRIP : C;
