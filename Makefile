@@ -33,7 +33,7 @@ ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
 endif
 
-LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
+LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
            src/policy.c src/robot.c src/pi0_policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
@@ -57,7 +57,7 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) $(HDRS)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # the policy's float64 transforms must round like numpy: separate multiply and add, no FMA contraction
-$(BUILD)/src/policy.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o: CFLAGS += -ffp-contract=off
+$(BUILD)/src/policy.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o $(BUILD)/src/lerobot_pipeline.o: CFLAGS += -ffp-contract=off
 
 # the commit id is compiled into bench.c: rebuild it when HEAD moves
 $(BUILD)/commit.txt: FORCE

@@ -186,9 +186,10 @@ pi0_status pi0_tokenize(const pi0_tokenizer *t, const char *text, size_t len, in
 /* The model's prompt tokens (spec 3.5, openpi's PaligemmaTokenizer): the prompt is stripped and its
  * '_' and '\n' become spaces; PI0_PROMPT_PI0: BOS + text + "\n"; PI0_PROMPT_PI05: BOS + "Task: <text>,
  * State: <s1 s2 ...>;\nAction: " with each normalised state value discretised into 256 bins on [-1, 1]
- * (n_state values, un-padded, compared in double as numpy does; must be finite). Right-padded with id 0 / mask 0 to max_len, or truncated
+ * (n_state values, un-padded, compared in double as numpy does; must be finite); PI0_PROMPT_RAW: BOS + the prompt
+ * exactly as given (no strip, no "\n": LeRobot's π0 pipeline, which appends the "\n" itself). Right-padded with id 0 / mask 0 to max_len, or truncated
  * to max_len. tokens and mask hold max_len entries; *n_valid gets the number of real tokens. */
-typedef enum { PI0_PROMPT_PI0 = 0, PI0_PROMPT_PI05 = 1 } pi0_prompt_format;
+typedef enum { PI0_PROMPT_PI0 = 0, PI0_PROMPT_PI05 = 1, PI0_PROMPT_RAW = 2 } pi0_prompt_format;
 pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_prompt_format format,
                                const double *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
                                int *n_valid);
@@ -229,21 +230,26 @@ void pi0_policy_free(pi0_policy *p);
 
 typedef struct {
     pi0_robot robot;
-    const char *robot_name;      /* "libero", ... */
+    const char *robot_name;      /* "libero", ...; "lerobot" for a LeRobot policy directory */
     const char *config;          /* the config name, or "" */
-    int action_horizon;          /* H of the returned chunk */
-    int action_dim;              /* D of the returned chunk: 7 LIBERO, 8 DROID, 14 ALOHA */
+    int action_horizon;          /* H of the returned chunk (LeRobot: n_action_steps) */
+    int action_dim;              /* D of the returned chunk: 7 LIBERO, 8 DROID, 14 ALOHA; LeRobot: the action feature's */
     int max_batch;
     int quantile;                /* 1 = quantile norm (π0.5), 0 = z-score */
     int delta_actions;           /* 1 = AbsoluteActions applied on output */
     int discrete_state;          /* 1 = state in the prompt (π0.5 except pi05_libero) */
     const char *asset_id;        /* the norm-stats folder used */
     const char *default_prompt;  /* or NULL */
-    const char *metadata_json;   /* what openpi's server sends first: "{}" or {"reset_pose": [...]} for ALOHA */
+    const char *metadata_json;   /* what openpi's server sends first: "{}" or {"reset_pose": [...]} for ALOHA; for a
+                                    LeRobot policy {"lerobot": {"type", "cameras", "state_dim", "action_dim", ...}} */
+    const char *lerobot;         /* a LeRobot policy: its features, norm modes and steps in words; NULL otherwise */
     const pi0_model *model;
     const pi0_session *session;
 } pi0_policy_info;
 void pi0_policy_get_info(const pi0_policy *p, pi0_policy_info *info);
+/* For a model loaded from a LeRobot policy directory: reads its processor files and writes (malloc'd, caller frees)
+ * what the policy will do: cameras, state and action features with their normalisation, prompt format, chunk. */
+pi0_status pi0_lerobot_describe(const pi0_model *m, char **text);
 
 /* One named array of an observation, as the robot sends it (openpi's msgpack-numpy arrays). Nested maps
  * are flattened with '/': ALOHA's images["cam_high"] is "images/cam_high". Data in C order, native

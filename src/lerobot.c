@@ -69,6 +69,33 @@ pi0_status lerobot_config(pi0_config *c, const char *label, const char *json, si
             goto done;
         }
     if (n_obs != 1) { st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: n_obs_steps %d: only 1 is supported", label, n_obs); goto done; }
+    /* the model's image slots: LeRobot's VISUAL input features, then the empty cameras validate_features adds */
+    int n_cams = 0, empty = 0;
+    const char *key;
+    json_t *feat, *in = json_object_get(r, "input_features");
+    if (in && !json_is_object(in)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: input_features: expected an object", label); goto done; }
+    json_object_foreach(in, key, feat) {
+        const char *ftype = json_string_value(json_object_get(feat, "type"));
+        if (!ftype) { st = pi0_fail(PI0_ERR_FORMAT, "%s: input_features.%s: no \"type\"", label, key); goto done; }
+        n_cams += !strcmp(ftype, "VISUAL");
+    }
+    json_t *ec = json_object_get(r, "empty_cameras");
+    if (ec && (!json_is_integer(ec) || json_integer_value(ec) < 0 || json_integer_value(ec) > 16)) {
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: empty_cameras: expected an integer 0..16", label);
+        goto done;
+    }
+    empty = ec ? (int)json_integer_value(ec) : 0;
+    for (int i = 0; i < empty; i++) {
+        char k[64];
+        snprintf(k, sizeof k, "observation.images.empty_camera_%d", i);
+        n_cams += !json_object_get(in, k);
+    }
+    if (in || empty) c->n_cameras = n_cams;
+    if (c->n_cameras < 1 || c->n_cameras > 16) {
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: %d cameras (VISUAL input_features + empty_cameras): 1 to 16 are supported",
+                      label, c->n_cameras);
+        goto done;
+    }
     json_t *rtc = json_object_get(r, "rtc_config");
     if (json_is_object(rtc) && !json_is_false(json_object_get(rtc, "enabled"))) {
         st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: rtc_config: real-time chunking is not supported by this engine yet", label);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "lerobot.h"
 #include "pi0.h"
 #include "policy.h"
 #include "robot.h"
@@ -23,6 +24,7 @@ struct pi0_policy {
     norm_stats ns;
     pi0_robot robot;
     const robot_config *cfg;     /* NULL when loaded by robot name */
+    lerobot_pipeline *lr;        /* a LeRobot policy directory: its own features and processors instead of a robot */
     char *asset_id, *default_prompt;
     const char *metadata;
     int pi05, quantile, delta, discrete, max_batch;
@@ -39,7 +41,8 @@ struct pi0_policy {
 struct pi0_prepared {
     const pi0_policy *owner;
     uint8_t *images;             /* (N, R, R, 3) resized uint8 */
-    uint8_t masks[ROBOT_CAMS];
+    float *fimages;              /* LeRobot: (N, R, R, 3) model input in [-1, 1] (images NULL) */
+    uint8_t masks[16];
     double state[32 > ROBOT_MAX_STATE ? 32 : ROBOT_MAX_STATE];   /* normalised, zero-padded to A (float64) */
     int32_t *tokens;             /* (L) */
     uint8_t *token_mask;         /* (L) */
@@ -130,6 +133,7 @@ void pi0_policy_free(pi0_policy *p) {
     pi0_session_free(p->session);
     pi0_model_free(p->model);
     pi0_tokenizer_free(p->tok);
+    lerobot_pipeline_free(p->lr);
     norm_stats_free(&p->ns);
     free(p->asset_id); free(p->default_prompt);
     if (p->pinned) pi0_host_free(p->images);
@@ -151,9 +155,8 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
         goto fail;
     }
     p->robot = params->robot ? robot_from_name(params->robot) : p->cfg ? p->cfg->robot : PI0_ROBOT_NONE;
-    if (p->robot == PI0_ROBOT_NONE) {
-        st = params->robot ? pi0_fail(PI0_ERR_ARG, "unknown robot '%s' (expected libero, droid or aloha)", params->robot)
-                           : pi0_fail(PI0_ERR_ARG, "a robot (libero, droid, aloha) or an openpi config name is required");
+    if (params->robot && p->robot == PI0_ROBOT_NONE) {
+        st = pi0_fail(PI0_ERR_ARG, "unknown robot '%s' (expected libero, droid or aloha)", params->robot);
         goto fail;
     }
     if (p->cfg && p->robot != p->cfg->robot) {
@@ -177,6 +180,27 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     pi0_model_get_info(p->model, &mi);
     p->pi05 = mi.pi05; p->quantile = mi.pi05;   /* openpi: quantile norm whenever the model is not plain π0 */
     p->H = mi.action_horizon; p->A = mi.action_dim; p->N = mi.n_cameras; p->R = mi.image_size; p->L = mi.max_token_len;
+    int num_steps = params->num_steps;
+    if (!strcmp(mi.format, "lerobot")) {   /* LeRobot's features, processors and stats replace openpi's robot transforms */
+        const char *opt = p->cfg ? "an openpi config" : params->robot ? "a robot" : params->asset_id ? "an asset id"
+                        : params->delta_actions ? "delta actions" : NULL;
+        if (opt) {
+            st = pi0_fail(PI0_ERR_ARG, "%s is a LeRobot policy: its config.json and processor files define the observation "
+                          "keys, normalisation and actions, so %s does not apply", dir, opt);
+            goto fail;
+        }
+        if ((st = lerobot_pipeline_load(&p->lr, mi.root, &mi)) != PI0_OK) goto fail;
+        p->metadata = p->lr->metadata;
+        if (!num_steps) num_steps = p->lr->num_steps;
+        p->D = p->lr->action_dim;
+        if (params->default_prompt && !(p->default_prompt = strdup(params->default_prompt))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
+        goto tokenizer;
+    }
+    if (p->robot == PI0_ROBOT_NONE) {
+        st = pi0_fail(PI0_ERR_ARG, "a robot (libero, droid, aloha) or an openpi config name is required (%s is an openpi "
+                      "checkpoint)", dir);
+        goto fail;
+    }
     p->D = robot_action_dim(p->robot);
     if (p->cfg && p->cfg->pi05 != p->pi05) {
         st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", p->cfg->name,
@@ -194,10 +218,11 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     const char *dp = params->default_prompt ? params->default_prompt : p->cfg ? p->cfg->default_prompt : NULL;
     if (dp && !(p->default_prompt = strdup(dp))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
     if ((st = load_norm_stats(p, mi.root, params->asset_id ? params->asset_id : p->cfg ? p->cfg->asset_id : NULL)) != PI0_OK) goto fail;
+tokenizer:
     if ((st = pi0_tokenizer_load(&p->tok, params->tokenizer)) != PI0_OK) goto fail;
     p->max_batch = params->max_batch > 0 ? params->max_batch : 1;
     if ((st = pi0_session_create(&p->session, p->model, &(pi0_session_params){.max_batch = p->max_batch,
-                                                                               .num_steps = params->num_steps})) != PI0_OK)
+                                                                               .num_steps = num_steps})) != PI0_OK)
         goto fail;
     size_t B = (size_t)p->max_batch, img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
     p->pinned = !strcmp(pi0_session_backend(p->session), "cuda");   /* page-locked for the GPU: fast uploads */
@@ -226,9 +251,10 @@ void pi0_policy_get_info(const pi0_policy *p, pi0_policy_info *info) {
     memset(info, 0, sizeof *info);
     if (!p) return;
     info->robot = p->robot;
-    info->robot_name = robot_name(p->robot);
+    info->robot_name = p->lr ? "lerobot" : robot_name(p->robot);
     info->config = p->cfg ? p->cfg->name : "";
-    info->action_horizon = p->H;
+    info->action_horizon = p->lr ? p->lr->n_action_steps : p->H;
+    info->lerobot = p->lr ? p->lr->summary : NULL;
     info->action_dim = p->D;
     info->max_batch = p->max_batch;
     info->quantile = p->quantile;
@@ -241,15 +267,61 @@ void pi0_policy_get_info(const pi0_policy *p, pi0_policy_info *info) {
     info->session = p->session;
 }
 
+pi0_status pi0_lerobot_describe(const pi0_model *m, char **text) {
+    if (!m || !text) return pi0_fail(PI0_ERR_ARG, "pi0_lerobot_describe: NULL argument");
+    *text = NULL;
+    pi0_model_info mi;
+    pi0_model_get_info(m, &mi);
+    if (strcmp(mi.format, "lerobot")) return pi0_fail(PI0_ERR_ARG, "%s is not a LeRobot policy directory", mi.root);
+    lerobot_pipeline *lr;
+    pi0_status st = lerobot_pipeline_load(&lr, mi.root, &mi);
+    if (st != PI0_OK) return st;
+    *text = lr->summary;
+    lr->summary = NULL;
+    lerobot_pipeline_free(lr);
+    return PI0_OK;
+}
+
 void pi0_prepared_free(pi0_prepared *x) {
     if (!x) return;
-    free(x->images); free(x->tokens); free(x->token_mask); free(x->noise);
+    free(x->images); free(x->fimages); free(x->tokens); free(x->token_mask); free(x->noise);
     free(x);
+}
+
+static pi0_status copy_noise(const pi0_policy *p, const pi0_observation *obs, pi0_prepared *x) {
+    if (!obs->noise) return PI0_OK;
+    size_t n = (size_t)p->H * p->A;
+    if (!(x->noise = pi0_malloc(n * sizeof(float), "prepared noise"))) return PI0_ERR_NOMEM;
+    memcpy(x->noise, obs->noise, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x->noise[i])) return pi0_fail(PI0_ERR_ARG, "observation noise: value %zu is not finite", i);
+    return PI0_OK;
+}
+
+/* LeRobot's preprocessor and model preprocessing (lerobot_pipeline.c): float images, float32 state */
+static pi0_status prepare_lerobot(pi0_policy *p, const pi0_observation *obs, pi0_prepared **out) {
+    pi0_prepared *x = pi0_calloc(1, sizeof *x, "prepared observation");
+    float state[32];
+    pi0_status st = PI0_OK;
+    if (!x || !(x->fimages = pi0_malloc((size_t)p->N * p->R * p->R * 3 * sizeof(float), "prepared images")) ||
+        !(x->tokens = pi0_malloc((size_t)p->L * sizeof(int32_t), "prepared tokens")) ||
+        !(x->token_mask = pi0_malloc((size_t)p->L, "prepared token mask"))) st = PI0_ERR_NOMEM;
+    if (st == PI0_OK) {
+        x->owner = p;
+        x->seed = obs->seed;
+        st = lerobot_prepare(p->lr, p->tok, obs, p->default_prompt, x->fimages, x->masks, state, x->tokens, x->token_mask);
+    }
+    for (int i = 0; st == PI0_OK && i < p->A; i++) x->state[i] = state[i];
+    if (st == PI0_OK) st = copy_noise(p, obs, x);
+    if (st != PI0_OK) { pi0_prepared_free(x); return st; }
+    *out = x;
+    return PI0_OK;
 }
 
 pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_prepared **out) {
     if (!p || !obs || !out) return pi0_fail(PI0_ERR_ARG, "pi0_policy_prepare: NULL argument");
     *out = NULL;
+    if (p->lr) return prepare_lerobot(p, obs, out);
     robot_input in;
     pi0_status st = robot_input_make(p->robot, obs, &in);
     if (st != PI0_OK) return st;
@@ -285,13 +357,7 @@ pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_pre
     }
     if ((st = pi0_tokenize_prompt(p->tok, prompt, p->discrete ? PI0_PROMPT_PI05 : PI0_PROMPT_PI0, x->state, in.n_state,
                                   p->L, x->tokens, x->token_mask, NULL)) != PI0_OK) goto fail;
-    if (obs->noise) {
-        size_t n = (size_t)p->H * p->A;
-        if (!(x->noise = pi0_malloc(n * sizeof(float), "prepared noise"))) { st = PI0_ERR_NOMEM; goto fail; }
-        memcpy(x->noise, obs->noise, n * sizeof(float));
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(x->noise[i])) { st = pi0_fail(PI0_ERR_ARG, "observation noise: value %zu is not finite", i); goto fail; }
-    }
+    if ((st = copy_noise(p, obs, x)) != PI0_OK) goto fail;
     robot_input_free(&in);
     *out = x;
     return PI0_OK;
@@ -309,7 +375,8 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     for (int b = 0; b < n; b++) {
         const pi0_prepared *x = batch[b];
         if (!x || x->owner != p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch[%d] was not prepared by this policy", b);
-        pi0_image_to_model(x->images, img, p->images + b * img);
+        if (x->fimages) memcpy(p->images + b * img, x->fimages, img * sizeof(float));
+        else pi0_image_to_model(x->images, img, p->images + b * img);
         memcpy(p->image_masks + (size_t)b * p->N, x->masks, (size_t)p->N);
         for (int i = 0; i < p->A; i++) p->state[(size_t)b * p->A + i] = (float)x->state[i];
         memcpy(p->tokens + (size_t)b * p->L, x->tokens, (size_t)p->L * sizeof(int32_t));
@@ -331,7 +398,9 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     if (st != PI0_OK) return st;
     /* outputs: Unnormalize (actions float32 from the model, the state round trip in float64),
      * then AbsoluteActions and the robot's output transform */
-    for (int b = 0; b < n; b++) {
+    for (int b = 0; b < n && p->lr; b++)   /* LeRobot: n_action_steps rows, unnormalised by its postprocessor */
+        lerobot_actions(p->lr, p->actions + b * ha, actions + (size_t)b * p->lr->n_action_steps * p->D);
+    for (int b = 0; b < n && !p->lr; b++) {
         for (size_t i = 0; i < ha; i++) p->chunk[i] = p->actions[b * ha + i];
         if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, 1, p->H, p->A, p->chunk)) != PI0_OK) return st;
         if ((st = norm_invert(&p->ns.state, p->quantile, batch[b]->state, 0, 1, p->A, p->state_rt)) != PI0_OK) return st;
@@ -351,6 +420,31 @@ pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *a
     return st;
 }
 
+/* LeRobot: black images on the checkpoint's cameras (empty cameras stay absent), zero state */
+static pi0_status warmup_lerobot(pi0_policy *p, int batch, double *ms, double t0) {
+    pi0_array *a = pi0_calloc((size_t)p->N + 1, sizeof *a, "warm-up arrays");
+    uint8_t *img = pi0_calloc((size_t)p->R * p->R, 3, "warm-up image");
+    float state[32] = {0};
+    pi0_prepared **x = pi0_calloc((size_t)batch, sizeof *x, "warm-up batch");
+    double *act = pi0_malloc((size_t)batch * p->lr->n_action_steps * p->D * sizeof(double), "warm-up actions");
+    pi0_status st = a && img && x && act ? PI0_OK : PI0_ERR_NOMEM;
+    int n = 0;
+    if (st == PI0_OK) {
+        a[n++] = (pi0_array){.key = "observation.state", .dtype = PI0_DT_F32, .ndim = 1, .shape = {p->lr->state_dim}, .data = state};
+        for (int c = 0; c < p->N; c++)
+            if (!strstr(p->lr->cams[c], ".empty_camera_"))
+                a[n++] = (pi0_array){.key = p->lr->cams[c], .dtype = PI0_DT_U8, .ndim = 3, .shape = {p->R, p->R, 3}, .data = img};
+    }
+    pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = p->default_prompt ? NULL : "warm up", .seed = 1};
+    for (int b = 0; b < batch && st == PI0_OK; b++) st = pi0_policy_prepare(p, &obs, &x[b]);
+    if (st == PI0_OK) st = pi0_policy_run(p, x, batch, act, NULL);
+    for (int b = 0; x && b < batch; b++) pi0_prepared_free(x[b]);
+    free(a); free(img); free(x); free(act);
+    if (st != PI0_OK) pi0_error_prefix("warm-up");
+    if (ms) *ms = now_ms() - t0;
+    return st;
+}
+
 pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) {
     double t0 = now_ms();
     if (!p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: NULL policy");
@@ -363,6 +457,7 @@ pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) {
                              "observation/gripper_position"},
         [PI0_ROBOT_ALOHA] = {"state", "images/cam_high", "images/cam_left_wrist", "images/cam_right_wrist"},
     };
+    if (p->lr) return warmup_lerobot(p, batch, ms, t0);
     if (p->robot != PI0_ROBOT_LIBERO && p->robot != PI0_ROBOT_DROID && p->robot != PI0_ROBOT_ALOHA)
         return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: the policy has no robot transform");
     const char *const *k = keys[p->robot];
@@ -402,7 +497,8 @@ pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path) {
     pi0_tensors *t = NULL;
     pi0_status st = images && state ? pi0_tensors_new(&t) : PI0_ERR_NOMEM;
     if (st == PI0_OK) {
-        pi0_image_to_model(x->images, img, images);
+        if (x->fimages) memcpy(images, x->fimages, img * sizeof(float));
+        else pi0_image_to_model(x->images, img, images);
         for (int i = 0; i < p->A; i++) state[i] = (float)x->state[i];
         int64_t si[5] = {1, p->N, p->R, p->R, 3}, sm[2] = {1, p->N}, ss[2] = {1, p->A}, st_[2] = {1, p->L},
                 sn[3] = {1, p->H, p->A};

@@ -432,7 +432,7 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
                                const double *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
                                int *n_valid) {
     if (!t || !prompt || !tokens || !mask || max_len < 1 || (format == PI0_PROMPT_PI05 && n_state && !state) ||
-        n_state < 0 || n_state > 4096 || (format != PI0_PROMPT_PI0 && format != PI0_PROMPT_PI05))
+        n_state < 0 || n_state > 4096 || (format != PI0_PROMPT_PI0 && format != PI0_PROMPT_PI05 && format != PI0_PROMPT_RAW))
         return pi0_fail(PI0_ERR_ARG, "pi0_tokenize_prompt: bad argument");
     size_t plen = strlen(prompt);
     if (plen > MAX_TEXT) return pi0_fail(PI0_ERR_ARG, "prompt of %zu bytes, at most %d are accepted", plen, MAX_TEXT);
@@ -442,7 +442,10 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
     pi0_status st = PI0_OK;
     if (!text || !ids) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     ids[n++] = t->bos;
-    if (format == PI0_PROMPT_PI0) {
+    if (format == PI0_PROMPT_RAW) {   /* LeRobot's π0: the text as given (its pipeline appended the "\n") */
+        if ((st = tokenizer_encode(t, prompt, plen, ids + n, cap - n, &n2)) != PI0_OK) goto done;
+        n += n2;
+    } else if (format == PI0_PROMPT_PI0) {
         size_t len = clean_prompt(text, prompt);
         if ((st = tokenizer_encode(t, text, len, ids + n, cap - n, &n2)) != PI0_OK) goto done;
         n += n2;

@@ -288,6 +288,8 @@ pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, i
             w->n_params += st_numel(t);
         }
     }
+    const st_tensor *lm = st_find(f, TIED_NAME);   /* LeRobot saves an lm_head beside embed_tokens: known, unused */
+    if (lm) used[lm - f->tensors] = 1;
     if (st == PI0_OK && !quiet) {
         int unknown = 0;
         const char *first = NULL;

@@ -28,7 +28,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
               "          [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
               "          [--vary-tokens K]  (run i drops i % K prompt tokens: new prefix lengths)\n"
               "          [--list]  (the workloads)\n"},
-    {"info", "pi0 info --checkpoint DIR\n  the format found (safetensors, orbax-ocdbt, orbax-zarr) and every dimension\n"},
+    {"info", "pi0 info --checkpoint DIR\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
+             "  policy also its cameras, state and action features, normalisation modes and prompt format\n"},
     {"convert", "pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
                 "            [--max-token-len N] [--force]\n"
                 "  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"},
@@ -314,9 +315,16 @@ static int cmd_info(int argc, char **argv) {
     printf("action_expert: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n",
            i.action_expert.width, i.action_expert.depth, i.action_expert.mlp_dim, i.action_expert.num_heads,
            i.action_expert.num_kv_heads, i.action_expert.head_dim);
-    if (strcmp(i.format, "safetensors"))
+    if (!strncmp(i.format, "orbax", 5))
         printf("note: action_horizon and max_token_len are openpi's defaults (an Orbax checkpoint stores neither); "
                "pass them with --config or --action-horizon / --max-token-len\nread: %.2f s\n", i.load_s);
+    if (!strcmp(i.format, "lerobot")) {   /* its features, stats and norm modes, from the processor files */
+        char *text = NULL;
+        if (pi0_lerobot_describe(m, &text) != PI0_OK)   /* the model still runs (pi0 infer, convert): say what is missing */
+            printf("lerobot: the policy pipeline cannot be used: %s\n", pi0_last_error());
+        else printf("%s\n", text);
+        free(text);
+    }
     pi0_model_free(m);
     return 0;
 }

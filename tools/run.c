@@ -15,7 +15,7 @@
 
 static void run_usage(FILE *f) {
     fprintf(f,
-            "usage: pi0 run --checkpoint DIR (--config NAME | --robot libero|droid|aloha) --tokenizer FILE\n"
+            "usage: pi0 run --checkpoint DIR [--config NAME | --robot libero|droid|aloha] --tokenizer FILE\n"
             "               [--image KEY=FILE ...] [--obs FILE.safetensors] [--state v1,v2,...] [--prompt TEXT]\n"
             "               [--noise FILE.safetensors] [--seed N] [--json] [--dump-inputs FILE.safetensors]\n"
             "               [--asset-id ID] [--default-prompt TEXT] [--delta-actions on|off] [--max-token-len N]\n"
@@ -26,7 +26,10 @@ static void run_usage(FILE *f) {
             "images/cam_left_wrist, images/cam_right_wrist, images/cam_low. --state fills the robot's state key(s)\n"
             "(DROID: 7 joints then the gripper). --obs adds arrays named by key (any shape / dtype the robot takes).\n"
             "DIR: openpi's PyTorch conversion (model.safetensors + config.json) or an Orbax checkpoint (params/), whose\n"
-            "horizon and prompt length come from --config (or --action-horizon / --max-token-len).\n"
+            "horizon and prompt length come from --config (or --action-horizon / --max-token-len), or a LeRobot policy\n"
+            "directory (config.json with \"type\", policy_preprocessor.json, ...): then no --config / --robot; KEYs are its\n"
+            "features (observation.images.<camera>, observation.state), --prompt is the task, and the chunk has its\n"
+            "n_action_steps rows.\n"
             "Configs: pi0_aloha pi05_aloha pi0_aloha_towel pi0_aloha_tupperware pi0_aloha_pen_uncap pi05_aloha_pen_uncap\n"
             "pi0_aloha_sim pi0_libero pi05_libero pi0_droid pi05_droid pi05_droid_finetune pi05_full_droid_finetune\n"
             "pi05_droid_jointpos_polaris pi0_droid_jointpos_polaris pi0_droid_jointpos_100k_polaris\n");
@@ -98,6 +101,13 @@ static int add_state(arrays *s, const char *robot, const char *arg) {
         int64_t s7 = 7, s1 = 1;
         return add(s, "observation/joint_position", PI0_DT_F64, 1, &s7, j, j) &&
                add(s, "observation/gripper_position", PI0_DT_F64, 1, &s1, g, g);
+    }
+    if (!strcmp(robot, "lerobot")) {   /* float32, as LeRobot's robots and datasets give it */
+        float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+        if (!f) return 0;
+        for (int i = 0; i < n; i++) f[i] = (float)v[i];
+        int64_t sn = n;
+        return add(s, "observation.state", PI0_DT_F32, 1, &sn, f, f);
     }
     double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
     if (!d) return 0;
@@ -194,8 +204,8 @@ int cmd_run(int argc, char **argv) {
         else { fprintf(stderr, "pi0 run: unknown option '%s'\n", a); run_usage(stderr); return 2; }
         i += takes;
     }
-    if (!ckpt || !pp.tokenizer || (!pp.config && !pp.robot)) {
-        fprintf(stderr, "pi0 run: --checkpoint, --tokenizer and --config or --robot are required\n");
+    if (!ckpt || !pp.tokenizer) {   /* --config / --robot: the policy says which it needs (a LeRobot directory: neither) */
+        fprintf(stderr, "pi0 run: --checkpoint and --tokenizer are required\n");
         run_usage(stderr);
         return 2;
     }
