@@ -81,7 +81,8 @@ static uint64_t splitmix(uint64_t *s) {
 
 static void *prep_main(void *arg) {
     engine *e = arg;
-    msgnp_limits lim = {.max_objects = e->p.max_objects, .noise_h = e->b.noise_h, .noise_a = e->b.noise_a};
+    msgnp_limits lim = {.max_objects = e->p.max_objects, .noise_h = e->b.noise_h, .noise_a = e->b.noise_a,
+                        .task_key = e->b.task_is_prompt ? "task" : NULL};
     char err[1024];
     for (;;) {
         pthread_mutex_lock(&e->mu);

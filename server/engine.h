@@ -19,6 +19,7 @@ typedef struct {
     int action_horizon, action_dim;  /* the reply's [H, D] */
     int max_batch;                   /* largest n run accepts */
     int noise_h, noise_a;            /* the shape a request's `noise` must have: [H, model action dim] */
+    int task_is_prompt;              /* a LeRobot policy: the request's "task" is the prompt (as in LeRobot's batches) */
     const char *metadata_json;       /* sent to each client first */
     int (*prepare)(void *ctx, const pi0_observation *obs, void **prepared, char *err, size_t errlen);
     int (*run)(void *ctx, void *const *prepared, int n, double *actions, double *model_ms, char *err, size_t errlen);

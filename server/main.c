@@ -16,6 +16,7 @@
 
 static const char usage[] =
     "usage: pi0-server --checkpoint DIR --tokenizer FILE (--robot libero|droid|aloha | --config NAME) [options]\n"
+    "       pi0-server --checkpoint LEROBOT_DIR --tokenizer FILE [options]   (LeRobot's keys, \"task\" as the prompt)\n"
     "  --checkpoint DIR        openpi checkpoint: PyTorch conversion (model.safetensors, config.json) or Orbax\n"
     "                          (params/, as openpi publishes and trains), with assets/<id>/norm_stats.json\n"
     "  --tokenizer FILE        SentencePiece model (paligemma_tokenizer.model)\n"

@@ -487,8 +487,10 @@ static pi0_status walk_map(msgnp_request *r, const msgpack_object *m, const char
         memcpy(key + pl, text_ptr(k), kl);
         key[pl + kl] = 0;
         pi0_status st = PI0_OK;
-        if (level == 0 && strcmp(key, "prompt") == 0) {
-            if (seen_prompt++) return fail(err, errlen, PI0_ERR_FORMAT, "prompt: duplicate key");
+        if (level == 0 && (strcmp(key, "prompt") == 0 || (lim->task_key && strcmp(key, lim->task_key) == 0))) {
+            if (seen_prompt++)
+                return fail(err, errlen, PI0_ERR_FORMAT, "%s: duplicate key%s", key,
+                            lim->task_key ? " (the prompt comes as 'prompt' or as 'task', once)" : "");
             st = parse_prompt(r, v, err, errlen);
         } else if (level == 0 && strcmp(key, "noise") == 0) {
             if (seen_noise++) return fail(err, errlen, PI0_ERR_FORMAT, "noise: duplicate key");

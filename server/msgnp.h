@@ -19,6 +19,7 @@
 typedef struct {
     size_t max_objects;       /* msgpack objects per message; 0 = 65536. Bounds msgpack-c's allocation */
     int noise_h, noise_a;     /* shape [H, A] a `noise` array must have (model horizon, model action dim) */
+    const char *task_key;     /* NULL, or a second level-0 key read as the prompt ("task" for LeRobot policies) */
 } msgnp_limits;
 
 /* A decoded request. obs.arrays point into the request buffer when its bytes can be used in place

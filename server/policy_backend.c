@@ -38,9 +38,10 @@ void policy_backend_init(srv_backend *b, pi0_policy *p) {
         .action_horizon = info.action_horizon,
         .action_dim = info.action_dim,
         .max_batch = info.max_batch > 0 ? info.max_batch : 1,
-        .noise_h = info.action_horizon,
+        .noise_h = mi.action_horizon,   /* the model's chunk (a LeRobot policy returns its first n_action_steps) */
         .noise_a = mi.action_dim,
         .metadata_json = info.metadata_json,
+        .task_is_prompt = info.lerobot != NULL,
         .prepare = prepare,
         .run = run,
         .release = release,

@@ -21,6 +21,8 @@ typedef struct {
     int action_horizon;     /* H */
     int max_token_len;      /* 0 = default for the model type (48 / 200) */
     int n_cameras;          /* 3 image slots: base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb */
+    int lerobot_time;       /* 1 = LeRobot's denoising times t_k = fp32(1 - k / steps) (computed in double); 0 = openpi's
+                               t accumulated in fp32 (1, 0.9, 0.79999995, ...). Set for LeRobot policy directories */
     pi0_vision_cfg vis;     /* SigLIP */
     pi0_gemma_cfg lm;       /* PaliGemma Gemma (expert 0) */
     pi0_gemma_cfg ex;       /* action expert (expert 1); vocab_size unused */

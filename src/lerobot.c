@@ -40,6 +40,7 @@ pi0_status lerobot_config(pi0_config *c, const char *label, const char *json, si
         goto done;
     }
     c->pi05 = !strcmp(type, "pi05");
+    c->lerobot_time = 1;   /* flow_matching.euler_integrate: t = 1.0 + k * dt in double, then the model's float32 */
     int state_dim = 0, action_dim = c->action_dim, n_obs = 1;
     if (!get_pos_int(r, "chunk_size", &c->action_horizon, label, &st) ||
         !get_pos_int(r, "tokenizer_max_length", &c->max_token_len, label, &st) ||

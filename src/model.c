@@ -150,14 +150,14 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     size_t hrow = (size_t)B * s->H, qw = (size_t)s->Hq * s->Dh, kvw = (size_t)s->Kv * s->Dh;
     pi0_status st = PI0_ERR_NOMEM;
 
-    /* t sequence: t0 = 1, t += dt in fp32, exactly `steps` iterations (spec 3.11). */
+    /* t sequence: t0 = 1, t += dt in fp32, exactly `steps` iterations (spec 3.11); LeRobot computes each t_k in double */
     s->dt = -1.0f / (float)steps;
     s->tvals = malloc((size_t)steps * sizeof(float));
     s->kc = calloc((size_t)depth, sizeof(pt));
     s->vc = calloc((size_t)depth, sizeof(pt));
     if (!s->tvals || !s->kc || !s->vc) goto fail;
     float t = 1.0f;
-    for (int k = 0; k < steps; k++) { s->tvals[k] = t; t = t + s->dt; }
+    for (int k = 0; k < steps; k++) { s->tvals[k] = c->lerobot_time ? (float)(1.0 + k * (-1.0 / steps)) : t; t = t + s->dt; }
 
     s->img = buf(s, nimg * s->R * s->R * 3, PT_F32);
     s->sel = buf(s, nimg, PT_I32);

@@ -132,7 +132,7 @@ def pi0_run(args, obs, noise, tmp, tag):
     """`pi0 run --json` on the arrays of obs (the prompt goes to --prompt); returns the actions."""
     arrays, prompt = {}, None
     for k, v in obs.items():
-        if k == "prompt":
+        if k in ("prompt", "task"):   # LeRobot's batches carry the prompt as "task"
             prompt = v.decode() if isinstance(v, bytes) else v
         elif isinstance(v, dict):
             arrays.update({f"{k}/{kk}": vv for kk, vv in v.items()})
@@ -163,6 +163,14 @@ def droid_obs(rng):
     o.update({"observation/joint_position": rng.standard_normal(7), "observation/gripper_position": rng.random(1),
               "prompt": b"open the top drawer"})  # bytes: decoded as UTF-8, as openpi's DROID policy does
     return o
+
+
+def lerobot_obs(rng):
+    """LeRobot's keys: a camera as uint8 HWC of another size (resized by the policy), one camera left out (a -1
+    image), the state float32, the prompt as "task" """
+    return {"observation.images.base_0_rgb": rng.integers(0, 256, (60, 80, 3), dtype=np.uint8),
+            "observation.images.left_wrist_0_rgb": rng.integers(0, 256, (56, 56, 3), dtype=np.uint8),
+            "observation.state": rng.standard_normal(8).astype(np.float32), "task": "pick up the cup"}
 
 
 def aloha_obs(rng):
@@ -489,6 +497,11 @@ def main():
         ck_l = checkpoint(tmp, "libero", "tiny-pi0", "libero", 8, 7, rng)
         ck_d = checkpoint(tmp, "droid", "tiny-pi05", "droid", 8, 8, rng)
         ck_a = checkpoint(tmp, "aloha", "tiny-pi0", "trossen", 14, 14, rng)
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import lerobot_check   # writes LeRobot policy directories (processor files, stats) from the tiny fixtures
+        cams = lerobot_check.CAMS3
+        ck_r = lerobot_check.policy_dir(tmp, "lerobot", "tiny-pi0", cams, 8, 7, {"VISUAL": "IDENTITY", "STATE": "MEAN_STD",
+                                        "ACTION": "MEAN_STD"}, np.random.RandomState(3))
         common = ["--tokenizer", tok]
         libero_args = ["--checkpoint", ck_l, "--robot", "libero"] + common
         robots = {
@@ -496,6 +509,9 @@ def main():
             "DROID": (["--checkpoint", ck_d, "--config", "pi05_droid"] + common, droid_obs, 8, {}),
             "ALOHA": (["--checkpoint", ck_a, "--config", "pi0_aloha_towel"] + common, aloha_obs, 14,
                       {"reset_pose": [0, -1.5, 1.5, 0, 0, 0]}),
+            "LeRobot": (["--checkpoint", ck_r] + common, lerobot_obs, 7,
+                        {"lerobot": {"type": "pi0", "cameras": cams, "state": "observation.state", "state_dim": 8,
+                                     "action_dim": 7, "n_action_steps": 5, "prompt_key": "task"}}),
         }
         test_robots(tmp, robots)
         test_live(tmp, libero_args)
