@@ -306,6 +306,23 @@ def batches(log):
     return line[-1].split("stopped: ", 1)[1] if line else "?"
 
 
+def test_lerobot_batched(tmp, args):
+    """A LeRobot policy served with batching: 4 clients x 12 requests over 6 observation/noise variants, each reply
+    its own chunk (equal to `pi0 run` on it), batches of more than one formed."""
+    rng = np.random.default_rng(21)
+    cases = [({**lerobot_obs(rng), "task": f"task {i}"}, rng.standard_normal((H, A)).astype(np.float32)) for i in range(6)]
+    expected = [pi0_run(args, o, n, tmp, f"lr{i}") for i, (o, n) in enumerate(cases)]
+    srv = Server(tmp, "lerobot-batched", args + ["--max-batch", "4", "--batch-window-ms", "20"])
+    try:
+        stats, bad, lost = load(srv.port, cases, expected, n_clients=4, n_requests=12)
+    finally:
+        rc = srv.stop()
+    log = batches(srv.text())
+    check("LeRobot, batching on: 4 clients x 12 requests, each its own chunk", stats["n"] == 48 and not bad and not lost
+          and rc == 0, f"{stats['n']} replies, {len(bad)} wrong, {len(lost)} lost {lost[:2]} {bad[:2]}; {log}")
+    check("LeRobot, batching on: batches of more than one request ran", not log.endswith("largest batch 1"), log)
+
+
 def test_load(tmp, libero_args, cases, expected):
     results = {}
     for label, extra in (("batching off", ["--max-batch", "1"]), ("batching on", ["--max-batch", "8", "--batch-window-ms", "2"])):
@@ -514,6 +531,7 @@ def main():
                                      "action_dim": 7, "n_action_steps": 5, "prompt_key": "task"}}),
         }
         test_robots(tmp, robots)
+        test_lerobot_batched(tmp, robots["LeRobot"][0])
         test_live(tmp, libero_args)
         cases = variants(16)
         expected = [pi0_run(libero_args, o, n, tmp, f"v{i}") for i, (o, n) in enumerate(cases)]
