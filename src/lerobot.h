@@ -60,8 +60,8 @@ pi0_status lerobot_prepare(const lerobot_pipeline *p, const pi0_tokenizer *tok, 
 /* The model's chunk (H, A) float32 -> out (n_action_steps, action_dim) float64: sliced, then unnormalised in float32. */
 void lerobot_actions(const lerobot_pipeline *p, const float *chunk, double *out);
 /* Resize with padding as LeRobot's model does it (resize_with_pad_torch: bilinear, align_corners=False, no antialias,
- * centred zero padding), each value computed exactly in float64 and rounded once; src / dst are float32 CHW planes
- * of 3 channels, dst size x size. Clamped to [0, 1] where resized. */
+ * centred zero padding), bit for bit as PyTorch 2.7-2.11 computes it in float32; src / dst are float32 CHW planes of
+ * 3 channels, dst size x size. Clamped to [0, 1] where resized. */
 pi0_status lerobot_resize_with_pad(const float *src, int h, int w, int size, float *dst);
 
 #endif

@@ -453,26 +453,26 @@ done:
 
 /* ---- images ---- */
 
-typedef struct { int *i0, *i1; double *w0, *w1; } axis_w;
+typedef struct { int *i0, *i1; float *w0, *w1; } axis_w;
 
-/* PyTorch's linear weights for align_corners=False without antialias (upsample bilinear's source index rule),
- * in float64: src = max(scale (dst + 0.5) - 0.5, 0), i0 = floor, lambda = src - i0. */
+/* PyTorch's linear weights for align_corners=False without antialias, in float32 as its kernels compute them
+ * (torch 2.7-2.11, CPU and CUDA alike): src = max(fma(in / out, dst + 0.5, -0.5), 0), i0 = floor, lambda = src - i0. */
 static int axis_weights(axis_w *a, int in, int out) {
     a->i0 = malloc((size_t)out * sizeof(int)); a->i1 = malloc((size_t)out * sizeof(int));
-    a->w0 = malloc((size_t)out * sizeof(double)); a->w1 = malloc((size_t)out * sizeof(double));
+    a->w0 = malloc((size_t)out * sizeof(float)); a->w1 = malloc((size_t)out * sizeof(float));
     if (!a->i0 || !a->i1 || !a->w0 || !a->w1) return 0;
-    double scale = (double)in / out;
+    float scale = (float)in / (float)out;
     for (int d = 0; d < out; d++) {
-        double src = scale * (d + 0.5) - 0.5;
+        float src = fmaf(scale, (float)d + 0.5f, -0.5f);
         if (src < 0) src = 0;
-        int i0 = (int)floor(src);
+        int i0 = (int)floorf(src);
         if (i0 > in - 1) i0 = in - 1;
-        double lam = src - i0;
+        float lam = src - (float)i0;
         if (lam < 0) lam = 0;
         if (lam > 1) lam = 1;
         a->i0[d] = i0;
         a->i1[d] = i0 < in - 1 ? i0 + 1 : i0;
-        a->w0[d] = 1.0 - lam;
+        a->w0[d] = 1.0f - lam;
         a->w1[d] = lam;
     }
     return 1;
@@ -501,12 +501,13 @@ pi0_status lerobot_resize_with_pad(const float *src, int h, int w, int size, flo
         const float *s = src + (size_t)c * h * w;
         for (int y = 0; y < rh; y++) {
             const float *r0 = s + (size_t)ay.i0[y] * w, *r1 = s + (size_t)ay.i1[y] * w;
-            double wy0 = ay.w0[y], wy1 = ay.w1[y];
+            float wy0 = ay.w0[y], wy1 = ay.w1[y];
             float *o = dst + (size_t)c * plane + (size_t)(top + y) * size + left;
-            for (int x = 0; x < rw; x++) {
+            for (int x = 0; x < rw; x++) {   /* PyTorch's order of fused multiply-adds, bit for bit */
                 int x0 = ax.i0[x], x1 = ax.i1[x];
-                double wx0 = ax.w0[x], wx1 = ax.w1[x];
-                float v = (float)(wy0 * (wx0 * r0[x0] + wx1 * r0[x1]) + wy1 * (wx0 * r1[x0] + wx1 * r1[x1]));
+                float wx0 = ax.w0[x], wx1 = ax.w1[x];
+                float t0 = fmaf(wx0, r0[x0], wx1 * r0[x1]), t1 = fmaf(wx0, r1[x0], wx1 * r1[x1]);
+                float v = fmaf(wy0, t0, wy1 * t1);
                 o[x] = v < 0.0f ? 0.0f : v > 1.0f ? 1.0f : v;
             }
         }
@@ -517,7 +518,8 @@ done:
     return st;
 }
 
-/* one camera array -> float32 CHW in [0, 1] (uint8 / 255 as LeRobot's prepare_observation_for_inference) */
+/* one camera array -> float32 CHW in [0, 1]: uint8 / 255 as LeRobot's prepare_observation_for_inference on the GPU,
+ * where PyTorch divides by a scalar as a multiplication by its float32 reciprocal */
 static pi0_status image_in(const pi0_array *a, const char *key, float **out, int *ph, int *pw) {
     int nd = a->ndim;
     const int64_t *sh = a->shape;
@@ -537,7 +539,7 @@ static pi0_status image_in(const pi0_array *a, const char *key, float **out, int
     if (!img) return PI0_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         size_t c = i / (size_t)(h * w), yx = i % (size_t)(h * w), src = chw ? i : yx * 3 + c;
-        float v = a->dtype == PI0_DT_U8 ? (float)((const uint8_t *)a->data)[src] / 255.0f
+        float v = a->dtype == PI0_DT_U8 ? (float)((const uint8_t *)a->data)[src] * (1.0f / 255.0f)
                 : a->dtype == PI0_DT_F32 ? ((const float *)a->data)[src] : (float)((const double *)a->data)[src];
         if (!isfinite(v)) {
             free(img);

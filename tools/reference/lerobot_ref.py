@@ -8,8 +8,8 @@ pre/post-processors), for checking the C engine's LeRobot mode.
 
 Restated with numpy from LeRobot's own code at commit 7427f31 (no engine code was read):
   common/control_utils.py predict_action: prepare_observation_for_inference -> preprocessor -> select_action
-    -> postprocessor; policies/utils.py prepare_observation_for_inference (uint8 -> float32 u/255, HWC -> CHW,
-    batch dim, task "" when none is given);
+    -> postprocessor; policies/utils.py prepare_observation_for_inference (to the policy's device, then uint8 ->
+    float32 u/255, HWC -> CHW, batch dim, task "" when none is given);
   processor/pipeline.py (policy_preprocessor.json / policy_postprocessor.json: steps run in file order, each
     {"registry_name", "config", "state_file"}); processor/{rename_processor, batch_processor, device_processor,
     tokenizer_processor, relative_action_processor, normalize_processor}.py; policies/pi0/processor_pi0.py
@@ -33,14 +33,26 @@ LeRobot facts that an implementer may not expect (all from the files above):
   * the tokenizer step's own max_length is used, not the policy config's tokenizer_max_length.
 
 Engine decisions (choices made for the C engine, implemented here as stated):
-  1. Images: uint8 HWC or CHW (CHW when shape[0] == 3) -> float32(u)/255 (true float32 division), CHW;
-     float32/float64 arrays are float32 values in [0,1], CHW when shape[0] == 3 else HWC; a leading batch
-     dimension of 1 is allowed; non-finite values are an error.  (LeRobot assumes HWC, as robots send it.)
-  2. Resize (only when the size differs from R): bilinear, align_corners=False, no antialias, but evaluated
-     exactly in float64 (scale = in/out, src = max(scale*(d+0.5)-0.5, 0), i0 = min(floor(src), in-1),
-     lam = src-i0, i1 = min(i0+1, in-1), v = wy0*(wx0*x00+wx1*x01) + wy1*(wx0*x10+wx1*x11)) and rounded once
-     to float32, then clamped to [0,1].  Reason: PyTorch's own float32 kernels differ across versions,
-     devices and memory layouts; the exactly rounded value is reproducible.
+  1. Images: uint8 HWC or CHW (CHW when shape[0] == 3) -> float32(u) * float32(1.0f/255.0f) (the reciprocal
+     computed in float32), CHW; float32/float64 arrays are float32 values in [0,1], CHW when shape[0] == 3 else
+     HWC; a leading batch dimension of 1 is allowed; non-finite values are an error.  (LeRobot assumes HWC, as
+     robots send it.)  Reason for the reciprocal: prepare_observation_for_inference (policies/utils.py) moves the
+     tensor to the policy's device BEFORE `tensor.type(torch.float32) / 255`, and on CUDA PyTorch divides a tensor
+     by a CPU scalar as a multiplication by the float32 reciprocal (measured on torch 2.11 CUDA: 126 of the 256
+     values u/255 differ from true division; CPU does true division).  pi0 runs on GPUs, so the engine takes the
+     GPU's values.
+  2. Resize (only when the size differs from R): PyTorch >= 2.7's float32 F.interpolate(mode="bilinear",
+     align_corners=False, antialias=False) reproduced bit for bit (LeRobot requires torch >= 2.7, < 2.12; measured
+     on torch 2.11.0+cu130, H200 machine: CPU NCHW, CPU channels-last and CUDA give identical results, and this
+     formula reproduces them on 480x640->168x224, 96x128->168x224, 100x37->224x82 random images).  All float32,
+     fma = exactly rounded a*b+c (one rounding; emulated exactly by fma32):
+       per axis (in -> out): scale = float32(in)/float32(out); src = max(fma(scale, float32(d) + 0.5f, -0.5f), 0);
+         i0 = min(floor(src), in-1); i1 = min(i0+1, in-1); lam = clamp(src - float32(i0), 0, 1); w0 = 1-lam; w1 = lam
+       t0 = fma(wx0, x00, wx1*x01); t1 = fma(wx0, x10, wx1*x11); v = fma(wy0, t0, wy1*t1)
+     then clamped to [0,1] and padded with 0.0.  (An earlier decision used the exactly rounded float64 value; it
+     was replaced because LeRobot's supported torch versions all give this float32 kernel's values, on every
+     device and layout.)  The self-check compares fma32 with exact Fraction arithmetic and, informationally,
+     the resize with the local torch (Debian's 1.13 differs; torch >= 2.7 should give 0 differing values).
   3. State: float64 is normalised in float64, float32 in float32, integers become float32 first; the model
      input is the padded normalised state rounded to float32; pi0.5 digitises the normalised state in its
      own precision.  (As LeRobot does with the tensor the caller provides.)  Non-finite state is an error.
@@ -75,6 +87,7 @@ PRE_STEPS = {"rename_observations_processor", "to_batch_processor", "pi0_new_lin
 POST_STEPS = {"unnormalizer_processor", "absolute_actions_processor", "device_processor"}
 NORM_STATS = {"MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"),
               "QUANTILE10": ("q10", "q90")}
+U8_SCALE = np.float32(1.0) / np.float32(255.0)                   # float32 reciprocal, as CUDA divides by 255
 FLOAT_DTYPES = {"float32": np.float32, "float": np.float32, "float64": np.float64, "double": np.float64}
 DEFAULTS = dict(chunk_size=50, n_action_steps=50, max_state_dim=32, max_action_dim=32, num_inference_steps=10,
                 image_resolution=[224, 224], empty_cameras=0, min_period=4e-3, max_period=4.0,
@@ -297,8 +310,8 @@ def image_to_chw(key, a):
         a = a[0]
     if a.ndim != 3:
         raise RefError(f"{key}: expected an image [H,W,3] or [3,H,W] (optionally with batch 1), got {list(a.shape)}")
-    if a.dtype == np.uint8:
-        f = a.astype(np.float32) / np.float32(255.0)
+    if a.dtype == np.uint8:                                         # CUDA's u / 255: u * float32(1/255)
+        f = a.astype(np.float32) * U8_SCALE
     elif a.dtype in (np.float32, np.float64):
         f = a.astype(np.float32)
         if not np.all(np.isfinite(f)):
@@ -312,23 +325,54 @@ def image_to_chw(key, a):
     return np.ascontiguousarray(f)[None]                            # [1,3,H,W]
 
 
+def fma32(a, b, c):
+    """Exactly rounded float32 a*b + c (one rounding, round to nearest even), vectorised, for float32 arrays.
+
+    p = a*b is exact in float64 (24 + 24 bits); TwoSum gives s + err == p + c exactly; float32(s) is the correctly
+    rounded result unless s is exactly halfway between two adjacent float32 values and err != 0: then the result is
+    the neighbour on err's side.  An overflowing s (float32(s) = inf) uses 2^128 as the value of inf, so the
+    halfway point between FLT_MAX and inf is handled too."""
+    a, b, c = (np.asarray(v, dtype=np.float32) for v in (a, b, c))
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c64 = c.astype(np.float64)
+    s = p + c64                                                     # TwoSum (Knuth): s + err == p + c exactly
+    bv = s - p
+    err = (p - (s - bv)) + (c64 - bv)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = s.astype(np.float32)
+        r64 = r.astype(np.float64)
+        r64 = np.where(np.isinf(r) & np.isfinite(s), np.copysign(2.0 ** 128, s), r64)
+        n = np.nextafter(r, np.where(r64 < s, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32))
+        n64 = n.astype(np.float64)
+        n64 = np.where(np.isinf(n), np.copysign(2.0 ** 128, n64), n64)
+        halfway = (r64 != s) & ((r64 + n64) * 0.5 == s) & (err != 0)
+        toward_n = (n64 - s) * err > 0                              # err on the neighbour's side
+    return np.where(halfway & toward_n, n, r).astype(np.float32)
+
+
 def _axis(n_in, n_out):
-    scale = n_in / n_out
-    src = np.maximum(scale * (np.arange(n_out, dtype=np.float64) + 0.5) - 0.5, 0.0)
-    i0 = np.minimum(np.floor(src), n_in - 1).astype(np.int64)
-    lam = np.clip(src - i0, 0.0, 1.0)
-    return i0, np.minimum(i0 + 1, n_in - 1), 1.0 - lam, lam
+    """PyTorch's float32 source index and weights (align_corners=False): src = fma(in/out, d + 0.5, -0.5)."""
+    scale = np.float32(n_in) / np.float32(n_out)
+    d = np.arange(n_out).astype(np.float32) + np.float32(0.5)
+    src = np.maximum(fma32(scale, d, np.float32(-0.5)), np.float32(0.0))
+    i0 = np.minimum(np.floor(src), np.float32(n_in - 1)).astype(np.int64)
+    lam = np.clip(src - i0.astype(np.float32), np.float32(0.0), np.float32(1.0)).astype(np.float32)
+    return i0, np.minimum(i0 + 1, n_in - 1), (np.float32(1.0) - lam).astype(np.float32), lam
 
 
-def bilinear_exact(img, oh, ow):
-    """img float32 [H,W,C] -> float32 [oh,ow,C]: align_corners=False bilinear evaluated in float64, one rounding."""
-    x = img.astype(np.float64)
-    y0, y1, wy0, wy1 = _axis(img.shape[0], oh)
-    x0, x1, wx0, wx1 = _axis(img.shape[1], ow)
+def bilinear_torch(img, oh, ow):
+    """img float32 [H,W,C] -> float32 [oh,ow,C]: PyTorch >= 2.7's float32 F.interpolate(bilinear,
+    align_corners=False, antialias=False), bit for bit: t = fma(wx0, x0, wx1*x1) per row, fma(wy0, t0, wy1*t1)."""
+    x = np.asarray(img, dtype=np.float32)
+    y0, y1, wy0, wy1 = _axis(x.shape[0], oh)
+    x0, x1, wx0, wx1 = _axis(x.shape[1], ow)
     wx0, wx1 = wx0[None, :, None], wx1[None, :, None]
-    top = wx0 * x[y0][:, x0] + wx1 * x[y0][:, x1]
-    bot = wx0 * x[y1][:, x0] + wx1 * x[y1][:, x1]
-    return (wy0[:, None, None] * top + wy1[:, None, None] * bot).astype(np.float32)
+
+    def row(rows):
+        return fma32(wx0, x[rows][:, x0], (wx1 * x[rows][:, x1]).astype(np.float32))
+
+    t0, t1 = row(y0), row(y1)
+    return fma32(wy0[:, None, None], t0, (wy1[:, None, None] * t1).astype(np.float32))
 
 
 def resize_with_pad(img, R):
@@ -337,7 +381,7 @@ def resize_with_pad(img, R):
     rh, rw = int(h / ratio), int(w / ratio)
     if rh < 1 or rw < 1:
         raise RefError(f"image {h}x{w} resizes to an empty {rh}x{rw}")
-    out = np.clip(bilinear_exact(img, rh, rw), np.float32(0.0), np.float32(1.0))
+    out = np.clip(bilinear_torch(img, rh, rw), np.float32(0.0), np.float32(1.0))
     ph, pw = (R - rh) // 2, (R - rw) // 2
     canvas = np.zeros((R, R, img.shape[2]), dtype=np.float32)
     canvas[ph:ph + rh, pw:pw + rw] = out
@@ -545,21 +589,111 @@ def _torch_lerobot_transform(tensor, mode, stats, eps, inverse):
     return (tensor + 1.0) * denom / 2.0 + st[lo] if inverse else 2.0 * (tensor - st[lo]) / denom - 1.0
 
 
+def _fraction_to_f32(q):
+    """Brute force: the rational q rounded to the nearest float32 (ties to even), subnormals and overflow included."""
+    from fractions import Fraction
+    if q == 0:
+        return 0.0
+    sign, m = (-1 if q < 0 else 1), abs(q)
+    e = m.numerator.bit_length() - m.denominator.bit_length()      # 2^e <= m < 2^(e+1) after the correction
+    if Fraction(2) ** e > m:
+        e -= 1
+    quantum = Fraction(2) ** (max(e, -126) - 23)
+    n, rem = divmod(m, quantum)
+    n = int(n)
+    if rem * 2 > quantum or (rem * 2 == quantum and n % 2 == 1):
+        n += 1
+    v = n * quantum
+    if v >= Fraction(2) ** 128:
+        return sign * float("inf")
+    return sign * float(v)                                         # exact: v is a float32 value
+
+
+def _fma_exact(a, b, c):
+    """float32 a*b + c rounded once, with IEEE's sign of an exact zero (round to nearest)."""
+    from fractions import Fraction
+    a, b, c = float(a), float(b), float(c)
+    q = Fraction(a) * Fraction(b) + Fraction(c)
+    if q != 0:
+        return np.float32(_fraction_to_f32(q))
+    prod_neg = (np.signbit(a) != np.signbit(b))
+    if a * b == 0 and c == 0:                                       # zero + zero: -0 only if both are -0
+        return np.float32(-0.0 if (prod_neg and np.signbit(c)) else 0.0)
+    return np.float32(0.0)                                          # x + (-x) = +0
+
+
+def _fma_triples(rng):
+    """Random, resize-like and constructed halfway triples: c + p with p = +-H*(1 - j^2 2^-46), H = half an ulp of c,
+    lands (for small j) exactly halfway between two float32 values after rounding to float64, with err != 0."""
+    f32 = np.float32
+    A, B, C = [], [], []
+
+    def add(a, b, c):
+        A.extend(np.asarray(a, f32).ravel())
+        B.extend(np.asarray(b, f32).ravel())
+        C.extend(np.asarray(c, f32).ravel())
+    n = 1000
+    add(rng.randn(n), rng.randn(n), rng.randn(n))
+    add(rng.randn(n) * 10.0 ** rng.uniform(-30, 30, n), rng.randn(n) * 10.0 ** rng.uniform(-30, 30, n),
+        rng.randn(n) * 10.0 ** rng.uniform(-40, 38, n))
+    add(rng.rand(n), rng.randint(0, 256, n) / 255.0, rng.rand(n) * rng.rand(n))           # resize weights * pixels
+    add(rng.uniform(0.1, 4, n), np.arange(n) + 0.5, np.full(n, -0.5))                    # source indices
+    tiny = np.float32(2.0 ** -149)
+    add([tiny, -tiny, tiny, 2.0 ** -126, 1e19, 3.4e38, 0.0, -0.0, 0.0, 1.0],
+        [0.5, 0.5, 3.0, -2.0 ** -25, 3.4e19, 1.0, -1.0, 5.0, -0.0, 1.0],
+        [0.0, tiny, -tiny, 2.0 ** -126, 0.0, 3.4e38, -0.0, -0.0, 0.0, -1.0])
+    m = 3000                                                        # constructed halfway cases
+    c = (rng.uniform(1, 2, m) * 2.0 ** rng.randint(-120, 120, m) * rng.choice([-1, 1], m)).astype(f32)
+    ulp = np.abs(np.nextafter(c, np.float32(np.inf)).astype(np.float64) - np.abs(c).astype(np.float64))
+    ulp = np.where(c < 0, np.abs(np.nextafter(c, np.float32(-np.inf)).astype(np.float64) - c.astype(np.float64)), ulp)
+    j = rng.randint(1, 700, m)
+    u = j * 2.0 ** -23
+    a = ((1 + u) * (ulp / 2) * rng.choice([-1, 1], m)).astype(f32)   # exact float32 values by construction
+    b = (1 - u).astype(f32)
+    add(a, b, c)
+    add(np.float32(2.0 ** 6) * (1 + 2.0 ** -23), 1 - 2.0 ** -23, 2.0 ** 30 + 2.0 ** 7)   # ties-to-even goes wrong
+    return np.asarray(A, f32), np.asarray(B, f32), np.asarray(C, f32)
+
+
+def check_fma(rng):
+    a, b, c = _fma_triples(rng)
+    mine = fma32(a, b, c)
+    want = np.array([_fma_exact(x, y, z) for x, y, z in zip(a, b, c)], dtype=np.float32)
+    bad = np.flatnonzero(mine.view(np.uint32) != want.view(np.uint32))
+    with np.errstate(over="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        naive = (p + c.astype(np.float64)).astype(np.float32)        # one float64 rounding then float32: double rounding
+    fixed = int((naive.view(np.uint32) != want.view(np.uint32)).sum())
+    print(f"fma32 vs exact Fraction arithmetic: {a.size - bad.size}/{a.size} triples bit-equal "
+          f"({fixed} of them are halfway cases where float32(float64(a*b+c)) is wrong)")
+    for i in bad[:10]:
+        print(f"  MISMATCH fma({a[i]!r}, {b[i]!r}, {c[i]!r}) = {mine[i]!r}, exact {want[i]!r}")
+    return bad.size == 0 and fixed > 0
+
+
 def self_check():
     rng = np.random.RandomState(0)
-    print(f"resize (exact float64 bilinear, one rounding) vs torch {torch.__version__} F.interpolate:")
-    for (h, w, R) in ((480, 640, 224), (224, 224, 56), (100, 37, 56), (20, 30, 56), (57, 57, 56), (333, 111, 224)):
+    ok = check_fma(rng)
+    print(f"resize (PyTorch >= 2.7 float32 bilinear, fma emulated) vs local torch {torch.__version__} F.interpolate "
+          f"(informational: 0 differing values expected on torch >= 2.7; torch < 2.7 kernels differ):")
+    for (h, w, oh, ow) in ((480, 640, 168, 224), (96, 128, 168, 224), (100, 37, 224, 82), (224, 224, 56, 56),
+                           (20, 30, 37, 56), (57, 57, 56, 56), (333, 111, 224, 74)):
         img = rng.rand(h, w, 3).astype(np.float32)
-        ratio = max(w / R, h / R)
-        oh, ow = int(h / ratio), int(w / ratio)
-        mine = bilinear_exact(img, oh, ow)
+        mine = bilinear_torch(img, oh, ow)
         t = torch.from_numpy(img).permute(2, 0, 1)[None]
-        t32, t64 = (torch.nn.functional.interpolate(u, size=(oh, ow), mode="bilinear", align_corners=False)
-                    [0].permute(1, 2, 0).numpy().astype(np.float32) for u in (t, t.double()))
-        print(f"  {h}x{w} -> {oh}x{ow}: max|exact - torch f32| = {np.abs(mine - t32).max():.3g} "
-              f"({int((mine != t32).sum())} of {mine.size} differ), max|exact - f32(torch f64)| = "
-              f"{np.abs(mine - t64).max():.3g}")
-        assert resize_with_pad(img, R).shape == (R, R, 3)
+        ref = (torch.nn.functional.interpolate(t, size=(oh, ow), mode="bilinear", align_corners=False)
+               [0].permute(1, 2, 0).numpy().astype(np.float32))
+        nd = int((mine.view(np.uint32) != ref.view(np.uint32)).sum())
+        print(f"  torch {torch.__version__} {h}x{w} -> {oh}x{ow}: {nd} of {mine.size} values differ "
+              f"(max |diff| {np.abs(mine - ref).max():.3g})")
+    for (h, w, R) in ((480, 640, 224), (100, 37, 56), (20, 30, 56)):
+        assert resize_with_pad(rng.rand(h, w, 3).astype(np.float32), R).shape == (R, R, 3)
+    u = np.arange(256, dtype=np.uint8)
+    mul = image_to_chw("u8", np.broadcast_to(u[:, None, None], (256, 1, 3)))[0, 0, :, 0]
+    div = u.astype(np.float32) / np.float32(255.0)
+    print(f"uint8: u * float32(1/255) differs from float32 u/255 for {int((mul != div).sum())} of 256 values")
+    if not np.array_equal(mul, u.astype(np.float32) * (np.float32(1.0) / np.float32(255.0))):
+        ok = False
     fails = cases = 0
     for mode, (lo, hi) in NORM_STATS.items():
         for dt, inverse, _ in ((d, i, k) for d in (np.float32, np.float64) for i in (False, True) for k in range(20)):
@@ -579,7 +713,7 @@ def self_check():
                 print(f"  MISMATCH {mode} {dt.__name__} inverse={inverse}: max diff "
                       f"{np.abs(mine.astype(np.float64) - ref).max():.3g}")
     print(f"normalizer vs LeRobot's torch formulas: {cases - fails}/{cases} cases bit-equal")
-    return 1 if fails else 0
+    return 1 if fails or not ok else 0
 
 
 # --------------------------------------------------------------------------------------------------
