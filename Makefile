@@ -103,14 +103,15 @@ debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
-# observations, OCDBT + zarr (Orbax checkpoints), JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
+# observations, LeRobot config.json + observations, OCDBT + zarr (Orbax checkpoints), JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
 # like ASan's.
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c
+FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c \
+            src/lerobot.c src/lerobot_pipeline.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
-            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image
+            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot
 # images: the CLI's decoder (TurboJPEG, libspng) and the library's resize
 $(BUILD)/fuzz/fuzz_image: tests/fuzz/fuzz_image.c tools/imagefile.c src/image.c src/util.c $(HDRS) tools/imagefile.h
 	@mkdir -p $(dir $@)
@@ -132,6 +133,10 @@ fuzz: fuzz-build
 	(printf '\001'; cat tests/fixtures/tiny-pi0/assets/tiny/norm_stats.json) > $(BUILD)/fuzz/corpus_pol/stats
 	printf '\006\002\002\001\010\000\000' > $(BUILD)/fuzz/corpus_pol/state
 	$(BUILD)/fuzz/fuzz_policy $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_pol
+	@mkdir -p $(BUILD)/fuzz/corpus_lerobot
+	printf '\001{"type": "pi05", "chunk_size": 10, "input_features": {"observation.images.a": {"type": "VISUAL", "shape": [3, 8, 8]}, "observation.state": {"type": "STATE", "shape": [8]}}, "empty_cameras": 1, "image_resolution": [224, 224], "use_peft": false}' > $(BUILD)/fuzz/corpus_lerobot/config
+	printf '\004\000\000\003\005\007\003\003\001\001\010\000\000' > $(BUILD)/fuzz/corpus_lerobot/obs
+	$(BUILD)/fuzz/fuzz_lerobot $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_lerobot
 	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
 	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13
 	$(BUILD)/fuzz/fuzz_ocdbt $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_ocdbt

@@ -518,6 +518,23 @@ done:
     return st;
 }
 
+/* element i of an array of dtype dt as a double; data need not be aligned (memcpy loads) */
+static double load(const void *data, pi0_dtype dt, size_t i) {
+    const uint8_t *b = data;
+    float f;
+    double d;
+    int32_t i32;
+    int64_t i64;
+    switch (dt) {
+    case PI0_DT_U8: return b[i];
+    case PI0_DT_F32: memcpy(&f, b + i * 4, 4); return f;
+    case PI0_DT_F64: memcpy(&d, b + i * 8, 8); return d;
+    case PI0_DT_I32: memcpy(&i32, b + i * 4, 4); return (float)i32;   /* integers become float32, as documented */
+    case PI0_DT_I64: memcpy(&i64, b + i * 8, 8); return (float)i64;
+    default: PI0_ASSERT(0); return 0;
+    }
+}
+
 /* one camera array -> float32 CHW in [0, 1]: uint8 / 255 as LeRobot's prepare_observation_for_inference on the GPU,
  * where PyTorch divides by a scalar as a multiplication by its float32 reciprocal */
 static pi0_status image_in(const pi0_array *a, const char *key, float **out, int *ph, int *pw) {
@@ -539,8 +556,7 @@ static pi0_status image_in(const pi0_array *a, const char *key, float **out, int
     if (!img) return PI0_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         size_t c = i / (size_t)(h * w), yx = i % (size_t)(h * w), src = chw ? i : yx * 3 + c;
-        float v = a->dtype == PI0_DT_U8 ? (float)((const uint8_t *)a->data)[src] * (1.0f / 255.0f)
-                : a->dtype == PI0_DT_F32 ? ((const float *)a->data)[src] : (float)((const double *)a->data)[src];
+        float v = a->dtype == PI0_DT_U8 ? (float)((const uint8_t *)a->data)[src] * (1.0f / 255.0f) : (float)load(a->data, a->dtype, src);
         if (!isfinite(v)) {
             free(img);
             return pi0_fail(PI0_ERR_ARG, "observation '%s': value %zu is not finite (or out of float32 range)", key, src);
@@ -624,16 +640,11 @@ pi0_status lerobot_prepare(const lerobot_pipeline *p, const pi0_tokenizer *tok, 
     double sd[32 * 4];
     float sf[32 * 4];
     int f64 = st_arr->dtype == PI0_DT_F64;
+    if (st_arr->dtype != PI0_DT_F64 && st_arr->dtype != PI0_DT_F32 && st_arr->dtype != PI0_DT_I32 && st_arr->dtype != PI0_DT_I64)
+        return pi0_fail(PI0_ERR_ARG, "observation '%s': dtype %s: expected float32, float64 or integers", st_arr->key,
+                        pi0_dtype_name(st_arr->dtype));
     for (int i = 0; i < p->state_dim; i++) {
-        double v;
-        switch (st_arr->dtype) {
-        case PI0_DT_F64: v = ((const double *)st_arr->data)[i]; break;
-        case PI0_DT_F32: v = ((const float *)st_arr->data)[i]; break;
-        case PI0_DT_I32: v = (float)((const int32_t *)st_arr->data)[i]; break;
-        case PI0_DT_I64: v = (float)((const int64_t *)st_arr->data)[i]; break;
-        default: return pi0_fail(PI0_ERR_ARG, "observation '%s': dtype %s: expected float32, float64 or integers", st_arr->key,
-                                 pi0_dtype_name(st_arr->dtype));
-        }
+        double v = load(st_arr->data, st_arr->dtype, (size_t)i);
         if (!isfinite(v) || (!f64 && fabs(v) > 3.4028234663852886e38))
             return pi0_fail(PI0_ERR_ARG, "observation '%s': value %d is not finite", st_arr->key, i);
         sd[i] = v;

@@ -50,9 +50,13 @@ Engine decisions (choices made for the C engine, implemented here as stated):
          i0 = min(floor(src), in-1); i1 = min(i0+1, in-1); lam = clamp(src - float32(i0), 0, 1); w0 = 1-lam; w1 = lam
        t0 = fma(wx0, x00, wx1*x01); t1 = fma(wx0, x10, wx1*x11); v = fma(wy0, t0, wy1*t1)
      then clamped to [0,1] and padded with 0.0.  (An earlier decision used the exactly rounded float64 value; it
-     was replaced because LeRobot's supported torch versions all give this float32 kernel's values, on every
-     device and layout.)  The self-check compares fma32 with exact Fraction arithmetic and, informationally,
-     the resize with the local torch (Debian's 1.13 differs; torch >= 2.7 should give 0 differing values).
+     was replaced because LeRobot runs on torch >= 2.7, whose float32 kernel gives these values, so the engine
+     now matches what LeRobot computes instead of an idealised value.)  The self-check compares fma32 with exact Fraction arithmetic and, informationally,
+     the resize with the local torch on CPU (and CUDA when present).  Measured with this file on torch
+     2.11.0+cu130 (H200): CUDA equal on all seven sizes of the self-check; CPU (NCHW and channels-last alike)
+     equal on the three sizes above and on 333x111->224x74, but differing in up to ~40% of the values (max
+     1.2e-7) on 224x224->56x56, 20x30->37x56 and 57x57->56x56: the formula is CUDA's kernel, which is what pi0
+     on a GPU sees (as in decision 1).  Debian's torch 1.13 differs everywhere (up to 3.3e-5).
   3. State: float64 is normalised in float64, float32 in float32, integers become float32 first; the model
      input is the padded normalised state rounded to float32; pi0.5 digitises the normalised state in its
      own precision.  (As LeRobot does with the tensor the caller provides.)  Non-finite state is an error.
@@ -674,18 +678,22 @@ def check_fma(rng):
 def self_check():
     rng = np.random.RandomState(0)
     ok = check_fma(rng)
+    devs = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(f"resize (PyTorch >= 2.7 float32 bilinear, fma emulated) vs local torch {torch.__version__} F.interpolate "
-          f"(informational: 0 differing values expected on torch >= 2.7; torch < 2.7 kernels differ):")
+          f"on {' and '.join(devs)} (informational: on torch >= 2.7 CUDA should give 0 differing values everywhere; "
+          f"CPU gives 0 on the first three sizes and differs on some others; torch < 2.7 kernels differ):")
     for (h, w, oh, ow) in ((480, 640, 168, 224), (96, 128, 168, 224), (100, 37, 224, 82), (224, 224, 56, 56),
                            (20, 30, 37, 56), (57, 57, 56, 56), (333, 111, 224, 74)):
         img = rng.rand(h, w, 3).astype(np.float32)
         mine = bilinear_torch(img, oh, ow)
         t = torch.from_numpy(img).permute(2, 0, 1)[None]
-        ref = (torch.nn.functional.interpolate(t, size=(oh, ow), mode="bilinear", align_corners=False)
-               [0].permute(1, 2, 0).numpy().astype(np.float32))
-        nd = int((mine.view(np.uint32) != ref.view(np.uint32)).sum())
-        print(f"  torch {torch.__version__} {h}x{w} -> {oh}x{ow}: {nd} of {mine.size} values differ "
-              f"(max |diff| {np.abs(mine - ref).max():.3g})")
+        line = []
+        for dev in devs:
+            ref = (torch.nn.functional.interpolate(t.to(dev), size=(oh, ow), mode="bilinear", align_corners=False)
+                   [0].permute(1, 2, 0).cpu().numpy().astype(np.float32))
+            nd = int((mine.view(np.uint32) != ref.view(np.uint32)).sum())
+            line.append(f"{dev} {nd} of {mine.size} differ (max |diff| {np.abs(mine - ref).max():.3g})")
+        print(f"  torch {torch.__version__} {h}x{w} -> {oh}x{ow}: " + "; ".join(line))
     for (h, w, R) in ((480, 640, 224), (100, 37, 56), (20, 30, 56)):
         assert resize_with_pad(rng.rand(h, w, 3).astype(np.float32), R).shape == (R, R, 3)
     u = np.arange(256, dtype=np.uint8)
