@@ -33,11 +33,11 @@ ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
 endif
 
-LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c src/model.c src/pi0.c src/tokenizer.c src/image.c \
+LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c src/model.c src/api.c src/tokenizer.c src/image.c \
            src/policy.c src/robot.c src/pi0_policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
-CLI_SRC := tools/pi0.c tools/bench.c tools/run.c tools/imagefile.c
+CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)

@@ -20,7 +20,7 @@ void model_sess_free(model_sess *s);
 /* 1 = synchronise and read the clock between stages (no CUDA graph): fills the vision/prefill/denoise
  * split of model_timing. 0 (default) = graph replay where the backend has graphs; only total_ms. */
 void model_set_stage_timing(model_sess *s, int on);
-/* Inputs must already be validated (pi0.c), except for what late(in, arg) checks (late may be NULL). With graphs
+/* Inputs must already be validated (api.c), except for what late(in, arg) checks (late may be NULL). With graphs
  * it runs on the host after the work is enqueued, before the result is read: while a replay computes, or after a
  * new key's capture; its failure is returned once the backend no longer reads the inputs. Without graphs it runs
  * first. dump may be NULL. */

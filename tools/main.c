@@ -1,4 +1,5 @@
-/* pi0 — command-line front end of libpi0 (uses include/pi0.h only).
+/* main.c — the `pi0` command-line front end of libpi0 (uses include/pi0.h only): dispatch, usage and the small
+ * commands (infer, gen-checkpoint, info, convert, tokenize); run.c and bench.c hold the large ones, cli.c the helpers.
  *   pi0 run --checkpoint DIR --config NAME|--robot R --tokenizer FILE --image KEY=FILE ... --state .. --prompt ..
  *   pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors [--steps N] [--seed S] [--dump]
  *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR
@@ -48,30 +49,6 @@ static void usage(FILE *f) {
 static void cmd_usage(FILE *f, const char *name) {
     for (int i = 0; i < N_CMDS; i++)
         if (!strcmp(CMDS[i].name, name) && CMDS[i].usage) fprintf(f, "usage: %s", CMDS[i].usage);
-}
-
-int cli_fail(const char *what) {
-    fprintf(stderr, "pi0: %s: %s\n", what, pi0_last_error());
-    return 1;
-}
-
-int cli_parse_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "pi0: %s: expected an integer in %lld..%lld, got '%s'\n", flag, lo, hi, v ? v : "(nothing)");
-        return 0;
-    }
-    *out = x;
-    return 1;
-}
-
-int cli_backend(const char *v, pi0_backend_kind *out) {
-    if (!strcmp(v, "cpu")) { *out = PI0_BACKEND_CPU; return 1; }
-    if (!strcmp(v, "cuda")) { *out = PI0_BACKEND_CUDA; return 1; }
-    fprintf(stderr, "pi0: --backend: expected cpu or cuda, got '%s'\n", v);
-    return 0;
 }
 
 /* ---- infer ---- */

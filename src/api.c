@@ -1,4 +1,4 @@
-/* pi0.c — the public API of include/pi0.h: model and session lifecycle, input validation, pi0_infer,
+/* api.c — the public API of include/pi0.h: model and session lifecycle, input validation, pi0_infer,
  * tensor files for tools, checkpoint generation. The math lives in model.c, files in safetensors.c,
  * the tensor table in weights.c. Everything a caller, a file or a peer can get wrong is reported
  * through pi0_status + pi0_last_error(), never by aborting. */
