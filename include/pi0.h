@@ -129,6 +129,9 @@ pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
  * ~0.2 ms from pageable memory); plain malloc otherwise. NULL when out of memory. Free with pi0_host_free
  * (NULL is a no-op). Thread-safe. */
 void *pi0_host_alloc(size_t bytes);
+/* The same for the backend of session s: page-locked for a CUDA session, plain for a CPU one (no GPU context is
+ * made for it). Free with pi0_host_free. */
+void *pi0_session_host_alloc(const pi0_session *s, size_t bytes);
 void pi0_host_free(void *p);
 
 /* Wall-clock time of the last pi0_infer on this session, in milliseconds. The vision/prefill/denoise

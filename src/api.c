@@ -31,10 +31,10 @@ struct pi0_model {
     pi0_config cfg;
     st_file *file;
     pi0_weights w;
-    pi0_backend_kind backend;
+    const pi0_backend_provider *prov;   /* the backend sessions of this model run on (backends.c) */
     int n_threads, device;
     double load_s;         /* Orbax: reading and re-laying out the parameters */
-    void *dev_arena;   /* CUDA: all weights in one device allocation */
+    void *arena;           /* the weights in the backend's memory (one device allocation on CUDA), or NULL */
 };
 
 struct pi0_session {
@@ -56,9 +56,7 @@ static char *join(const char *dir, const char *name) {
 
 void pi0_model_free(pi0_model *m) {
     if (!m) return;
-#ifdef PI0_HAVE_CUDA
-    cuda_weights_free(m->dev_arena);
-#endif
+    if (m->arena) m->prov->weights_free(m->arena);
     weights_free(&m->w);
     st_close(m->file);
     free(m->dir);
@@ -71,15 +69,18 @@ static int exists(const char *path) {
     return stat(path, &sb) == 0;
 }
 
+static pi0_status find_provider(pi0_backend_kind backend, const pi0_backend_provider **out) {
+    if (backend != PI0_BACKEND_DEFAULT && backend != PI0_BACKEND_CPU && backend != PI0_BACKEND_CUDA)
+        return pi0_fail(PI0_ERR_ARG, "backend %d: expected PI0_BACKEND_CPU or PI0_BACKEND_CUDA", (int)backend);
+    if (!(*out = backend_provider(backend)))
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "the CUDA backend is not in this build (make found no nvcc)");
+    return PI0_OK;
+}
+
 pi0_status pi0_backend_check(pi0_backend_kind backend, int device) {
-    if (backend == PI0_BACKEND_DEFAULT || backend == PI0_BACKEND_CPU) return PI0_OK;
-    if (backend != PI0_BACKEND_CUDA) return pi0_fail(PI0_ERR_ARG, "backend %d: expected PI0_BACKEND_CPU or PI0_BACKEND_CUDA", (int)backend);
-#ifdef PI0_HAVE_CUDA
-    return cuda_device_check(device);
-#else
-    (void)device;
-    return pi0_fail(PI0_ERR_UNSUPPORTED, "the CUDA backend is not in this build (make found no nvcc)");
-#endif
+    const pi0_backend_provider *prov;
+    pi0_status st = find_provider(backend, &prov);
+    return st != PI0_OK ? st : prov->check ? prov->check(device) : PI0_OK;
 }
 
 /* openpi's PyTorch conversion, or LeRobot's policy directory: DIR/config.json + DIR/model.safetensors. */
@@ -128,19 +129,16 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     *out = NULL;
     pi0_model_params def = {0};
     if (!p) p = &def;
-    if (p->backend != PI0_BACKEND_DEFAULT && p->backend != PI0_BACKEND_CPU && p->backend != PI0_BACKEND_CUDA)
-        return pi0_fail(PI0_ERR_ARG, "backend %d: expected PI0_BACKEND_CPU or PI0_BACKEND_CUDA", (int)p->backend);
-#ifndef PI0_HAVE_CUDA
-    if (p->backend == PI0_BACKEND_CUDA)
-        return pi0_fail(PI0_ERR_UNSUPPORTED, "the CUDA backend is not in this build (make found no nvcc)");
-#endif
+    const pi0_backend_provider *prov;
+    pi0_status st = find_provider(p->backend, &prov);
+    if (st != PI0_OK) return st;
     if (p->action_horizon < 0 || p->max_token_len < 0)
         return pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d: expected >= 0", p->action_horizon, p->max_token_len);
     pi0_model *m = calloc(1, sizeof *m);
     char *st_path = join(dir, "model.safetensors"), params[4200];
-    pi0_status st = PI0_ERR_NOMEM;
+    st = PI0_ERR_NOMEM;
     if (!m || !st_path || !(m->dir = strdup(dir))) { pi0_fail(st, "out of memory"); goto fail; }
-    m->backend = p->backend == PI0_BACKEND_CUDA ? PI0_BACKEND_CUDA : PI0_BACKEND_CPU;
+    m->prov = prov;
     m->n_threads = p->n_threads;
     m->device = p->device;
     if (exists(st_path)) st = load_safetensors(m, dir);
@@ -152,12 +150,10 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
     if ((st = config_finish(&m->cfg, dir)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
-#ifdef PI0_HAVE_CUDA
-    if (m->backend == PI0_BACKEND_CUDA && (st = cuda_weights_upload(&m->dev_arena, &m->w, &m->cfg, m->device)) != PI0_OK) {
+    if (prov->weights_upload && (st = prov->weights_upload(&m->arena, &m->w, &m->cfg, m->device)) != PI0_OK) {
         pi0_error_prefix("%s", dir);
         goto fail;
     }
-#endif
     free(st_path);
     *out = m;
     return PI0_OK;
@@ -180,32 +176,31 @@ void pi0_model_get_info(const pi0_model *m, pi0_model_info *info) {
                                                c->ex.num_kv_heads, c->ex.head_dim}};
 }
 
-/* pi0_host_alloc: a 64-byte header records which allocator made the block (the pointer after it stays
- * 64-byte aligned, as cudaMallocHost's and glibc's large blocks are). */
-enum { HOST_HDR = 64, HOST_MALLOC = 1, HOST_PINNED = 2 };
+/* pi0_host_alloc: a 64-byte header records which allocator made the block (the provider whose host_alloc did, or
+ * NULL for aligned_alloc); the pointer after it stays 64-byte aligned, as cudaMallocHost's and glibc's large blocks
+ * are. */
+enum { HOST_HDR = 64 };
 
-void *pi0_host_alloc(size_t bytes) {
+static void *host_alloc(const pi0_backend_provider *prov, size_t bytes) {
     if (bytes > SIZE_MAX - 2 * HOST_HDR) return NULL;
-    char *b = NULL;
-    int kind = HOST_MALLOC;
-#ifdef PI0_HAVE_CUDA
-    if ((b = cuda_host_alloc(bytes + HOST_HDR))) kind = HOST_PINNED;
-#endif
+    char *b = prov && prov->host_alloc ? prov->host_alloc(bytes + HOST_HDR) : NULL;
+    if (!b) prov = NULL;
     if (!b && !(b = aligned_alloc(HOST_HDR, (bytes + 2 * HOST_HDR - 1) / HOST_HDR * HOST_HDR))) return NULL;
-    *(int *)b = kind;
+    memcpy(b, &prov, sizeof prov);
     return b + HOST_HDR;
 }
+
+void *pi0_host_alloc(size_t bytes) { return host_alloc(backend_pinned_provider(), bytes); }
+
+void *pi0_session_host_alloc(const pi0_session *s, size_t bytes) { return host_alloc(s ? s->m->prov : NULL, bytes); }
 
 void pi0_host_free(void *p) {
     if (!p) return;
     char *b = (char *)p - HOST_HDR;
-#ifdef PI0_HAVE_CUDA
-    if (*(int *)b == HOST_PINNED) {
-        cuda_host_free(b);
-        return;
-    }
-#endif
-    free(b);
+    const pi0_backend_provider *prov;
+    memcpy(&prov, b, sizeof prov);
+    if (prov) prov->host_free(b);
+    else free(b);
 }
 
 void pi0_session_free(pi0_session *s) {
@@ -231,12 +226,7 @@ pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_s
     s->dump_user = p->dump_user;
     /* One backend instance per session (its scratch, stream and graphs are not shared between
      * threads); the weights are the model's (mapping on the CPU, device arena on CUDA). */
-    pi0_status st;
-#ifdef PI0_HAVE_CUDA
-    if (m->backend == PI0_BACKEND_CUDA) st = cuda_backend_create(&s->be, m->device);
-    else
-#endif
-        st = cpu_backend_create(&s->be, m->n_threads);
+    pi0_status st = m->prov->create(&s->be, m->device, m->n_threads);
     if (st == PI0_OK) st = model_sess_create(&s->ms, s->be, &m->cfg, (pi0_weights *)&m->w, max_b, steps);
     if (st != PI0_OK) { pi0_session_free(s); return st; }
     *out = s;
@@ -303,9 +293,8 @@ static pi0_status check_inputs(const pi0_session *s, const pi0_inputs *in) {
     return PI0_OK;
 }
 
-/* The pixel values: scanned by model_infer while a graph replay runs (backends never index with them). */
-static pi0_status check_images(const pi0_inputs *in, const void *arg) {
-    const pi0_config *c = arg;
+/* The pixel values: scanned while a graph replay runs (backends never index with them). */
+static pi0_status check_images(const pi0_inputs *in, const pi0_config *c) {
     size_t n = (size_t)in->batch * c->n_cameras * c->vis.image_size * c->vis.image_size * 3;
     long long i;
     /* 1e-5 slack: [-1, 1] images made in float64 and rounded may land a hair outside */
@@ -319,8 +308,15 @@ pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions) {
     if (!s || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_infer: NULL argument");
     pi0_status st = check_inputs(s, in);
     if (st != PI0_OK) return st;
-    st = model_infer(s->ms, in, actions, s->dump, s->dump_user, &s->timing, check_images, &s->m->cfg);
-    if (st != PI0_OK) return st;
+    /* the pixels are checked while a queued run computes (the 64-sample images: ~4 ms), else before it */
+    int queued = model_queues(s->ms, s->dump);
+    if (!queued && (st = check_images(in, &s->m->cfg)) != PI0_OK) return st;
+    if ((st = model_start(s->ms, in, s->dump, s->dump_user)) != PI0_OK) return st;
+    if (queued && (st = check_images(in, &s->m->cfg)) != PI0_OK) {
+        model_abort(s->ms);   /* the backend no longer reads the inputs when the error is returned */
+        return st;
+    }
+    if ((st = model_finish(s->ms, actions, &s->timing)) != PI0_OK) return st;
     const pi0_config *c = &s->m->cfg;
     long long i = bad_float(actions, (size_t)in->batch * c->action_horizon * c->action_dim, -INFINITY, INFINITY);
     if (i >= 0)

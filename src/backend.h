@@ -62,24 +62,6 @@ typedef struct {
     pt out;
 } pi0_prenorm;
 
-/* The action expert's layers of one denoise step (spec 3.8/3.13), as model.c's expert_layers runs them op
- * by op (bench/kernels/expert_persist.cuh runs them as one persistent kernel, a lab). Per layer l: norm (Gemma RMSNorm with attn_norm /
- * mlp_norm, or adaRMS with mods[2l] / mods[2l+1] for π0.5), q|k|v with RoPE at pos, attention (attn with
- * k1/v1 = kc[l]/vc[l]), o, the residual (plain add, or gated by the mod's gate for π0.5), norm, gate|up,
- * down, residual. The suffix K/V of layer l go to kc[l]/vc[l] at element offset kv_tail when attn.tail > 0
- * (B = 1: the keys after the cached prefix), else to k/v. M = B x suffix rows. */
-typedef struct {
-    const pi0_gemma_layer *layers;
-    int depth, M, D, F;
-    pt s, sy, stmp, q, k, v, att, g, u;   /* s: residual rows (M, D), in and out; the rest scratch */
-    const pt *kc, *vc;
-    size_t kv_tail;
-    pt pos;
-    pi0_attn attn;
-    const pt *mods;   /* NULL: π0 (RMSNorm weights of the layers) */
-    float eps;
-} pi0_expert_step;
-
 typedef struct pi0_backend pi0_backend;
 struct pi0_backend {
     const char *name;
@@ -154,35 +136,25 @@ struct pi0_backend {
 
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
 
-#ifdef PI0_HAVE_CUDA
-/* CUDA backend (src/cuda/): one stream, cuBLASLt handle and workspace per session. Weights live in
- * one device arena per model, made by cuda_weights_upload (fills every pi0_wt's dev / dev32). */
-pi0_status cuda_backend_create(pi0_backend **out, int device);
-/* The device exists, can be selected, and is a Hopper GPU (compute capability 9.x: the kernels are sm_90a). */
-pi0_status cuda_device_check(int device);
-pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c, int device);
-/* The same for a list of tensors (op tests); free with cuda_weights_free. */
-pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
-void cuda_weights_free(void *arena);
-/* Launches of gemv.cu's warpgroup kernel (17 to 64 rows) in this process: the op tests check that it ran. */
-long cuda_gemv_wg_launches(void);
-/* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
-long cuda_flash_wg_launches(void);
-/* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
-long cuda_gateup_launches(void);
-/* Graph replays (cuda_run_graph with a cached graph) in this process: the e2e tests check that they ran. */
-long cuda_graph_replays(void);
-/* The tests: the next graph capture in this process (any context or thread) fails, through CUDA, at its capture
- * (where = 1) or at its instantiation (2; a capture with an untimed GEMM, which is not instantiated, takes the fault
- * without failing); 0 clears. Returns the fault that was pending (0 once a capture has taken it). */
-int cuda_graph_fault(int where);
-/* The op tests: gateup.cu's token tile width from now on in this process (136 to 248 in steps of 16, or 256;
- * a width it lacks or above M makes it refuse, so cuBLASLt runs); 0 returns to the width picked per M. */
-void cuda_gateup_force(int bn);
-/* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
-void *cuda_host_alloc(size_t bytes);
-void cuda_host_free(void *p);
-#endif
+/* ---- the backends of this build (backends.c: the one place that knows which exist) ----
+ * What the API layer (api.c) needs from a backend beyond its op table: whether a device suits it, a backend
+ * instance per session, the model's weights in the backend's memory, and host memory its uploads read fast. */
+typedef struct {
+    const char *name;                                                   /* "cpu", "cuda" */
+    pi0_status (*check)(int device);                                    /* NULL: always usable */
+    pi0_status (*create)(pi0_backend **out, int device, int n_threads);
+    /* copies the bound weights into the backend's memory (each pi0_wt gets its device address); NULL: the
+     * backend reads the host mapping in place */
+    pi0_status (*weights_upload)(void **arena, pi0_weights *w, const pi0_config *c, int device);
+    void (*weights_free)(void *arena);
+    void *(*host_alloc)(size_t bytes);                                  /* NULL: plain host memory serves */
+    void (*host_free)(void *p);
+} pi0_backend_provider;
+
+/* The provider of a backend kind (DEFAULT = CPU), or NULL when this build lacks it. */
+const pi0_backend_provider *backend_provider(pi0_backend_kind kind);
+/* The provider whose host_alloc makes page-locked memory in this build (the GPU's), or NULL. */
+const pi0_backend_provider *backend_pinned_provider(void);
 
 /* The unfused pre-norm: norm(y) into pre->out with the backend's own norm ops; returns the rows to use. */
 static inline pt prenorm_rows(pi0_backend *be, pt y, const pi0_prenorm *pre, int M, int K) {

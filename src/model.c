@@ -32,6 +32,18 @@
 #define EPS 1e-6f
 #define MAX_BUFS 128
 
+/* One inference after upload_inputs; run directly (staged, with dumps or stage timing) or as the
+ * body of a CUDA graph. Kept in the session from model_start to model_finish. */
+struct run_args {
+    struct model_sess *s;
+    int B, nimg, Mp;
+    pi0_dump_fn dump;
+    void *user;
+    double t[3];   /* clock after vision, after prefill, after denoise (staged runs) */
+    double t0;     /* clock at model_start */
+    int replay;    /* 1 = run as a CUDA graph (the work is queued when model_start returns) */
+};
+
 struct model_sess {
     pi0_backend *be;
     const pi0_config *c;
@@ -54,6 +66,7 @@ struct model_sess {
     pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
     pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
     int stage_timing;                /* 1: no graph, sync + clock between stages */
+    struct run_args run;             /* the inference between model_start and model_finish */
     /* host index scratch (sized at create); h_voff/h_poff/h_soff are the attention segments */
     int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_poff, *h_spos, *h_soff;
     int32_t *h_full;                 /* compacted prefix row -> uncompacted (b*P + j), for dumps */
@@ -509,15 +522,6 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
     return st;
 }
 
-/* One inference after upload_inputs; run directly (staged, with dumps or stage timing) or as the
- * body of a CUDA graph. */
-typedef struct {
-    model_sess *s;
-    int B, nimg, Mp;
-    pi0_dump_fn dump;
-    void *user;
-    double t[3];   /* clock after vision, after prefill, after denoise (staged runs) */
-} run_args;
 
 static double stage_mark(model_sess *s) {
     if (s->stage_timing) s->be->sync(s->be);
@@ -525,7 +529,7 @@ static double stage_mark(model_sess *s) {
 }
 
 static void compute(void *arg) {
-    run_args *r = arg;
+    struct run_args *r = arg;
     model_sess *s = r->s;
     pi0_backend *be = s->be;
     int B = r->B, nimg = r->nimg, Mp = r->Mp, ntext = Mp - nimg * s->T;
@@ -562,44 +566,45 @@ static void compute(void *arg) {
 
 void model_set_stage_timing(model_sess *s, int on) { s->stage_timing = on; }
 
-pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
-                       model_timing *tm, model_check_fn late, const void *arg) {
+int model_queues(const model_sess *s, pi0_dump_fn dump) { return !dump && !s->stage_timing && s->be->run_graph; }
+
+pi0_status model_start(model_sess *s, const pi0_inputs *in, pi0_dump_fn dump, void *user) {
     pi0_backend *be = s->be;
-    run_args r = {.s = s, .B = in->batch, .dump = dump, .user = user};
-    int replay = !dump && !s->stage_timing && be->run_graph;
-    pi0_status st;
-    if (late && !replay && (st = late(in, arg)) != PI0_OK) return st;
-    double t0 = now_ms();
-    st = upload_inputs(s, in, &r.nimg, &r.Mp);
+    struct run_args *r = &s->run;
+    *r = (struct run_args){.s = s, .B = in->batch, .dump = dump, .user = user, .replay = model_queues(s, dump),
+                           .t0 = now_ms()};
+    pi0_status st = upload_inputs(s, in, &r->nimg, &r->Mp);
     if (st != PI0_OK) {
         be->sync(be);   /* no copy may still read the caller's (page-locked) buffers after we return */
         return st;
     }
-    if (!replay) {
-        compute(&r);
-    } else {
-        /* the launches depend on B, the image count and every segment's length: the graph key */
-        int32_t key[4 + 4096 + 1];
-        int n = 0;
-        key[n++] = in->batch;
-        key[n++] = r.nimg;
-        key[n++] = r.Mp;
-        for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
-        st = be->run_graph(be, key, n, compute, &r);
-        if (st == PI0_OK && late) st = late(in, arg);   /* while the replay runs (the 64-sample images: ~4 ms) */
-        /* (for a new key: after its capture, while the un-captured run may still compute) */
-        if (st != PI0_OK) {
-            be->sync(be);
-            return st;
-        }
+    if (!r->replay) {
+        compute(r);
+        return PI0_OK;
     }
-    st = be->download(be, actions, s->x, (size_t)in->batch * s->H * s->A);
+    /* the launches depend on B, the image count and every segment's length: the graph key */
+    int32_t key[4 + 4096 + 1];
+    int n = 0;
+    key[n++] = in->batch;
+    key[n++] = r->nimg;
+    key[n++] = r->Mp;
+    for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
+    st = be->run_graph(be, key, n, compute, r);
+    if (st != PI0_OK) be->sync(be);
+    return st;
+}
+
+void model_abort(model_sess *s) { s->be->sync(s->be); }
+
+pi0_status model_finish(model_sess *s, float *actions, model_timing *tm) {
+    struct run_args *r = &s->run;
+    pi0_status st = s->be->download(s->be, actions, s->x, (size_t)r->B * s->H * s->A);
     double t3 = now_ms();
     if (tm) {
-        if (!replay)
-            *tm = (model_timing){r.t[0] - t0, r.t[1] - r.t[0], r.t[2] - r.t[1], t3 - t0};
+        if (!r->replay)
+            *tm = (model_timing){r->t[0] - r->t0, r->t[1] - r->t[0], r->t[2] - r->t[1], t3 - r->t0};
         else
-            *tm = (model_timing){0, 0, 0, t3 - t0};
+            *tm = (model_timing){0, 0, 0, t3 - r->t0};
     }
     return st;
 }

@@ -20,15 +20,35 @@ void model_sess_free(model_sess *s);
 /* 1 = synchronise and read the clock between stages (no CUDA graph): fills the vision/prefill/denoise
  * split of model_timing. 0 (default) = graph replay where the backend has graphs; only total_ms. */
 void model_set_stage_timing(model_sess *s, int on);
-/* Inputs must already be validated (api.c), except for what late(in, arg) checks (late may be NULL). With graphs
- * it runs on the host after the work is enqueued, before the result is read: while a replay computes, or after a
- * new key's capture; its failure is returned once the backend no longer reads the inputs. Without graphs it runs
- * first. dump may be NULL. */
-typedef pi0_status (*model_check_fn)(const pi0_inputs *in, const void *arg);
-pi0_status model_infer(model_sess *s, const pi0_inputs *in, float *actions, pi0_dump_fn dump, void *user,
-                       model_timing *timing, model_check_fn late, const void *arg);
+/* One inference in two halves, so that the caller (api.c, the one place that validates inputs) can check the
+ * pixel values while the GPU computes. model_start uploads the inputs (validated, but for what the caller checks
+ * meanwhile) and runs the model: with model_queues(s, dump) true (a CUDA graph replay) the work is only queued
+ * when it returns, otherwise it is done. Then model_finish reads the actions [B, H, A] (and the timing, tm may be
+ * NULL), or model_abort waits for the queued work and drops it. dump may be NULL. */
+int model_queues(const model_sess *s, pi0_dump_fn dump);
+pi0_status model_start(model_sess *s, const pi0_inputs *in, pi0_dump_fn dump, void *user);
+pi0_status model_finish(model_sess *s, float *actions, model_timing *tm);
+void model_abort(model_sess *s);
 
-/* The expert layers of one denoise step, op by op (backend.h pi0_expert_step). */
+/* The action expert's layers of one denoise step (spec 3.8/3.13), as model.c's expert_layers runs them op
+ * by op (bench/kernels/expert_persist.cuh runs them as one persistent kernel, a lab). Per layer l: norm (Gemma RMSNorm with attn_norm /
+ * mlp_norm, or adaRMS with mods[2l] / mods[2l+1] for π0.5), q|k|v with RoPE at pos, attention (attn with
+ * k1/v1 = kc[l]/vc[l]), o, the residual (plain add, or gated by the mod's gate for π0.5), norm, gate|up,
+ * down, residual. The suffix K/V of layer l go to kc[l]/vc[l] at element offset kv_tail when attn.tail > 0
+ * (B = 1: the keys after the cached prefix), else to k/v. M = B x suffix rows. */
+typedef struct {
+    const pi0_gemma_layer *layers;
+    int depth, M, D, F;
+    pt s, sy, stmp, q, k, v, att, g, u;   /* s: residual rows (M, D), in and out; the rest scratch */
+    const pt *kc, *vc;
+    size_t kv_tail;
+    pt pos;
+    pi0_attn attn;
+    const pt *mods;   /* NULL: π0 (RMSNorm weights of the layers) */
+    float eps;
+} pi0_expert_step;
+
+/* The expert layers of one denoise step, op by op. */
 void expert_layers(pi0_backend *be, const pi0_expert_step *e);
 
 #endif

@@ -31,7 +31,6 @@ struct pi0_policy {
     int H, A, N, R, L, D;        /* horizon, model action dim, cameras, image size, prompt length, robot dims */
     /* batch buffers for pi0_infer, sized for max_batch at load */
     float *images, *state, *noise, *actions;
-    int pinned;                  /* images from pi0_host_alloc (CUDA backend), else malloc */
     uint8_t *image_masks, *token_mask;
     int32_t *tokens;
     double *chunk, *state_rt;    /* (H, A) and (A) float64 scratch */
@@ -136,8 +135,7 @@ void pi0_policy_free(pi0_policy *p) {
     lerobot_pipeline_free(p->lr);
     norm_stats_free(&p->ns);
     free(p->asset_id); free(p->default_prompt);
-    if (p->pinned) pi0_host_free(p->images);
-    else free(p->images);
+    pi0_host_free(p->images);
     free(p->state); free(p->noise); free(p->actions);
     free(p->image_masks); free(p->token_mask); free(p->tokens);
     free(p->chunk); free(p->state_rt);
@@ -225,9 +223,8 @@ tokenizer:
                                                                                .num_steps = num_steps})) != PI0_OK)
         goto fail;
     size_t B = (size_t)p->max_batch, img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
-    p->pinned = !strcmp(pi0_session_backend(p->session), "cuda");   /* page-locked for the GPU: fast uploads */
-    p->images = p->pinned ? pi0_host_alloc(B * img * sizeof(float)) : pi0_malloc(B * img * sizeof(float), "policy batch images");
-    if (!p->images && p->pinned) pi0_fail(PI0_ERR_NOMEM, "out of memory (%zu bytes for policy batch images)", B * img * sizeof(float));
+    p->images = pi0_session_host_alloc(p->session, B * img * sizeof(float));   /* page-locked for a GPU: fast uploads */
+    if (!p->images) pi0_fail(PI0_ERR_NOMEM, "out of memory (%zu bytes for policy batch images)", B * img * sizeof(float));
     p->state = pi0_malloc(B * p->A * sizeof(float), "policy batch state");
     p->noise = pi0_malloc(B * ha * sizeof(float), "policy batch noise");
     p->actions = pi0_malloc(B * ha * sizeof(float), "policy batch actions");

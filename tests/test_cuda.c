@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cuda/testing.h"
 #include "pi0.h"
 #include "test.h"
 #include "util.h"

@@ -135,7 +135,6 @@ static int run_workload(bench_opts *o, const workload *w) {
     pi0_model *m = NULL;
     pi0_session *s = NULL;
     float *img = NULL, *state = NULL, *act = NULL;
-    int pinned = o->backend == PI0_BACKEND_CUDA;   /* images page-locked for the GPU, as a robot's buffer should be */
     int32_t *tok = NULL;
     uint8_t *tm = NULL, *im = NULL;
     double *lat = NULL;
@@ -156,7 +155,7 @@ static int run_workload(bench_opts *o, const workload *w) {
     }
     int B = w->batch, N = info.n_cameras, R = info.image_size, L = w->tok_padded;
     size_t nimg = (size_t)B * N * R * R * 3;
-    img = pinned ? pi0_host_alloc(nimg * sizeof(float)) : malloc(nimg * sizeof(float));
+    img = pi0_session_host_alloc(s, nimg * sizeof(float));   /* page-locked for the GPU, as a robot's buffer should be */
     state = calloc((size_t)B * info.action_dim, sizeof(float));
     act = malloc((size_t)B * info.action_horizon * info.action_dim * sizeof(float));
     tok = malloc((size_t)B * L * sizeof(int32_t));
@@ -234,8 +233,7 @@ static int run_workload(bench_opts *o, const workload *w) {
     }
     rc = 0;
 done:
-    if (pinned) pi0_host_free(img);
-    else free(img);
+    pi0_host_free(img);
     free(state); free(act); free(tok); free(tm); free(im); free(lat);
     pi0_session_free(s);
     pi0_model_free(m);

@@ -14,6 +14,9 @@
 #include <string.h>
 
 #include "../../src/cuda/common.cuh"
+extern "C" {
+#include "../../src/model.h"   // pi0_expert_step: the expert's layers as model.c runs them
+}
 #include "lab.cuh"
 #include "expert_persist.cuh"
 

@@ -14,6 +14,7 @@
 extern "C" {
 #include "../backend.h"
 #include "../util.h"
+#include "testing.h"
 }
 
 typedef __nv_bfloat16 bf16;

@@ -1,0 +1,26 @@
+/* cuda_backend.h — the CUDA backend's entry points for backends.c (the provider registry) and its tests. */
+#ifndef PI0_CUDA_BACKEND_H
+#define PI0_CUDA_BACKEND_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CUDA backend (src/cuda/): one stream, cuBLASLt handle and workspace per session. Weights live in
+ * one device arena per model, made by cuda_weights_upload (fills every pi0_wt's dev / dev32). */
+pi0_status cuda_backend_create(pi0_backend **out, int device);
+/* The device exists, can be selected, and is a Hopper GPU (compute capability 9.x: the kernels are sm_90a). */
+pi0_status cuda_device_check(int device);
+pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c, int device);
+void cuda_weights_free(void *arena);
+/* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
+void *cuda_host_alloc(size_t bytes);
+void cuda_host_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,34 @@
+/* testing.h — hooks of the CUDA backend for tests/test_cuda.c only (launch counters that show a kernel path ran,
+ * forced tile widths, injected graph faults, uploads of single tensors). Not used by the library. */
+#ifndef PI0_CUDA_TESTING_H
+#define PI0_CUDA_TESTING_H
+
+#include "cuda_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Weights for a list of tensors (op tests); free with cuda_weights_free. */
+pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
+/* Launches of gemv.cu's warpgroup kernel (17 to 64 rows) in this process: the op tests check that it ran. */
+long cuda_gemv_wg_launches(void);
+/* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
+long cuda_flash_wg_launches(void);
+/* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
+long cuda_gateup_launches(void);
+/* Graph replays (cuda_run_graph with a cached graph) in this process: the e2e tests check that they ran. */
+long cuda_graph_replays(void);
+/* The tests: the next graph capture in this process (any context or thread) fails, through CUDA, at its capture
+ * (where = 1) or at its instantiation (2; a capture with an untimed GEMM, which is not instantiated, takes the fault
+ * without failing); 0 clears. Returns the fault that was pending (0 once a capture has taken it). */
+int cuda_graph_fault(int where);
+/* The op tests: gateup.cu's token tile width from now on in this process (136 to 248 in steps of 16, or 256;
+ * a width it lacks or above M makes it refuse, so cuBLASLt runs); 0 returns to the width picked per M. */
+void cuda_gateup_force(int bn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
