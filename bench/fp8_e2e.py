@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What FP8 products would do to the actions, end to end (issue 5's FP8 lead; bench/RESULTS.md session 31).
+"""What FP8 products would do to the actions, end to end (issue 5's FP8 lead; bench/RESULTS.md L123).
 
 fp8_probe.py measured one product's FP8 error (3.7e-2 rel L2 on random data, against bf16's 1.7e-3) and its speed.
 This runs whole inferences of the independent float64 reference (tools/reference/pi0_ref.py) on the GPU with the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""What FP8 products would give the vision and prefill stages (issue 5's FP8 lead; bench/RESULTS.md session 30).
+"""What FP8 products would give the vision and prefill stages (issue 5's FP8 lead; bench/RESULTS.md L123).
 
-Times the matrix products of pi0-3cam's vision and prefill stages (shapes from PI0_MODEL_SPEC.md: SigLIP So400m
+Times the matrix products of pi0-3cam's vision and prefill stages (shapes from docs/model.md: SigLIP So400m
 27 layers at 256 tokens per camera, the projector, Gemma 2B 18 layers at prefix 788; gate|up fused) through
 cuBLAS(Lt) as torch calls them: bf16 `torch.mm` against FP8 e4m3 `torch._scaled_mm` with a scale per row of X and
 per weight row, bf16 out. Each stage's products run as one CUDA graph over separate weights per layer (so the
@@ -35,7 +35,7 @@ def stage(B, layers, shapes, rows, extra=()):
     for l in range(layers):
         for name, n, k in shapes:
             if name.endswith(("o", "gate|up", "down")) and name.startswith("prefix") and l == layers - 1:
-                continue   # the last prefix layer stops after K/V (spec 3.3)
+                continue   # the last prefix layer stops after K/V (docs/model.md 3.3)
             seq.append((name, B * rows, n, k))
     return seq + [(n, B * rows, nn, k) for n, nn, k in extra]
 

@@ -108,7 +108,7 @@ typedef struct {
 pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_session_params *params);
 void pi0_session_free(pi0_session *s);
 
-/* Model-level inputs (PI0_IO.md section 2). All arrays are caller-owned and read during the call only. */
+/* Model-level inputs (docs/formats.md 2). All arrays are caller-owned and read during the call only. */
 typedef struct {
     int batch;                   /* B, 1..max_batch */
     const float *images;         /* [B, N, R, R, 3] HWC RGB in [-1, 1] */
@@ -169,7 +169,7 @@ pi0_status pi0_tensors_add(pi0_tensors *t, const char *name, pi0_dtype dtype, in
                            const int64_t *shape, const void *data);
 pi0_status pi0_tensors_save(const pi0_tensors *t, const char *path);
 
-/* Reads model inputs from a tensor set (names of PI0_IO.md section 2) and checks every shape and
+/* Reads model inputs from a tensor set (names of docs/formats.md 2) and checks every shape and
  * dtype against the model. The returned inputs point into `t` and a buffer owned by *buf
  * (free with pi0_inputs_buf_free after use). */
 typedef struct pi0_inputs_buf pi0_inputs_buf;
@@ -186,7 +186,7 @@ void pi0_tokenizer_free(pi0_tokenizer *t);
  * Writes up to cap ids; *n gets the full count (call again with a larger buffer when *n > cap). */
 pi0_status pi0_tokenize(const pi0_tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap, size_t *n);
 
-/* The model's prompt tokens (spec 3.5, openpi's PaligemmaTokenizer): the prompt is stripped and its
+/* The model's prompt tokens (docs/model.md 3.5, openpi's PaligemmaTokenizer): the prompt is stripped and its
  * '_' and '\n' become spaces; PI0_PROMPT_PI0: BOS + text + "\n"; PI0_PROMPT_PI05: BOS + "Task: <text>,
  * State: <s1 s2 ...>;\nAction: " with each normalised state value discretised into 256 bins on [-1, 1]
  * (n_state values, un-padded, compared in double as numpy does; must be finite); PI0_PROMPT_RAW: BOS + the prompt
@@ -197,7 +197,7 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
                                const double *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
                                int *n_valid);
 
-/* ---- Images (spec 3.1/3.2) ---- */
+/* ---- Images (docs/model.md 3.1/3.2) ---- */
 /* openpi's resize_with_pad: uint8 HWC RGB (h, w) -> (size, size), aspect kept, centred on black, resampled
  * bit-exactly like Pillow's BILINEAR; an image already size x size is copied. dst holds size*size*3.
  * Sides up to 8192 pixels; images so thin that a side would shrink to 0 pixels are refused. */
@@ -205,7 +205,7 @@ pi0_status pi0_image_resize_with_pad(const uint8_t *src, int h, int w, int size,
 /* uint8 -> model input: (u / 255) * 2 - 1 in fp32, n values. */
 void pi0_image_to_model(const uint8_t *src, size_t n, float *dst);
 
-/* ---- Policy: what openpi's served policy does around the model (spec 4.1) ----
+/* ---- Policy: what openpi's served policy does around the model (docs/model.md 4.1) ----
  * Observation in (named arrays as the robot sends them + prompt), action chunk out (float64, the robot's
  * own action dimensions, unnormalised), with the robot transform, norm stats, image resize, prompt format,
  * padding and the delta/absolute action rule of the chosen openpi config. */
@@ -221,7 +221,7 @@ typedef struct {
     const char *tokenizer;       /* path of the SentencePiece model (paligemma_tokenizer.model); required */
     const char *asset_id;        /* DIR/assets/<asset_id>/norm_stats.json; NULL = the config's, else the only one */
     const char *default_prompt;  /* used when an observation has no prompt; NULL = the config's (if any) */
-    int delta_actions;           /* 0 = the config's / robot's default, 1 = on, -1 = off (spec 4.3) */
+    int delta_actions;           /* 0 = the config's / robot's default, 1 = on, -1 = off (docs/model.md 4.3) */
     int max_batch;               /* observations per pi0_policy_run; 0 = 1 */
     int num_steps;               /* 0 = 10 */
 } pi0_policy_params;
@@ -294,7 +294,7 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
  * the H100) the first time each. The policy's noise stream for observations without a seed is not touched.
  * *ms (may be NULL) gets the time taken. */
 pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms);
-/* Writes the model inputs of a prepared observation (PI0_IO.md section 2 names, batch 1; noise only when the
+/* Writes the model inputs of a prepared observation (docs/formats.md 2 names, batch 1; noise only when the
  * observation had one) as a safetensors file: for checking the transforms against a reference. */
 pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path);
 /* prepare + run for one observation; actions holds H * D values. */

@@ -1,4 +1,4 @@
-/* msgnp.c — openpi's msgpack-numpy messages (see msgnp.h; OPENPI_WIRE_PROTOCOL.md section 4).
+/* msgnp.c — openpi's msgpack-numpy messages (see msgnp.h; docs/protocol.md 4).
  * Decoding runs in two passes. scan() walks the raw bytes once without allocating: every container must
  * claim no more items than bytes remain, nesting and the object count are bounded, nothing may trail.
  * Only then does msgpack-c build its object tree, so a 5-byte "array of 2^32 items" cannot make it

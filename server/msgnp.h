@@ -1,4 +1,4 @@
-/* msgnp.h — openpi's msgpack-numpy wire format (OPENPI_WIRE_PROTOCOL.md section 4, openpi-client's
+/* msgnp.h — openpi's msgpack-numpy wire format (docs/protocol.md 4, openpi-client's
  * msgpack_numpy.py) in C over msgpack-c: request bytes -> pi0_observation, and the metadata and reply
  * messages back. Owns nothing of the policy: it only checks the structure, dtypes and sizes; whether a
  * key or shape suits the robot is the policy's business (pi0_policy_prepare).

@@ -1,5 +1,5 @@
 /* ws.h — the network side of pi0-server on libwebsockets 4.1: openpi's websocket protocol
- * (OPENPI_WIRE_PROTOCOL.md sections 1-3, 6, 7), GET /healthz, the Api-Key check at the handshake, one
+ * (docs/protocol.md 1-3, 6, 7), GET /healthz, the Api-Key check at the handshake, one
  * log line per connection and per error, and the graceful stop. Inference lives in engine.h. */
 #ifndef PI0_SERVER_WS_H
 #define PI0_SERVER_WS_H

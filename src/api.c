@@ -256,7 +256,7 @@ static int floats_ok(const float *x, size_t n, float lo, float hi) {
 /* The first index of a value that is not finite or outside [lo, hi], or -1. Blocks of BAD_BLOCK values are
  * tested by floats_ok (in parallel from 4M values) and only the first failing block element by element. The
  * scalar loop with an early exit took ~0.8 ms for one π0 inference's images (3 x 224 x 224 x 3) and ~50 ms for a
- * batch of 64, in every pi0_infer (RESULTS.md session 24). */
+ * batch of 64, in every pi0_infer (bench/RESULTS.md L100, L101). */
 enum { BAD_BLOCK = 4096 };
 static long long bad_float(const float *x, size_t n, float lo, float hi) {
     long long nb = (long long)((n + BAD_BLOCK - 1) / BAD_BLOCK), first = LLONG_MAX;
@@ -450,7 +450,7 @@ pi0_status pi0_tensors_save(const pi0_tensors *t, const char *path) {
     return st;
 }
 
-/* ---- model inputs from a tensor file (PI0_IO.md section 2) ---- */
+/* ---- model inputs from a tensor file (docs/formats.md 2) ---- */
 
 struct pi0_inputs_buf {
     uint8_t *masks, *token_mask;
@@ -585,7 +585,7 @@ static pi0_status write_text(const char *path, const char *text) {
     return ok ? PI0_OK : pi0_fail(PI0_ERR_IO, "%s: write failed", path);
 }
 
-/* Random but plausible norm stats (spec 4.2): 8-dim state, 7-dim actions (LIBERO-like). */
+/* Random but plausible norm stats (docs/model.md 4.2): 8-dim state, 7-dim actions (LIBERO-like). */
 static char *norm_stats_json(uint64_t seed) {
     pi0_rng r;
     pi0_rng_seed(&r, seed ^ 0x5eedu);

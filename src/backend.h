@@ -5,7 +5,7 @@
  * A pt has a kind: PT_ACT is the backend's activation storage (fp32 on the CPU, bf16 on the GPU),
  * PT_F32 is always fp32 (flow state x_t, velocities, time terms), PT_I32 holds indices.
  * All matrices are row-major. Shape letters: M rows, N out features, K in features, D width.
- * Every op documents the spec section it implements; the CPU twin is the definition. */
+ * Every op documents the docs/model.md section it implements; the CPU twin is the definition. */
 #ifndef PI0_BACKEND_H
 #define PI0_BACKEND_H
 
@@ -25,7 +25,7 @@ typedef struct {
 enum pi0_epi { EPI_STORE, EPI_ADD, EPI_GELU };   /* linear epilogues: y=, y+=, y=gelu_tanh() */
 enum pi0_act { ACT_NONE, ACT_SWISH };
 
-/* Attention over segments (one per image or batch element), spec 3.6/3.7/3.10.
+/* Attention over segments (one per image or batch element), docs/model.md 3.6/3.7/3.10.
  * Query rows of segment s: [q_off[s], q_off[s+1]). Keys/values come from source 1 (rows
  * [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned with the queries).
  * Query j of a segment sees all of its source-1 keys and source-2 keys [0, j < block0 ? block0 : n).
@@ -51,7 +51,7 @@ typedef struct {
     const pi0_wt *w[3], *b[3];
 } pi0_proj3;
 
-/* Optional norm of the input rows of qkv / mlp_up (spec 3.7): the product reads norm(y), the Gemma RMSNorm
+/* Optional norm of the input rows of qkv / mlp_up (docs/model.md 3.7): the product reads norm(y), the Gemma RMSNorm
  * (w != NULL) or adaRMS (mod rows, rows_per_mod, as the adarms op), with eps. `out` (M, K) is scratch that
  * may receive norm(y); a backend that fuses the norm into the product need not write it. */
 typedef struct {
@@ -86,44 +86,44 @@ struct pi0_backend {
     /* Scheduling hint, no effect on results; NULL = the backend has none. While on, a product lets the kernel
      * after it start (and fetch its weights) at once rather than when the product's own inputs are ready. Only
      * for products whose next op reads nothing before its inputs are ready but constants (weights, norm
-     * factors): the expert's o before gate|up (bench/RESULTS.md session 27). */
+     * factors): the expert's o before gate|up (bench/RESULTS.md L112). */
     void (*early_next)(pi0_backend *be, int on);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
     size_t (*elem_size)(int kind);
 
-    /* out[i] (M = n*T rows, Dv) = conv14(img[sel[i]]) + b + pos (spec 3.4, fp32 math); img F32 [*, R, R, 3] */
+    /* out[i] (M = n*T rows, Dv) = conv14(img[sel[i]]) + b + pos (docs/model.md 3.4, fp32 math); img F32 [*, R, R, 3] */
     void (*patch_embed)(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
                         const pi0_wt *pos, int image_size, int patch);
     void (*layernorm)(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps);
-    /* Gemma RMSNorm: out = x * rsqrt(mean(x^2) + eps) * (1 + w) (spec 3.7) */
+    /* Gemma RMSNorm: out = x * rsqrt(mean(x^2) + eps) * (1 + w) (docs/model.md 3.7) */
     void (*rmsnorm)(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);
     /* adaRMS: out = x * rsqrt(mean(x^2)+eps) * (1 + scale) + shift; mod F32 rows of [scale|shift|gate]
-     * (stride 3D), row r uses mod row r / rows_per_mod (spec 3.7). */
+     * (stride 3D), row r uses mod row r / rows_per_mod (docs/model.md 3.7). */
     void (*adarms)(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
     /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. */
     void (*linear)(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                    enum pi0_epi epi);
     /* In-place half-split RoPE of q (M rows of qh heads) and k (M rows of kh heads, k.p may be NULL),
-     * head_dim hd, angles pos[row] * 10000^(-2i/hd) (spec 3.7). */
+     * head_dim hd, angles pos[row] * 10000^(-2i/hd) (docs/model.md 3.7). */
     void (*rope)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
     void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
     /* q, k, v = y . W[i]^T (+ b[i]) for the three projections of an attention layer, y (M, K) (normalised
-     * first by pre, if not NULL); then, if pos.p, RoPE on q and k at positions pos with head_dim hd (spec
+     * first by pre, if not NULL); then, if pos.p, RoPE on q and k at positions pos with head_dim hd (docs/model.md
      * 3.4/3.7). A backend may run it as one product and one kernel when the weights are adjacent. */
     void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
                 const pi0_prenorm *pre);
     /* out = gelu_tanh(y . Wgate^T) * (y . Wup^T), (M, F), y normalised first by pre if not NULL; tmp (M, F)
-     * is scratch (spec 3.7 MLP). */
+     * is scratch (docs/model.md 3.7 MLP). */
     void (*mlp_up)(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                    const pi0_prenorm *pre);
     /* out = gelu_tanh(g) * u, (M, F) */
     void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
-    /* out[rows[i]] = table[ids[i]] * scale, i < n (spec 3.6); ids were range-checked by the caller */
+    /* out[rows[i]] = table[ids[i]] * scale, i < n (docs/model.md 3.6); ids were range-checked by the caller */
     void (*embed)(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
     /* dst[di ? di[i] : i] = src[si ? si[i] : i], n rows of D (kinds may differ: converts) */
     void (*copy_rows)(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
-    /* π0.5's gated residual (spec 3.7): x (M, N) += gate[r / rows_per_gate] * t, t = y (M, K) . W^T (no bias)
+    /* π0.5's gated residual (docs/model.md 3.7): x (M, N) += gate[r / rows_per_gate] * t, t = y (M, K) . W^T (no bias)
      * rounded to ACT as EPI_STORE would; gate F32 rows with stride gate_stride; tmp (M, N) ACT scratch that a
      * backend may use for t (one product and one add; the CUDA few-row product adds in its epilogue) */
     void (*linear_gated)(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,

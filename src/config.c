@@ -1,5 +1,5 @@
 /* config.c — named variants and config.json (see config.h). Mirrors openpi's gemma.get_config,
- * siglip So400m/14 and pi0_config.Pi0Config (spec 1.1-1.4). */
+ * siglip So400m/14 and pi0_config.Pi0Config (docs/model.md 1.1-1.4). */
 #include "config.h"
 
 #include <jansson.h>

@@ -1,5 +1,5 @@
-/* config.h — model configuration: the named variants (spec 1.2-1.4) and config.json parsing with the
- * explicit-dimension extension of PI0_IO.md section 1. Every size in the engine comes from here;
+/* config.h — model configuration: the named variants (docs/model.md 1.2-1.4) and config.json parsing with the
+ * explicit-dimension extension of docs/formats.md 1. Every size in the engine comes from here;
  * no other file hard-codes 2048 or 4304. The tensor table that maps checkpoint keys to weights
  * lives in weights.c, sized from this struct. */
 #ifndef PI0_CONFIG_H

@@ -1,4 +1,4 @@
-/* image.c — openpi's image preprocessing (spec 3.1/3.2, appendix A): resize_with_pad of uint8 HWC RGB
+/* image.c — openpi's image preprocessing (docs/model.md 3.1/3.2, appendix A): resize_with_pad of uint8 HWC RGB
  * images to R x R, bit-exact with Pillow's BILINEAR convolution resampler (antialiased when
  * downscaling, 22-bit fixed-point coefficients, horizontal pass then vertical, each only when that
  * dimension changes), pasted onto a black canvas; and uint8 -> [-1, 1] as (u / 255) * 2 - 1 in fp32.
@@ -90,7 +90,7 @@ static void vrow(uint8_t *restrict d, const uint8_t *restrict s, int w, int n, c
 /* One 1-D pass: out[y][x][ch] from in along x (horizontal) or y (vertical); 0 when out of memory. Output rows are
  * independent, so large passes split them over threads, with the same values (each output is one integer sum in a
  * fixed order). A 640 x 480 frame took 3.8 ms on one core of the dev VM with a tap loop per channel and output
- * (RESULTS.md session 24). */
+ * (bench/RESULTS.md L105). */
 static int pass(uint8_t *dst, const uint8_t *src, int h, int w_in, int w_out, const coeffs *c, int horizontal,
                 int h_out) {
     const int rows = horizontal ? h : h_out, par = (double)rows * (horizontal ? w_out : w_in) * c->ksize > 2e5;
@@ -156,5 +156,5 @@ done:
 }
 
 void pi0_image_to_model(const uint8_t *src, size_t n, float *dst) {
-    for (size_t i = 0; i < n; i++) dst[i] = ((float)src[i] / 255.0f) * 2.0f - 1.0f;   /* spec 3.1, in fp32 */
+    for (size_t i = 0; i < n; i++) dst[i] = ((float)src[i] / 255.0f) * 2.0f - 1.0f;   /* docs/model.md 3.1, in fp32 */
 }

@@ -1,12 +1,12 @@
-/* model.c — the π0 / π0.5 inference (spec 3.4-3.13), written once against the op table of backend.h.
+/* model.c — the π0 / π0.5 inference (docs/model.md 3.4-3.13), written once against the op table of backend.h.
  *
- * Layout: every sample's prefix is COMPACTED (spec 3.3/3.13): masked cameras and padded tokens are
+ * Layout: every sample's prefix is COMPACTED (docs/model.md 3.3/3.13): masked cameras and padded tokens are
  * dropped, positions run 0..Np-1, and the prefixes of all samples are concatenated row-wise
  * ("varlen"): sample b owns rows [p_off[b], p_off[b+1]). Row-wise ops (linear, norms, RoPE) run on
  * all rows at once; only attention sees the segments. Suffix rows are b*S + i.
  * The time-dependent terms (π0: action_time_mlp_in's time half; π0.5: time MLP and every adaRMS
  * modulation) depend only on t, which takes a fixed sequence, so they are computed at session create
- * with the same ops (spec 3.13).
+ * with the same ops (docs/model.md 3.13).
  *
  * Pitfalls that have bitten (keep in mind when editing):
  *  - Gemma RMSNorm scales by (1 + w), SigLIP LayerNorm by w; eps 1e-6 for both.
@@ -99,7 +99,7 @@ void model_sess_free(model_sess *s) {
     free(s);
 }
 
-/* Sinusoidal time embedding (spec 3.10), computed in double and rounded to fp32 like the PT ref. */
+/* Sinusoidal time embedding (docs/model.md 3.10), computed in double and rounded to fp32 like the PT ref. */
 static void posemb(float *out, float t, int dim) {
     int half = dim / 2;
     for (int i = 0; i < half; i++) {
@@ -114,7 +114,7 @@ static pt mod_at(model_sess *s, int norm, int step) {   /* norm: 2l attn, 2l+1 m
     return pt_at(s->be, s->mods, ((size_t)norm * s->steps + step) * 3 * s->De);
 }
 
-/* Time-only terms for every step, with the same ops as the per-step path (spec 3.13). */
+/* Time-only terms for every step, with the same ops as the per-step path (docs/model.md 3.13). */
 static pi0_status precompute_time(model_sess *s) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
@@ -163,7 +163,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     size_t hrow = (size_t)B * s->H, qw = (size_t)s->Hq * s->Dh, kvw = (size_t)s->Kv * s->Dh;
     pi0_status st = PI0_ERR_NOMEM;
 
-    /* t sequence: t0 = 1, t += dt in fp32, exactly `steps` iterations (spec 3.11); LeRobot computes each t_k in double */
+    /* t sequence: t0 = 1, t += dt in fp32, exactly `steps` iterations (docs/model.md 3.11); LeRobot computes each t_k in double */
     s->dt = -1.0f / (float)steps;
     s->tvals = malloc((size_t)steps * sizeof(float));
     s->kc = calloc((size_t)depth, sizeof(pt));
@@ -352,7 +352,7 @@ static pi0_prenorm ex_prenorm(const pi0_expert_step *e, const pi0_wt *plain, int
     return p;
 }
 
-/* Residual s += y . W^T: plain (π0) or gated by norm `norm`'s gate (π0.5, spec 3.7; stmp is the scratch). */
+/* Residual s += y . W^T: plain (π0) or gated by norm `norm`'s gate (π0.5, docs/model.md 3.7; stmp is the scratch). */
 static void ex_residual(pi0_backend *be, const pi0_expert_step *e, pt y, const pi0_wt *W, int K, int norm) {
     if (e->mods)
         be->linear_gated(be, e->s, e->stmp, y, W, e->M, e->D, K, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D,
@@ -547,7 +547,7 @@ static void compute(void *arg) {
             free(map);
         }
     }
-    /* prefix embeddings: image tokens then text tokens scaled by sqrt(D) (spec 3.6) */
+    /* prefix embeddings: image tokens then text tokens scaled by sqrt(D) (docs/model.md 3.6) */
     if (nimg) be->copy_rows(be, s->h, s->img_rows, s->vout, (pt){0}, nimg * s->T, s->D);
     if (ntext) be->embed(be, s->h, s->id_rows, s->ids, ntext, &s->w->embed, sqrtf((float)s->D));
     if (r->dump) {

@@ -1,4 +1,4 @@
-/* model.h — the π0 / π0.5 forward pass (spec 3.4-3.12), written once against backend.h.
+/* model.h — the π0 / π0.5 forward pass (docs/model.md 3.4-3.12), written once against backend.h.
  * A model_sess owns every activation buffer of one inference stream, sized at create for max_batch;
  * model_infer allocates nothing on the backend. */
 #ifndef PI0_MODEL_H
@@ -30,7 +30,7 @@ pi0_status model_start(model_sess *s, const pi0_inputs *in, pi0_dump_fn dump, vo
 pi0_status model_finish(model_sess *s, float *actions, model_timing *tm);
 void model_abort(model_sess *s);
 
-/* The action expert's layers of one denoise step (spec 3.8/3.13), as model.c's expert_layers runs them op
+/* The action expert's layers of one denoise step (docs/model.md 3.8/3.13), as model.c's expert_layers runs them op
  * by op (bench/kernels/expert_persist.cuh runs them as one persistent kernel, a lab). Per layer l: norm (Gemma RMSNorm with attn_norm /
  * mlp_norm, or adaRMS with mods[2l] / mods[2l+1] for π0.5), q|k|v with RoPE at pos, attention (attn with
  * k1/v1 = kc[l]/vc[l]), o, the residual (plain add, or gated by the mod's gate for π0.5), norm, gate|up,

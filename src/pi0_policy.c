@@ -1,4 +1,4 @@
-/* pi0_policy.c — the public policy API (pi0_policy_*, pi0_prepared_*): openpi's Policy.infer (spec 4.1)
+/* pi0_policy.c — the public policy API (pi0_policy_*, pi0_prepared_*): openpi's Policy.infer (docs/model.md 4.1)
  * on top of pi0_model / pi0_session: norm-stats asset selection, the robot transforms of robot.c, resize,
  * prompt format, batching of prepared observations into one pi0_infer, float64 output transforms. Image
  * files are not decoded here (the CLI does that); no network code (the server does that). */

@@ -1,4 +1,4 @@
-/* policy.c — norm stats (spec 4.2; openpi transforms.Normalize / Unnormalize, shared/normalize.py).
+/* policy.c — norm stats (docs/model.md 4.2; openpi transforms.Normalize / Unnormalize, shared/normalize.py).
  * See policy.h. The formulas keep openpi's operation order so float64 results round the same way (built
  * without FMA contraction). The public policy API built on these is in pi0_policy.c. */
 #include "policy.h"

@@ -1,4 +1,4 @@
-/* policy.h — the policy wrapper around the model (spec 4): norm_stats.json and state/action
+/* policy.h — the policy wrapper around the model (docs/model.md 4): norm_stats.json and state/action
  * (un)normalisation, z-score (π0) and quantile (π0.5), as openpi's transforms.Normalize / Unnormalize.
  * Robot transforms and the policy API are still to come (issue 4). Math and results in double (openpi's float64). */
 #ifndef PI0_POLICY_H

@@ -1,4 +1,4 @@
-/* robot.h — openpi's robot transforms (spec 4.1, 4.3, 4.4): the table of shipped openpi configs
+/* robot.h — openpi's robot transforms (docs/model.md 4.1, 4.3, 4.4): the table of shipped openpi configs
  * (pi0_libero, pi05_droid, pi0_aloha_sim, ...), the LIBERO / DROID / ALOHA input transforms (request
  * arrays -> three camera slots of uint8 HWC images + the robot state in double) and the output
  * transforms (AbsoluteActions, slicing to the robot's dims, ALOHA's joint flips and gripper conversion).
@@ -18,7 +18,7 @@ typedef struct {
     const char *name;           /* openpi config name */
     pi0_robot robot;
     int pi05;                   /* the model type the config is trained for */
-    int delta;                  /* 1 = AbsoluteActions on output (spec 4.3) */
+    int delta;                  /* 1 = AbsoluteActions on output (docs/model.md 4.3) */
     int discrete_state;         /* 1 = state in the prompt (π0.5 except pi05_libero) */
     const char *default_prompt; /* the config's default prompt, or NULL */
     const char *asset_id;       /* folder under DIR/assets with norm_stats.json */

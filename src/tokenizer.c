@@ -409,7 +409,7 @@ pi0_status pi0_tokenize(const pi0_tokenizer *t, const char *text, size_t len, in
     return tokenizer_encode(t, text, len, ids, cap, n);
 }
 
-/* ---- prompt formats (spec 3.5) ---- */
+/* ---- prompt formats (docs/model.md 3.5) ---- */
 
 /* Python's str.strip() for ASCII whitespace, then '_' and '\n' -> ' ' (openpi's cleaning order). */
 static size_t clean_prompt(char *dst, const char *src) {

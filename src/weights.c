@@ -1,6 +1,6 @@
 /* weights.c — THE tensor table (checkpoint key, shape, which model type, init rule, struct field) and
  * everything driven by it: binding and validation at load, random generation, counting.
- * Key names follow openpi's PyTorch checkpoint (spec 2.1/2.2). */
+ * Key names follow openpi's PyTorch checkpoint (docs/model.md 2.1/2.2). */
 #include "weights.h"
 
 #include <math.h>
@@ -190,7 +190,7 @@ static int64_t first_nonfinite(const st_tensor *t) {
 }
 
 /* π0's action path into action_time_mlp_in as one affine map (weights.h atm_act_*). The MLP's input is
- * [action_in(x), temb] (spec 3.10), so its action half is W_in[:, :De] (W_ai x + b_ai): one product of K = A on
+ * [action_in(x), temb] (docs/model.md 3.10), so its action half is W_in[:, :De] (W_ai x + b_ai): one product of K = A on
  * x instead of action_in and a K = De product each denoise step. Sums in double, stored in fp32 (the reference's
  * two fp32 products differ from it by ~1e-7 relative). */
 static pi0_status compose_action_mlp(pi0_weights *w) {
@@ -381,7 +381,7 @@ pi0_status weights_generate(const pi0_config *c, const char *path, uint64_t seed
         for (int l = 0; l < n_layers(d, c); l++, k++) {
             key_name(name, sizeof name, d, l);
             /* safetensors.torch.save_model keeps one name per shared tensor: the tied embedding lands
-             * under the lm_head name and the dropped name is recorded in __metadata__ (spec 2.2). */
+             * under the lm_head name and the dropped name is recorded in __metadata__ (docs/model.md 2.2). */
             names[k] = strdup(strcmp(name, EMBED_NAME) ? name : TIED_NAME);
             if (!names[k]) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
             e[k].name = names[k];

@@ -18,7 +18,7 @@ typedef struct {
     int want32;          /* CUDA: also keep an fp32 copy (the patch embedding, computed in fp32) */
 } pi0_wt;
 
-typedef struct {   /* SigLIP encoder block (spec 3.4) */
+typedef struct {   /* SigLIP encoder block (docs/model.md 3.4) */
     pi0_wt ln1_w, ln1_b;        /* (Dv) */
     pi0_wt q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;   /* (Dv, Dv), (Dv) */
     pi0_wt ln2_w, ln2_b;        /* (Dv) */
@@ -26,7 +26,7 @@ typedef struct {   /* SigLIP encoder block (spec 3.4) */
     pi0_wt fc2_w, fc2_b;        /* (Dv, Fv), (Dv) */
 } pi0_vis_layer;
 
-typedef struct {   /* one Gemma layer of one expert (spec 3.7/3.8) */
+typedef struct {   /* one Gemma layer of one expert (docs/model.md 3.7/3.8) */
     pi0_wt attn_norm;                 /* (D) RMSNorm scale, used as 1 + w; absent for adaRMS */
     pi0_wt attn_norm_dw, attn_norm_db;/* π0.5 expert: adaRMS dense (3D, D), (3D) */
     pi0_wt q, k, v, o;                /* (Hq*Dh, D), (K*Dh, D), (K*Dh, D), (D, Hq*Dh) */
@@ -59,7 +59,7 @@ typedef struct {
     int64_t n_params;
 } pi0_weights;
 
-/* The π0.5 marker tensor (spec 2.1). */
+/* The π0.5 marker tensor (docs/model.md 2.1). */
 #define PI0_PI05_MARKER "paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm.dense.weight"
 
 /* Validates every tensor of f against cfg (presence, shape, float dtype, finite values) and fills w.

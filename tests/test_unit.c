@@ -103,7 +103,7 @@ static void test_config(void) {
     pi0_config c;
     CHECK(config_from_variant(&c, "pi0") == PI0_OK && c.lm.width == 2048 && c.ex.width == 1024 &&
           c.vis.mlp_dim == 4304 && c.max_token_len == 48 && c.action_horizon == 50 && cfg_prefix_len(&c) == 816 &&
-          cfg_suffix_len(&c) == 51, "pi0 variant (spec 1.2, 5.1)");
+          cfg_suffix_len(&c) == 51, "pi0 variant (docs/model.md 1.2, 5.1)");
     CHECK(config_from_variant(&c, "pi05") == PI0_OK && c.max_token_len == 200 && cfg_prefix_len(&c) == 968 &&
           cfg_suffix_len(&c) == 50, "pi05 variant");
     CHECK(config_from_variant(&c, "pi1") == PI0_ERR_ARG, "unknown variant refused");

@@ -81,7 +81,7 @@ with tempfile.TemporaryDirectory() as tmp:
                     print("  vocab %d: %r\n    want %s\n    got  %s" % (vocab, p, want, got.get(p)))
         check(mismatch == 0, "vocab %d: %d of %d prompts differ from SentencePiece" % (vocab, mismatch, len(prompts)))
         print("tokenizer vocab %d: %d prompts, %d differ" % (vocab, len(prompts), mismatch))
-    # prompt formats (spec 3.5) against openpi's PaligemmaTokenizer rules restated with numpy + sentencepiece
+    # prompt formats (docs/model.md 3.5) against openpi's PaligemmaTokenizer rules restated with numpy + sentencepiece
     import numpy as np
     def openpi_prompt(prompt, fmt, state, max_len):
         cleaned = prompt.strip().replace("_", " ").replace("\n", " ")

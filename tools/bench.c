@@ -1,4 +1,4 @@
-/* bench.c — `pi0 bench`: the reference workloads of PI0_IO.md section 3 with random weights.
+/* bench.c — `pi0 bench`: the reference workloads of docs/formats.md 3 with random weights.
  * Prints p50/p90/p99/mean latency, Hz and the vision/prefill/denoise split, as a table and optionally
  * as CSV (commit, device, driver). Without --full on the CPU backend it runs a REDUCED workload: the
  * tiny model (same architecture, toy widths) with the workload's batch, camera masks, prompt

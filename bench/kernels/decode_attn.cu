@@ -1,4 +1,4 @@
-// decode_attn.cu — kernel lab for the denoise-step attention at B = 1 (spec 3.10): 11 queries x 8 heads
+// decode_attn.cu — kernel lab for the denoise-step attention at B = 1 (docs/model.md 3.10): 11 queries x 8 heads
 // against the 788 cached prefix keys + 11 suffix keys (MQA, head_dim 256), the `tail` form of backend.h.
 //   version 0: the production GEMM path (cuBLASLt Q.K^T, softmax kernel, P.V; PI0_CUDA_SMALL=0);
 //   version 1: the production decode_attn_kernel (attention.cu), without and with PDL.

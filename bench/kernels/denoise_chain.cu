@@ -1,4 +1,4 @@
-// denoise_chain.cu — the action expert's 18 layers of one denoise step at B = 1 (spec 3.8/3.13), made of
+// denoise_chain.cu — the action expert's 18 layers of one denoise step at B = 1 (docs/model.md 3.8/3.13), made of
 // the production ops exactly as model.c's denoise calls them (RMSNorm, q|k|v with RoPE into the KV cache,
 // tail attention, o + residual, RMSNorm, gate|up with gelu * up, down + residual), captured as one graph and
 // timed with CUDA events: the cost of a layer in the real chain of kernels, and of each op kind by
@@ -240,7 +240,7 @@ int main(void) {
         double num = 0, den = 0;
         for (int i = 0; i < M * D; i++) { num += (h[1][i] - h[0][i]) * (h[1][i] - h[0][i]); den += h[0][i] * h[0][i]; }
         // both are bf16 chains that round in different orders; 18 layers of random weights amplify that
-        // (session 4's version: 1.27e-2 after 18 layers; two layers against the CPU reference: 4.6e-3)
+        // (the first version, bench/RESULTS.md L34: 1.27e-2 after 18 layers; two layers against the CPU reference: 4.6e-3)
         const double bound = depth == 1 ? 5e-3 : 2e-2;
         printf("persistent kernel vs per-op chain, residual rows after %d layer(s): rel L2 %.2e %s\n", depth, sqrt(num / den),
                sqrt(num / den) < bound ? "OK" : "FAIL");

@@ -1,18 +1,18 @@
 // expert_persist.cuh — kernel lab (included by denoise_chain.cu): all layers of the action expert in one
 // denoise step at B = 1 as one persistent kernel, the same math as model.c's expert_layers (backend.h
 // pi0_expert_step), which the lab checks it against. Not used by libpi0.
-// RESULT (H100, 2026-11-23 session 14, RESULTS.md): correct (rel L2 1.5e-3 after one layer, 1.2e-2 after 18
+// RESULT (H100, 2026-11-23, bench/RESULTS.md L69): correct (rel L2 1.5e-3 after one layer, 1.2e-2 after 18
 // against the production chain), but 35.4-37.5 us per layer against 25.9 for the production chain of five
 // kernels. Without any weight traffic (mode 3) its latency chain alone takes 24.7-25.7 us: every block loads
 // all of X from L2 after each barrier (down: 90 KB x 128 blocks, 1.9-2.2 us), a grid barrier costs ~1 us like
 // a kernel boundary under PDL, and attention 5.7 us + 2.8 us of barrier. So this design cannot beat the chain.
 // Idea: at M = 11 rows a layer is 34.6 MB of weights, 11.5 us of DRAM time, but as five kernels it takes
-// ~29 us (RESULTS.md sessions 10-12): every kernel boundary costs ~0.8 us, each kernel's latency chain
+// ~29 us (bench/RESULTS.md L53-L65): every kernel boundary costs ~0.8 us, each kernel's latency chain
 // (X load, MMAs, cross-warp and cross-block reductions, epilogue) runs while its weight copies queue, and
 // the next product's weights start streaming only when its kernel starts. Here one block per SM streams its
 // share of every product of every layer through a ring of shared-memory stages, and the math follows behind
 // in phases separated by grid barriers.
-// Version 2 (session 14). Session 4's version (9 warps, a producer warp) was capped at 168 registers by the
+// Version 2 (bench/RESULTS.md L69). The first version (L34) (9 warps, a producer warp) was capped at 168 registers by the
 // 9th warp and kept 392 bytes per thread on the stack (113 KB per block, more than the L1 left beside the
 // ring), and it reduced and synchronised once per unit; it took 53 us per layer. Now:
 //   - 8 warps, no producer warp (255 registers, no stack). The ring's slots are refilled by the consumers:
@@ -347,7 +347,7 @@ __device__ __forceinline__ void ph_qkv(const xargs &a, const xlayer &L, xring &R
         bf16 *dst;
         if (col < QW + XHD) {
             dst = col < QW ? a.q + (size_t)m * QW + col : L.kc + (size_t)(nvis + m) * XHD + col - QW;
-            const float inv = ((const float *)(x.sm + XS_INV))[ip];   // same angle as gemv.cu / rope_kernel (spec 3.7)
+            const float inv = ((const float *)(x.sm + XS_INV))[ip];   // same angle as gemv.cu / rope_kernel (docs/model.md 3.7)
             float th = (float)a.pos[m] * inv, cs, sn;
             sincosf(th, &sn, &cs);
             const float y1 = x1 * cs - x2 * sn, y2 = x2 * cs + x1 * sn;

@@ -1,4 +1,4 @@
-// gateup_lab.cu — (session 20) the prefix's gate|up product with gelu(gate) * up fused (src/cuda/gateup.cu, every
+// gateup_lab.cu — (bench/RESULTS.md L92) the prefix's gate|up product with gelu(gate) * up fused (src/cuda/gateup.cu, every
 // token tile width) against the path before it: cuBLASLt's product into the fused [M, 2F] buffer (tuned, as gemm.cu
 // runs it) and the gelu * up pass. us per product (10 in a graph, median of 9 replays); outputs compared (rel L2);
 // "auto" is the width that gateup.cu picks.

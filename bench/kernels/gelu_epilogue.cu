@@ -1,5 +1,5 @@
 // gelu_epilogue.cu — which GELU does cuBLASLt's GELU_BIAS epilogue compute, and what does it save?
-// SigLIP's fc1 shape (M = 768 = 3 images x 256 tokens, N = 4304, K = 1152, spec 3.4): the product with the
+// SigLIP's fc1 shape (M = 768 = 3 images x 256 tokens, N = 4304, K = 1152, docs/model.md 3.4): the product with the
 // GELU_BIAS epilogue in fp32 output is compared with the tanh form and the erf form of GELU applied (in
 // double, on the host) to the same product with the BIAS epilogue only. The tanh form must agree to fp32
 // rounding and the erf form must not (they differ by up to ~1e-3 where |x| ~ 2). Then the bf16 timings:

@@ -1,5 +1,5 @@
 // gemv_smallm.cu — kernel lab for the few-row product Y[M, N] = X[M, K] . W[N, K]^T at the action
-// expert's shapes (M = 11: one state token + 10 actions; spec 3.8): q|k|v, o, gate|up, down.
+// expert's shapes (M = 11: one state token + 10 actions; docs/model.md 3.8): q|k|v, o, gate|up, down.
 //   version 0: the production cuBLASLt path (cuda_gemm in src/cuda/gemm.cu, timed algorithm choice);
 //   version 1..: the production gemv.cu kernel (cuda_gemv) with its block shape (NT n-tiles of 8 rows
 //   per block) forced, with and without programmatic dependent launch;

@@ -1,7 +1,7 @@
 // sm_stream.cu — how many bytes per second G SMs can pull into shared memory with bulk copies (TMA), from DRAM
 // (512 MB streamed once) and from L2 (16 MB read 20 times), for G = 4 .. 132 blocks of one copying thread and
 // R stages of CH bytes in flight; and the latency of a cluster barrier (clusters of 8 and 16 blocks). The
-// question behind it (RESULTS.md session 16): could one cluster of 16 SMs run an expert layer of the denoise
+// question behind it (docs/journal/2026-11-23-s16-cluster-stream-pdl-edges.md): could one cluster of 16 SMs run an expert layer of the denoise
 // (34.6 MB of weights) with cluster barriers between its phases instead of kernel boundaries?
 // Build and run: sh bench/kernels/run_lab.sh build / run OUTDIR.
 #include <stdint.h>

@@ -1,5 +1,5 @@
 #pragma once
-// wgemm.cuh — (kernel lab; measured slower than cuBLASLt in the pipeline, see bench/RESULTS.md session 9) Y = X W^T for many rows (prefill, SigLIP: M = 768-788, and batches) on the Hopper warpgroup MMA
+// wgemm.cuh — (kernel lab; measured slower than cuBLASLt in the pipeline, bench/RESULTS.md L51) Y = X W^T for many rows (prefill, SigLIP: M = 768-788, and batches) on the Hopper warpgroup MMA
 // (wgmma) with tensor copies (TMA), and the epilogues cuBLASLt lacks: gelu(gate) * up from the fused gate|up
 // weights and q|k|v + RoPE into three outputs. Checked against cuBLASLt by wgemm_lab.cu.
 //

@@ -1,5 +1,5 @@
 /* cpu_backend.c — the plain-C fp32 reference backend: the numerical oracle for every other backend.
- * Each op is the definition of its contract in backend.h, written to read like the spec formulas.
+ * Each op is the definition of its contract in backend.h, written to read like docs/model.md's formulas.
  * Weights stay in the checkpoint mapping (BF16/F16/F32) and are widened to fp32 tile by tile inside
  * the GEMM; all math is fp32. OpenMP splits rows or output features across cores; every output
  * element is computed by one thread in a fixed order, so results do not depend on the thread count. */
@@ -236,7 +236,7 @@ static void rope1(pt x, pt pos, int M, int heads, int hd) {
         for (int h = 0; h < heads; h++) {
             float *v = F(x) + ((size_t)r * heads + h) * hd;
             for (int i = 0; i < half; i++) {
-                /* spec 3.7: inv_freq_i = 10000^(-2i/hd), angle in fp32 */
+                /* docs/model.md 3.7: inv_freq_i = 10000^(-2i/hd), angle in fp32 */
                 float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = p * inv_freq;
                 float cs = cosf(th), sn = sinf(th), x1 = v[i], x2 = v[half + i];
                 v[i] = x1 * cs - x2 * sn;

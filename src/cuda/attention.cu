@@ -7,13 +7,13 @@
 //    heads share K and V, so each product is a single GEMM.
 //  - MHA (kv_heads == heads, SigLIP): strided-batched GEMMs over the heads, or, for at least `heads`
 //    equal images, a loop over the heads with the images as the batch.
-//  - A second key source (the suffix's own K/V, spec 3.10) fills logits columns [n1, n1+n2); P.V then
+//  - A second key source (the suffix's own K/V, docs/model.md 3.10) fills logits columns [n1, n1+n2); P.V then
 //    accumulates both parts in fp32 and rounds once.
 // The softmax is one warp per logits row.
 // Few query rows against one key range (the denoise suffix: 11 queries x 8 heads = 88 rows, ~800 keys, MQA,
 // head_dim 256; at B = 1 the suffix keys are the range's tail, at B > 1 a second source) go to decode_attn_kernel
 // first: one launch for all equal segments, see below. At B = 8 the GEMM path took ~53 us per expert layer
-// (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, RESULTS.md session 14). Batches past the decode
+// (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, bench/RESULTS.md L70). Batches past the decode
 // kernel's two waves take flash attention. Flash attention runs the prefix (head_dim 256, MQA, no suffix mask) on
 // flash_wg_kernel (wgmma + tensor copies) and the rest on flash_attn_kernel (mma.sync; PI0_CUDA_FLASH=mma sends the
 // prefix there too, as it does where a tensor map cannot be made).
@@ -255,7 +255,7 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
         return 0;
     // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
     // blocks (~145 KB of shared memory, one per SM) are latency-bound: at B = 64 (1536 blocks) even the GEMM path
-    // was faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; RESULTS.md session 14), and
+    // was faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; bench/RESULTS.md L70), and
     // flash attention takes such batches
     const int rt = (long long)g * cdiv(rows, 16) * DA_SPLIT > c->sms ? 2 : 1;
     if (g > 1 && (long long)g * cdiv(rows, 16 * rt) * DA_SPLIT > 2 * c->sms) return 0;
@@ -270,9 +270,9 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 }
 
 // ---- flash attention: prefix (MQA, head_dim 256) and SigLIP (MHA, head_dim 72) segments ----
-// For segments whose queries see every key of their own range (the compacted prefix, spec 3.6, and SigLIP's
+// For segments whose queries see every key of their own range (the compacted prefix, docs/model.md 3.6, and SigLIP's
 // images, 3.4), and for MQA suffix segments that decode attention does not take (batches past its two waves:
-// at B = 64 the GEMM path took ~92 us per expert layer under ncu, RESULTS.md session 15).
+// at B = 64 the GEMM path took ~92 us per expert layer under ncu, bench/RESULTS.md L71).
 // FlashAttention-2 order: a block owns FA_BM = 64 query rows
 // (4 warps x 16), walks the segment's keys in tiles of FA_BN = 64 or 32 (K/V double-buffered through cp.async),
 // S = Q K^T on mma m16n8k16 (ldmatrix from shared memory), an online softmax in fp32 (running row max m
@@ -283,7 +283,7 @@ static int decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k
 //  - Limits (ncu, H100, head_dim 256): one block of 4 warps per SM (225 registers, 169 KB of shared
 //    memory), 3.3 cycles between a warp's instructions, shared-memory (ldmatrix) traffic at 55% of its
 //    peak: 42 us per prefix layer. With more blocks than SMs (batches) the 32-key tiles (101 KB) let two
-//    blocks share an SM (RESULTS.md session 15). Splitting each key tile over 8 warps (two (m, l, O) merged at the end)
+//    blocks share an SM (bench/RESULTS.md L74). Splitting each key tile over 8 warps (two (m, l, O) merged at the end)
 //    measured 45 us: the Q and K/V fragments' shared-memory traffic, not the issue rate, is the next bound.
 //  - Lazy rescaling: the running max moves (and O, l are rescaled) only when a row's tile max exceeds it
 //    by more than FA_SLACK (base-2 units), decided per warp; otherwise P = 2^(s - m) <= 2^FA_SLACK, which
@@ -464,15 +464,15 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
 //  - Step i issues S of tile i and P V of tile i - 1, waits for S only and runs the softmax of tile i while P V is
 //    in the tensor cores (FlashAttention-3's overlap inside a warpgroup); a move of the running max (lazy, rare)
 //    rescales O once P V has landed. P alternates between two register sets, and the steps are written out (first /
-//    pairs / last) so that every wgmma wait is unconditional where ptxas sees it (session 13: waits under
+//    pairs / last) so that every wgmma wait is unconditional where ptxas sees it (bench/RESULTS.md L67: waits under
 //    conditions serialise the products).
 //  - Thread 0 of a warpgroup refills its K buffer once S has landed and a V buffer once P V has, each after a
 //    barrier of the warpgroup (each warp's wait covers its own share of a product).
 //  - Keys past the segment (the last tile only) read the next segment's rows or zeros (past the map, whose rows end
 //    with the last segment): finite values, masked to -inf, so that their P is 0.
 // ncu, one prefix layer of pi0-3cam (99 blocks): 18.4 us against 41.2 for the mma.sync kernel, which reads every
-// K / V fragment once per warp through ldmatrix; one warpgroup per block walking all tiles took 21.1 (RESULTS.md
-// session 18, with the variants that did not pay). The products alone would run at the tensor peak (lab
+// K / V fragment once per warp through ldmatrix; one warpgroup per block walking all tiles took 21.1
+// (bench/RESULTS.md L84-L88, with the variants that did not pay). The products alone would run at the tensor peak (lab
 // wgmma_rate.cu): the time goes to each step's chain of S, softmax and refill.
 enum { FW_BM = 64, FW_BN = 64, FW_HD = 256, FW_SLAB = FW_BN * 128, FW_TILE = 4 * FW_SLAB, FW_WG = 2, FW_KB = 1, FW_VB = 2,
        FW_BUFS = 1 + FW_WG * (FW_KB + FW_VB) };   // tiles in shared memory: Q, then each warpgroup's K and V

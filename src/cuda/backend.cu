@@ -199,8 +199,8 @@ static void fuse_order(wt_list *l, pi0_weights *w, const pi0_config *cfg) {
 extern "C" pi0_status cuda_weights_upload(void **out, pi0_weights *w, const pi0_config *cfg, int device) {
     wt_list l = {NULL, 0, 0};
     *out = NULL;
-    w->patch_w.want32 = 1;   // spec 3.4: the patch convolution runs in fp32
-    // the fp32 products of spec 1.5 (state, action and time projections): fp32 copies for cuBLASLt at 64 rows and more
+    w->patch_w.want32 = 1;   // docs/model.md 3.4: the patch convolution runs in fp32
+    // the fp32 products of docs/model.md 1.5 (state, action and time projections): fp32 copies for cuBLASLt at 64 rows and more
     pi0_wt *f32w[] = {&w->action_in_w, &w->action_out_w, &w->state_w, &w->atm_in_w, &w->atm_out_w, &w->time_in_w,
                       &w->time_out_w, &w->atm_act_w};
     for (size_t i = 0; i < sizeof f32w / sizeof *f32w; i++) f32w[i]->want32 = 1;
@@ -345,10 +345,10 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
         victim->keylen = keylen;
         /* A new key runs un-captured first: its new GEMM shapes are timed there (no timing can happen inside a
          * capture), and the GPU starts at once. The same launches are then captured and instantiated while the GPU
-         * works through that run (capture ~3.5 ms, instantiation ~8-10 ms of host time for ~1300 nodes, H100 session
-         * 29), and the graph is uploaded behind it; it first replays on the next call with this key. So a new prompt
+         * works through that run (capture ~3.5 ms, instantiation ~8-10 ms of host time for ~1300 nodes, H100,
+         * bench/RESULTS.md L119), and the graph is uploaded behind it; it first replays on the next call with this key. So a new prompt
          * length costs about the larger of the run and those host steps, where capturing first and then launching
-         * paid them one after the other (session 28: 22-28 ms). The run and the replays compute the same
+         * paid them one after the other (bench/RESULTS.md L116: 22-28 ms). The run and the replays compute the same
          * launches with the same GEMM algorithms, so they agree bit for bit. */
         fn(arg);
         if (c->err) return report(c);

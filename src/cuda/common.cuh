@@ -91,7 +91,7 @@ __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.lau
 // Every kernel prefers the largest shared memory carveout (228 KB of the SM's 256 KB), so the SM never has to
 // drain to change its L1 / shared memory split between two kernels: the overlap that PDL allows (the next
 // few-row product's weights fetched while this kernel runs) needs both kernels resident at once. pi0-3cam:
-// 14.67-15.04 -> 14.05-14.34 ms (bench/RESULTS.md session 7). Set once per kernel and context.
+// 14.67-15.04 -> 14.05-14.34 ms (bench/RESULTS.md L41). Set once per kernel and context.
 static inline void cuda_prefer_smem(cuda_ctx *c, const void *kernel) {
     for (int i = 0; i < c->ncarved; i++)
         if (c->carved[i] == kernel) return;
@@ -134,7 +134,7 @@ __device__ __forceinline__ float ex2_ftz(float x) {
     return y;
 }
 
-// spec 3.4/3.7: GELU, tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), computed as
+// docs/model.md 3.4/3.7: GELU, tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), computed as
 // the equal x / (1 + e^(-2u)): one ex2 and one reciprocal (MUFU) and four other instructions, where tanhf took ~17
 // (the gelu * up epilogue of gateup.cu was bound by them). Both are within a few ulp of the exact value. Limits:
 // e^(-2u) = inf (x < ~-10) gives x * 0 = -0, as tanh gives 0.5 x (1 - 1); x = +inf gives inf, x = -inf NaN, as before.

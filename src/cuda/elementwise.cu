@@ -1,4 +1,4 @@
-// elementwise.cu — the small ops of backend.h: patch embedding (spec 3.4, fp32 math), RoPE (3.7,
+// elementwise.cu — the small ops of backend.h: patch embedding (docs/model.md 3.4, fp32 math), RoPE (3.7,
 // half-split, fp32 angles), the gated MLP product gelu_tanh(g) * u, token embedding x sqrt(D) (3.6), row
 // gathers/scatters with dtype conversion, gated residual (adaRMS), bias + swish rows, the Euler update.
 // bf16 storage, fp32 math. Each kernel's CPU twin is the cpu_<op> of src/cpu/cpu_backend.c.
@@ -33,7 +33,7 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
     else cuda_launch(c, gelu_mul_kernel<1>, GRID(n), o, gp, up, n);
 }
 
-// Patch embedding as an fp32 GEMM (spec 3.4: convolution in fp32): im2col_kernel gathers each patch in
+// Patch embedding as an fp32 GEMM (docs/model.md 3.4: convolution in fp32): im2col_kernel gathers each patch in
 // the (c, y, x) order of the OIHW weight, cuBLASLt multiplies by the fp32 weights (plain fp32, no TF32),
 // patch_finish_kernel adds bias and position embedding and rounds to bf16. Images in chunks that fit
 // the attention scratch (reused here: no attention runs during the patch embedding).

@@ -1,12 +1,12 @@
 // gateup.cu — the gated MLP's first half for many rows (the prefix: M = 543-968 at B = 1, and batches):
 // out (M, F) = gelu_tanh(X Wg^T) * (X Wu^T) in one kernel on the Hopper warpgroup MMA, in place of cuBLASLt's
-// product into the fused [M, 2F] buffer followed by the gelu * up pass (spec 3.7). CPU twin: cpu_mlp_up.
+// product into the fused [M, 2F] buffer followed by the gelu * up pass (docs/model.md 3.7). CPU twin: cpu_mlp_up.
 //
 // The operands are swapped against the usual X W^T: the weights are the wgmma A operand (m64: 64 weight rows per
 // consumer warpgroup) and the tokens its B operand (n = BN, a multiple of 8 up to 256), so a tile spans BN tokens
 // rather than a multiple of 64 rows: M = 788 runs as 4 tiles of 200 tokens (+1.5% padding) where 128-row tiles
-// padded it to 896 (+14%, bench/RESULTS.md session 9). BN is chosen per M from the instantiated widths by a cost
-// model fitted in the lab (bench/kernels/gateup_lab.cu, RESULTS.md session 20). The last token tile starts at
+// padded it to 896 (+14%, bench/RESULTS.md L51). BN is chosen per M from the instantiated widths by a cost
+// model fitted in the lab (bench/kernels/gateup_lab.cu, bench/RESULTS.md L92). The last token tile starts at
 // M - BN instead of running past M: rows it shares with the tile before are computed twice with the same bits,
 // and no tensor copy reads outside X (boxes partly outside a map took ~1.5-2x as long per row in the lab).
 //
@@ -208,7 +208,7 @@ template <int BN> static void gu_launch(cuda_ctx *c, const CUtensorMap &tw, cons
                                         int F, int K) {
     const int tiles = (M + BN - 1) / BN * (F / GU_FT);
     // panels of ~8 MB of X: at B = 64 (M = 50432) one sweep of the weights per token tile read X (206 MB) from DRAM
-    // for every weight tile, 9% slower end to end than cuBLASLt + the pass (session 20)
+    // for every weight tile, 9% slower end to end than cuBLASLt + the pass (bench/RESULTS.md L93)
     const int tiles_t = (M + BN - 1) / BN, g8 = (int)((8u << 20) / ((size_t)BN * K * 2)) + 1, G = g8 < tiles_t ? g8 : tiles_t;
     cuda_launch(c, gateup_kernel<BN>, dim3(tiles < c->sms ? tiles : c->sms), dim3(384), gu_cfg<BN>::smem, tw, tx, ty, M, F, K, G);
 }

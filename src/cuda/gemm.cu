@@ -2,11 +2,11 @@
 // Row-major Y[M,N] = X[M,K] . W^T is computed by cuBLASLt (column-major) as Y^T = W . X^T: A = W with
 // transa = T (W row-major [N, ldw] is column-major [ldw, N]), B = X with transb = N, D = Y^T with ld = ldy.
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
-// once per shape and cached. Linear with fp32 input (the small head projections and time MLPs, spec 1.5:
+// once per shape and cached. Linear with fp32 input (the small head projections and time MLPs, docs/model.md 1.5:
 // computed in fp32) uses linear_f32_kernel, or for 64 rows and more cuBLASLt in fp32 on the weights' fp32 copies (at
-// B = 64 the kernel took 460 us per denoise step: each x value it reads from shared memory feeds two FMAs; RESULTS.md
-// session 15). The copies hold the file's values: for an F32 checkpoint the fp32 weights that the PT reference uses
-// (spec 1.5), which the kernel reads too, so that every batch size computes with them; for a BF16 one the kernel
+// B = 64 the kernel took 460 us per denoise step: each x value it reads from shared memory feeds two FMAs;
+// bench/RESULTS.md L73, L76). The copies hold the file's values: for an F32 checkpoint the fp32 weights that the PT reference uses
+// (docs/model.md 1.5), which the kernel reads too, so that every batch size computes with them; for a BF16 one the kernel
 // reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= GEMV_ROWS) go to gemv.cu. CPU twin: cpu_linear.
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,9 +137,9 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
     return p;
 }
 
-/* Row buckets of the tuning: the prefill's row count follows the prompt length (padding is skipped, spec 3.13),
+/* Row buckets of the tuning: the prefill's row count follows the prompt length (padding is skipped, docs/model.md 3.13),
  * and π0.5's prompt holds the state, so a server meets a new row count every few requests. Timing every candidate
- * again took ~40 ms per new length (session 28). Shapes that differ only in M within one bucket of GEMM_MBUCKET
+ * again took ~40 ms per new length (bench/RESULTS.md L116). Shapes that differ only in M within one bucket of GEMM_MBUCKET
  * rows take the timed choice of the first one met (as long as cuBLASLt accepts it for the new layout): M is
  * cuBLASLt's N here, and rows within 64 fill the same tiles of every candidate up to 64 wide. So the algorithm of a
  * length depends on which length of its bucket came first; within a process it never changes (graph replays and
@@ -172,7 +172,7 @@ static int share_tuned(cuda_ctx *c, gemm_plan *p) {
  * shape), so a new shape (without a timed sibling, share_tuned) met outside graph capture times every candidate on
  * the call's own operands
  * (into a scratch output, since beta may be 1) and keeps the fastest. One timing of 5 runs chose a 32 us
- * kernel over a 21 us one for SigLIP's fc2 in one of two processes (ncu, session 8): each candidate's time
+ * kernel over a 21 us one for SigLIP's fc2 in one of two processes (ncu, bench/RESULTS.md L47): each candidate's time
  * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates, with the call's alpha and beta (the
  * output then holds garbage, which costs the same). */
 static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes) {
@@ -376,7 +376,7 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
         if (cuda_gemv(c, &g, 0)) return;
     }
     // bias (and GELU) epilogue in the output type (bf16): formed in fp32 and rounded once. cuBLASLt's GELU is
-    // the tanh form of spec 3.4 (checked in fp32 against both forms: bench/kernels/gelu_epilogue.cu)
+    // the tanh form of docs/model.md 3.4 (checked in fp32 against both forms: bench/kernels/gelu_epilogue.cu)
     cuda_gemm_ex(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_16BF, w, (int)W->cols, CUDA_R_16BF, epi == EPI_ADD ? 1.0f : 0.0f,
                  out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0, 0, epi == EPI_GELU);
 }

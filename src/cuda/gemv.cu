@@ -1,25 +1,25 @@
 // gemv.cu — few-row products on the tensor cores: Y[M, N] = X[M, K] . W[N, K]^T for M <= 16 (the
 // denoise steps at B = 1: M = 11 suffix rows; 17 to 64 rows: gemv_wg_kernel below), with the neighbouring elementwise work fused in the
 // epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
-// block: gelu(gate) * up (P = F, spec 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
+// block: gelu(gate) * up (P = F, docs/model.md 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
 // pair), which writes k and v straight into the KV cache rows. For K = 1024 (the expert's q|k|v and gate|up)
 // the RMSNorm / adaRMS before the product is folded in (the two separate norm kernels cost 5.6 of 38.7 us
 // per expert layer, denoise chain lab): norm(x) . W = r (x * (1 + a)) . W + b . W with r = rsqrt(mean(x^2) +
 // eps). X rows go into the product scaled by (1 + a) only, the row's r multiplies its sum in the reduction
 // (each block holds whole rows; the warps' sums of squares travel with their partial sums), and the adaRMS
 // shift b is one more X row (row M, M <= 15) whose product is added to every row. So the row statistics are
-// off the path from X to the MMAs (RESULTS.md session 11); the factors a and b are read before the PDL wait.
+// off the path from X to the MMAs (bench/RESULTS.md L56); the factors a and b are read before the PDL wait.
 // Why: at M = 11 cuBLASLt streams the expert weights at ~1 TB/s and adds a split-K reduce kernel;
-// this is one launch per product (numbers in bench/RESULTS.md, lab: bench/kernels/gemv_smallm.cu).
+// this is one launch per product (numbers in bench/RESULTS.md L15, L17, lab: bench/kernels/gemv_smallm.cu).
 // Layout: a block owns R = 8 NT output rows and 1024 columns of K; the K / 1024 blocks of a row block form
 // a thread-block cluster. Block q of the cluster finishes the output rows m with m % ks == q: the others
 // push their partial sums of those rows into its shared memory (st.async, counted on its mbarrier), and it
 // adds them in rank order (deterministic). No cluster barrier is on the critical path: under a cluster
 // barrier the blocks of o and down waited 1-4 us while the next product's weights streamed in (lab profile,
-// bench/RESULTS.md session 7). The block's weight rows are fetched with one bulk copy (TMA) per row into
+// bench/RESULTS.md L40). The block's weight rows are fetched with one bulk copy (TMA) per row into
 // padded shared memory, issued before the programmatic-launch wait (common.cuh): weights are constants,
 // so the copy overlaps the previous kernel. The copies mark their lines evict-first in L2, so the 0.6 GB
-// stream per step leaves the KV cache and the activations there (session 11: 29.8 -> 28.8 us per layer). 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16
+// stream per step leaves the KV cache and the activations there (bench/RESULTS.md L57: 29.8 -> 28.8 us per layer). 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16
 // zero-padded X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8
 // consecutive k) of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted
 // order for A and B, which leaves every dot product unchanged.
@@ -89,7 +89,7 @@ __device__ __forceinline__ void gemv_put_pair(const gemv_args &a, int m, int col
     stv<V>(dst + hh, x2);
 }
 
-// RoPE's inverse frequency of output column col (same formula as rope_kernel / cpu rope1, spec 3.7)
+// RoPE's inverse frequency of output column col (same formula as rope_kernel / cpu rope1, docs/model.md 3.7)
 __device__ __forceinline__ float rope_inv_freq(const gemv_args &a, int col) {
     return a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * (col % a.hd) / a.hd) : 0.0f;
 }
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     // (rr = ceil(16 / ks) slots per rank: ks = 3 gives rank 0 six of 16 rows)
     const int ks = gridDim.y, rank = blockIdx.y, own = rank < a.M ? (a.M - rank + ks - 1) / ks : 0, rr = (16 + ks - 1) / ks;
     // NORM: a of this lane's k (K = 1024: one slice, kb = 0), loaded before this block's weight copies are queued
-    // and used only after the wait (x + x a), so nothing before the wait waits on a load. Session 12, same call:
+    // and used only after the wait (x + x a), so nothing before the wait waits on a load. bench/RESULTS.md L61, same call:
     // pi0-libero 11.7 -> 11.3 ms, the other workloads unchanged (q|k|v's kernel also went from 162 to 158
     // registers, which lets decode attention's blocks share its SMs)
     float na[4][8];
@@ -293,7 +293,7 @@ template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
 
 // ---- 17 to 64 rows (the 50-step horizon: M = 51; B = 2 at 10-11) on the warpgroup MMA ----
 // At 51 rows the kernel above would hold 4 row tiles of X in registers and run them after the whole weight slice
-// has landed (session 8: slower than cuBLASLt), while cuBLASLt streams these weights at 0.7-2 TB/s and needs the
+// has landed (bench/RESULTS.md L48: slower than cuBLASLt), while cuBLASLt streams these weights at 0.7-2 TB/s and needs the
 // split / gelu * up passes after it. Here the weights are the wgmma A operand (m64: 64 output rows per block) and
 // the X rows its B operand (n64: the M rows, zero-filled past M by the tensor copy), both fed by tensor copies
 // (TMA, 128-byte swizzle) into a ring of WGV_S stages of 64 k; the first stages' weights are requested before the
@@ -303,7 +303,7 @@ template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
 // partial sums of X row m go to the block of rank m / tpr of the cluster (st.async into its recv, counted on its
 // mbarrier), which adds its own and then the others' in rank order (deterministic for a given number of slices,
 // which follows the SM count) and runs the epilogue on items of 8 columns
-// (16-byte accesses). Per-block phase stamps (RESULTS.md session 17) set the shape: four accumulators (one wgmma
+// (16-byte accesses). Per-block phase stamps (bench/RESULTS.md L81) set the shape: four accumulators (one wgmma
 // chain per stage took ~500 cycles), the partial sums staged in shared memory and sent in 16-byte pieces, and
 // the epilogue's global inputs read before the main loop. The pre-norm runs as its own kernel here.
 enum { WGV_NP = 64, WGV_S = 5, WGV_STAGE = 2 * 64 * 128, WGV_LDR = 68, WGV_PF = WGV_NP * 8 / 128 };
@@ -541,8 +541,8 @@ int cuda_gemv_ok(const gemv_args *a, int nt) {
 }
 
 // Output rows per block: 64 where that still leaves >= 128 blocks (gate|up: one block per SM leaves room for
-// the down product's blocks, so its weights stream in during gate|up; RESULTS.md session 7), else the most,
-// up to 32, that leaves >= 64 blocks (session 2: within 5% of the best block shape at the four products).
+// the down product's blocks, so its weights stream in during gate|up; bench/RESULTS.md L41), else the most,
+// up to 32, that leaves >= 64 blocks (bench/RESULTS.md L15: within 5% of the best block shape at the four products).
 static int pick_nt(const gemv_args *a) {
     int ks = a->K / GEMV_KC;
     if ((long)a->N / 64 * ks >= 128 && cuda_gemv_ok(a, 8)) return 8;

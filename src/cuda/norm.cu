@@ -1,10 +1,10 @@
-// norm.cu — LayerNorm (SigLIP), Gemma RMSNorm with (1 + w), and adaRMS (π0.5 expert); spec 3.4/3.7.
+// norm.cu — LayerNorm (SigLIP), Gemma RMSNorm with (1 + w), and adaRMS (π0.5 expert); docs/model.md 3.4/3.7.
 // Statistics in fp32 (two passes for LayerNorm: mean, then the mean squared deviation); bf16 in and out;
 // weights fp32 (dev32). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms.
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
 // row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
 // the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm:
-// 6.95 us under ncu with them read after the statistics, RESULTS.md session 4): LayerNorm's into the block's
+// 6.95 us under ncu with them read after the statistics, bench/RESULTS.md L33): LayerNorm's into the block's
 // shared memory, the others' into registers. Others: one block of 256 threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
     float v[NORM_NC][8], wv[NORM_NC][8], bv[NORM_NC][8], s = 0;
     // the row's factors and shifts are constants (weights, or modulations computed at session create): fetched
     // before the programmatic-launch wait (common.cuh). LayerNorm's weights and shifts go to the block's shared
-    // memory (in registers: 228 registers, 8 warps per SM, 1.7 TB/s for SigLIP at B = 64; RESULTS.md session 15);
+    // memory (in registers: 228 registers, 8 warps per SM, 1.7 TB/s for SigLIP at B = 64; bench/RESULTS.md L72);
     // RMSNorm (1 + w only: 164 registers, 2.9 TB/s) and adaRMS (rows of one block may take different modulation
     // rows) keep them in registers.
     if (MODE == NORM_LN) {   // all loads first (one round trip), then the stores

@@ -4,7 +4,7 @@
 Each check prints one line `name  detail  OK|FAIL`; the exit status is non-zero if any check fails.
 These checks can fail: they compare the reference against a second formulation of the same math (torch
 library ops, compacted prefix, joint two-expert sequence without KV cache, a mask built from the spec's
-prose) and check the invariances and sensitivities the spec implies (spec 3.3, 3.8, 3.13).
+prose) and check the invariances and sensitivities the spec implies (docs/model.md 3.3, 3.8, 3.13).
 Usage: /usr/bin/python3 tools/reference/check_ref.py   (after make_fixtures.py)
 """
 import json
@@ -114,10 +114,10 @@ def check_patch_conv(m, inp):
     return maxdiff(mine, conv)
 
 
-# ---- second formulation: joint [prefix | suffix] sequence, both experts per layer, no cache (spec 3.8) ----
+# ---- second formulation: joint [prefix | suffix] sequence, both experts per layer, no cache (docs/model.md 3.8) ----
 
 def prose_mask(valid, pi05, S):
-    """Mask written from spec 3.6/3.10 prose: prefix<->valid prefix; suffix -> valid prefix; Pi0 state token
+    """Mask written from docs/model.md 3.6/3.10 prose: prefix<->valid prefix; suffix -> valid prefix; Pi0 state token
     sees itself only within the suffix; actions see state and all actions; Pi0.5 actions see all actions."""
     B, P = valid.shape
     M = torch.zeros(B, P + S, P + S, dtype=torch.bool)
@@ -319,7 +319,7 @@ def check_loader():
             report("loader: missing tensor refused", False)
         except ValueError as e:
             report("loader: missing tensor refused", "up_proj" in str(e))
-        # named variants without explicit blocks give the spec 1.2/1.3 shapes
+        # named variants without explicit blocks give the docs/model.md 1.2/1.3 shapes
         full = ref.make_config({"paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m_lora"})
         n = len(ref.expected_tensors(full)) + 1   # + orphan expert lm_head (embedding stored once)
         report("variants: full Pi0 tensor count 777", n == 777 and full["max_token_len"] == 48, f"{n}")

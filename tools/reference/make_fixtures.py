@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Generate the golden-test fixtures in tests/fixtures/ from the float64 reference (pi0_ref.py).
 
-Writes two tiny random-weight checkpoints in openpi's PyTorch safetensors layout (spec 2.1; tiny-pi0 all
+Writes two tiny random-weight checkpoints in openpi's PyTorch safetensors layout (docs/model.md 2.1; tiny-pi0 all
 BF16 with the tied embedding under the lm_head name + __metadata__ alias, tiny-pi05 all F32 under
-embed_tokens) plus, per case, an inputs file (PI0_IO.md section 2) and an outputs file (actions and named
+embed_tokens) plus, per case, an inputs file (docs/formats.md 2) and an outputs file (actions and named
 intermediates, see tests/fixtures/README.md). All random numbers come from fixed seeds (SEEDS below);
 running it twice gives byte-identical files (the sha256 of every file is printed).
 Usage: /usr/bin/python3 tools/reference/make_fixtures.py [--out tests/fixtures]
@@ -119,7 +119,7 @@ def write_model(outdir, name, pi05):
     w = make_weights(cfg, SEEDS[name])
     if pi05:
         ref.write_safetensors(os.path.join(d, "model.safetensors"), {k: ("F32", v) for k, v in w.items()})
-    else:   # what safetensors.torch.save_model does with the tied embedding (spec 2.2)
+    else:   # what safetensors.torch.save_model does with the tied embedding (docs/model.md 2.2)
         w[ref.LM_HEAD] = w.pop(ref.EMBED)
         ref.write_safetensors(os.path.join(d, "model.safetensors"), {k: ("BF16", v) for k, v in w.items()},
                               metadata={ref.EMBED: ref.LM_HEAD})

@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 """Independent float64 numerical reference of the Pi0 / Pi0.5 policy model (openpi), for checking the C engine.
 
-Written from ../../../shared/PI0_MODEL_SPEC.md (sections 1-3) and PI0_IO.md only; no engine code was read.
+Written from the specification now restated in docs/model.md (sections 1-3) and docs/formats.md (1-2) only; no
+engine code was read.
 It owns: a minimal safetensors reader/writer, the config/variant table, the checkpoint binding with shape
 checks, and the whole forward pass (SigLIP, Gemma prefix pass with KV cache, action expert for Pi0 and
 Pi0.5, flow-matching Euler loop) in torch.float64, batched.
 It deliberately does NOT compact the prefix: masked cameras and padded tokens stay in the sequence and are
-handled with the mask rule of spec 3.6 (large finite negative logit) and positions cumsum(valid)-1, exactly
+handled with the mask rule of docs/model.md 3.6 (large finite negative logit) and positions cumsum(valid)-1, exactly
 as openpi computes it, so that an engine that drops them is checked against the uncompacted math.
-Not here: tokenizer, image resize, norm stats / robot transforms (spec 3.2, 3.5, 4).
+Not here: tokenizer, image resize, norm stats / robot transforms (docs/model.md 3.2, 3.5, 4).
 
 Usage as a tool:  /usr/bin/python3 tools/reference/pi0_ref.py --checkpoint DIR --inputs IN.safetensors
                   --output OUT.safetensors [--steps 10] [--dump]
@@ -26,11 +27,11 @@ import numpy as np
 import torch
 
 F64 = torch.float64
-MASK_VALUE = -2.3819763e38          # spec 1.2 / 3.7: masked attention logits are set to this value
-RMS_EPS = 1e-6                      # spec 3.7
-LN_EPS = 1e-6                       # spec 1.3
-ROPE_THETA = 10000.0                # spec 1.2
-PALIGEMMA_VOCAB_SIZE = 257152       # spec 1.2
+MASK_VALUE = -2.3819763e38          # docs/model.md 1.2 / 3.7: masked attention logits are set to this value
+RMS_EPS = 1e-6                      # docs/model.md 3.7
+LN_EPS = 1e-6                       # docs/model.md 1.3
+ROPE_THETA = 10000.0                # docs/model.md 1.2
+PALIGEMMA_VOCAB_SIZE = 257152       # docs/model.md 1.2
 
 # --------------------------------------------------------------------------------------------------
 # safetensors I/O (8-byte LE header length, JSON header, raw little-endian data)
@@ -102,15 +103,15 @@ def write_safetensors(path, tensors, metadata=None):
 
 
 # --------------------------------------------------------------------------------------------------
-# Configuration (spec 1.1-1.3, PI0_IO.md section 1)
+# Configuration (docs/model.md 1.1-1.3, docs/formats.md 1)
 # --------------------------------------------------------------------------------------------------
 
-GEMMA_VARIANTS = {   # spec 1.2
+GEMMA_VARIANTS = {   # docs/model.md 1.2
     "gemma_2b": dict(width=2048, depth=18, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
     "gemma_300m": dict(width=1024, depth=18, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256),
     "dummy": dict(width=64, depth=4, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16),
 }
-SO400M = dict(width=1152, depth=27, mlp_dim=4304, num_heads=16, patch_size=14, image_size=224)  # spec 1.3
+SO400M = dict(width=1152, depth=27, mlp_dim=4304, num_heads=16, patch_size=14, image_size=224)  # docs/model.md 1.3
 
 V = "paligemma_with_expert.paligemma.model.vision_tower.vision_model"
 LM = "paligemma_with_expert.paligemma.model.language_model"
@@ -165,7 +166,7 @@ def make_config(raw, tensor_names=()):
 
 
 def expected_tensors(cfg):
-    """{name: shape} of every tensor the model uses (spec 2.1), with the embedding under EMBED.
+    """{name: shape} of every tensor the model uses (docs/model.md 2.1), with the embedding under EMBED.
     The orphan expert lm_head is not listed (it is not used)."""
     vs, pg, ex = cfg["vision"], cfg["paligemma"], cfg["action_expert"]
     Wv, Fv, p = vs["width"], vs["mlp_dim"], vs["patch_size"]
@@ -222,7 +223,7 @@ def expected_tensors(cfg):
 
 
 # --------------------------------------------------------------------------------------------------
-# Building blocks (spec 3.4, 3.6, 3.7)
+# Building blocks (docs/model.md 3.4, 3.6, 3.7)
 # --------------------------------------------------------------------------------------------------
 
 def linear(x, w, b=None):
@@ -249,12 +250,12 @@ def rms_normalize(x):
 
 
 def gemma_rms_norm(x, w):
-    """Gemma RMSNorm, '1 + w' form (spec 3.7)."""
+    """Gemma RMSNorm, '1 + w' form (docs/model.md 3.7)."""
     return rms_normalize(x) * (1.0 + w)
 
 
 def ada_rms_norm(x, dense_w, dense_b, cond):
-    """adaRMSNorm (spec 3.7): x [B,S,W], cond [B,W] -> (y, gate [B,1,W])."""
+    """adaRMSNorm (docs/model.md 3.7): x [B,S,W], cond [B,W] -> (y, gate [B,1,W])."""
     m = linear(cond, dense_w, dense_b)
     W = x.shape[-1]
     scale, shift, gate = m[:, None, :W], m[:, None, W:2 * W], m[:, None, 2 * W:]
@@ -262,7 +263,7 @@ def ada_rms_norm(x, dense_w, dense_b, cond):
 
 
 def rope(x, pos):
-    """Half-split RoPE (spec 3.7). x [B,S,n,Dh], pos [B,S] (integer, may be -1)."""
+    """Half-split RoPE (docs/model.md 3.7). x [B,S,n,Dh], pos [B,S] (integer, may be -1)."""
     Dh = x.shape[-1]
     half = Dh // 2
     inv_freq = ROPE_THETA ** (-2.0 * torch.arange(half, dtype=F64) / Dh)
@@ -296,7 +297,7 @@ def attention(q, k, v, allowed):
 
 
 def posemb_sincos(t, dim, min_period=4e-3, max_period=4.0):
-    """Time embedding (spec 3.10). t [B] -> [B,dim], sin block first."""
+    """Time embedding (docs/model.md 3.10). t [B] -> [B,dim], sin block first."""
     half = dim // 2
     frac = torch.arange(half, dtype=F64) / (half - 1)
     period = min_period * (max_period / min_period) ** frac
@@ -305,7 +306,7 @@ def posemb_sincos(t, dim, min_period=4e-3, max_period=4.0):
 
 
 def time_schedule(num_steps):
-    """fp32 time values of the Euler loop (spec 3.11): t=1.0f, dt=fp32(-1/n), while t >= -dt/2: t += dt."""
+    """fp32 time values of the Euler loop (docs/model.md 3.11): t=1.0f, dt=fp32(-1/n), while t >= -dt/2: t += dt."""
     dt = np.float32(-1.0 / num_steps)
     t = np.float32(1.0)
     ts = []
@@ -328,7 +329,7 @@ class Pi0Reference:
         self.cfg = make_config(raw_cfg, tensor_names=set(arrays))
         self.source_dtypes = {}
         expected = expected_tensors(self.cfg)
-        # Tied LM embedding (spec 2.2): embed_tokens, else the metadata alias, else the lm_head name.
+        # Tied LM embedding (docs/model.md 2.2): embed_tokens, else the metadata alias, else the lm_head name.
         if EMBED not in arrays:
             alias = meta.get(EMBED, LM_HEAD)
             if alias not in arrays:
@@ -347,7 +348,7 @@ class Pi0Reference:
         if extra and verbose:
             print(f"pi0_ref: ignoring {len(extra)} unknown tensors, e.g. {extra[0]}", file=sys.stderr)
 
-    # ---- SigLIP (spec 3.4) ----
+    # ---- SigLIP (docs/model.md 3.4) ----
     def vision(self, images):
         """images [B,N,R,R,3] in [-1,1] -> projector output [B,N,T,Dp]. Every image is computed."""
         vs = self.cfg["vision"]
@@ -377,7 +378,7 @@ class Pi0Reference:
         out = linear(h, w[PROJ + ".weight"], w[PROJ + ".bias"])
         return out.reshape(B, N, T, -1)
 
-    # ---- prefix (spec 3.6) ----
+    # ---- prefix (docs/model.md 3.6) ----
     def embed_prefix(self, images, image_masks, tokens, token_mask):
         """-> (emb [B,P,Dp], valid [B,P] bool, vision_out [B,N,T,Dp]); P = N*T + L."""
         vis = self.vision(images)
@@ -402,7 +403,7 @@ class Pi0Reference:
                       linear(y, w[prefix + ".mlp.up_proj.weight"]), w[prefix + ".mlp.down_proj.weight"])
 
     def prefix_pass(self, emb, valid, pos=None):
-        """Gemma expert 0 over the prefix (spec 3.9). Returns [(K, V)] per layer, each [B,P,K,Dh];
+        """Gemma expert 0 over the prefix (docs/model.md 3.9). Returns [(K, V)] per layer, each [B,P,K,Dh];
         K after RoPE. pos defaults to cumsum(valid)-1."""
         c = self.cfg["paligemma"]
         if pos is None:
@@ -420,7 +421,7 @@ class Pi0Reference:
             h = h + self._mlp(b, gemma_rms_norm(h, self.w[b + ".post_attention_layernorm.weight"]))
         return cache
 
-    # ---- suffix (spec 3.10) ----
+    # ---- suffix (docs/model.md 3.10) ----
     def embed_suffix(self, state, x, t):
         """state [B,A], x [B,H,A], t [B] -> (suffix [B,S,We], ar flags [S], adarms cond [B,We] or None)."""
         w = self.w
@@ -450,7 +451,7 @@ class Pi0Reference:
         return x if g is None else x * g
 
     def suffix_mask_and_pos(self, prefix_valid, ar):
-        """Suffix query rows of the joint [prefix | suffix] mask (spec 3.6/3.10) and suffix positions."""
+        """Suffix query rows of the joint [prefix | suffix] mask (docs/model.md 3.6/3.10) and suffix positions."""
         B, P = prefix_valid.shape
         S = ar.shape[0]
         jv = torch.cat([prefix_valid.bool(), torch.ones(B, S, dtype=torch.bool)], dim=1)
@@ -460,7 +461,7 @@ class Pi0Reference:
         return allowed, pos
 
     def expert_forward(self, cache, prefix_valid, state, x, t):
-        """One denoise evaluation: velocity [B,H,A] at (x, t) (spec 3.12 inner loop)."""
+        """One denoise evaluation: velocity [B,H,A] at (x, t) (docs/model.md 3.12 inner loop)."""
         c = self.cfg["action_expert"]
         H = x.shape[1]
         s, ar, cond = self.embed_suffix(state, x, t)
@@ -479,9 +480,9 @@ class Pi0Reference:
         y, _ = self._expert_norm(EX + ".model.norm", s, cond)
         return linear(y[:, -H:], self.w["action_out_proj.weight"], self.w["action_out_proj.bias"])
 
-    # ---- whole inference (spec 3.11, 3.12) ----
+    # ---- whole inference (docs/model.md 3.11, 3.12) ----
     def sample_actions(self, inputs, num_steps=10, dump=None):
-        """inputs: dict of tensors/arrays named as PI0_IO.md section 2 (noise required).
+        """inputs: dict of tensors/arrays named as docs/formats.md 2 (noise required).
         dump: optional dict that receives float64 intermediates (see tests/fixtures/README.md)."""
         g = {k: torch.as_tensor(np.asarray(v)) for k, v in inputs.items()}
         images = g["images"].to(F64)

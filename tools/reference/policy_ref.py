@@ -7,7 +7,7 @@ the C engine's `pi0 run`. Same arguments as `pi0 run`:
      [--image KEY=FILE ...] [--obs FILE.safetensors] [--state v1,v2,...] [--prompt TEXT]
      --noise FILE.safetensors --out OUT.json [--dump-inputs FILE.safetensors]
 
-Written from ../../../shared/PI0_MODEL_SPEC.md section 4 and openpi's own code (transforms.py, normalize.py,
+Written from the specification now restated in docs/model.md section 4 and openpi's own code (transforms.py, normalize.py,
 policies/{libero,droid,aloha}_policy.py, policies/policy.py, policy_config.py, training/config.py,
 models/tokenizer.py, models/model.py, openpi_client/image_tools.py), restated here with numpy in the same
 order and with the same dtypes; no engine code was read. The model itself is tools/reference/pi0_ref.py
