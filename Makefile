@@ -40,7 +40,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api
-TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda,)
+TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_e2e,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
 .SECONDARY:
@@ -97,7 +97,8 @@ test:
 # GPU tests (on the device machine): op tests vs the CPU twins, tiny fixtures, resources.
 # FULL="DIR_PI0 DIR_PI05" adds the full-size GPU-vs-CPU comparison.
 test-cuda: all
-	$(BUILD)/tests/test_cuda $(if $(FULL),--full $(FULL),)
+	$(BUILD)/tests/test_cuda_ops
+	$(BUILD)/tests/test_cuda_e2e $(if $(FULL),--full $(FULL),)
 
 debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test

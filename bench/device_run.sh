@@ -1,7 +1,7 @@
 #!/bin/sh
 # One build-free device cycle (binaries carried in $BUILD, default build/): GPU tests, full-size checks,
 # all workloads with graphs on and off. Usage on the GPU machine: [BUILD=dir] sh bench/device_run.sh OUTDIR [quick]
-# Writes OUTDIR/test_cuda.log, OUTDIR/bench.csv, OUTDIR/bench.txt, OUTDIR/trace.json.
+# Writes OUTDIR/test_cuda_ops.log, OUTDIR/test_cuda_e2e.log, OUTDIR/bench.csv, OUTDIR/bench.txt, OUTDIR/trace.json.
 out=${1:-/tmp/pi0-out}
 b=${BUILD:-build}
 mkdir -p "$out"
@@ -9,9 +9,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 ck=/tmp/pi0-ckpt
 [ -f $ck/pi0/model.safetensors ] || $b/pi0 gen-checkpoint --variant pi0 --seed 1 $ck/pi0
 [ -f $ck/pi05/model.safetensors ] || $b/pi0 gen-checkpoint --variant pi05 --seed 2 $ck/pi05
-timeout 300 $b/tests/test_cuda --full $ck/pi0 $ck/pi05 > "$out/test_cuda.log" 2>&1
-echo "test_cuda exit $?"
-grep -E "FAIL|full-size|max_batch|session create|test_cuda:" "$out/test_cuda.log"
+timeout 300 $b/tests/test_cuda_ops > "$out/test_cuda_ops.log" 2>&1
+echo "test_cuda_ops exit $?"
+grep -E "FAIL|worst op|test_cuda_ops:" "$out/test_cuda_ops.log"
+timeout 300 $b/tests/test_cuda_e2e --full $ck/pi0 $ck/pi05 > "$out/test_cuda_e2e.log" 2>&1
+echo "test_cuda_e2e exit $?"
+grep -E "FAIL|full-size|max_batch|session create|test_cuda_e2e:" "$out/test_cuda_e2e.log"
 [ "$2" = quick ] && exit 0
 for g in "" --no-graph; do
     for w in pi0-3cam pi0-libero pi0-h50 pi0-3cam-b8 pi0-3cam-b64; do

@@ -1,0 +1,422 @@
+/* test_cuda_e2e.c — the GPU end-to-end tests (`make test-cuda`, on the device machine):
+ *  1. the tiny fixtures on the GPU against the CPU reference and the PyTorch fixtures, graph replay against the
+ *     un-captured run, repeat runs bit for bit; new prompt lengths; a graph that cannot be captured; bad pixels on
+ *     the graph path;
+ *  2. resources: session create/free cycles leak no device memory; an impossible session fails with a clear
+ *     out-of-memory error and the model stays usable; a broken checkpoint and a missing device are refused;
+ *  3. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions at B = 2 and B = 1.
+ * Seeded RNG (seed printed). Tolerances and the worst values seen: tests/README.md. Op tests: test_cuda_ops.c. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda/testing.h"
+#include "pi0.h"
+#include "test.h"
+#include "util.h"
+
+static pi0_rng rng;
+static const uint64_t SEED = 20261122;
+
+/* ---- end to end ---- */
+
+typedef struct {
+    float *act;
+    size_t n;
+} result;
+
+static int infer(pi0_model *m, const pi0_inputs *in, int stage_timing, result *r) {
+    pi0_session *s = NULL;
+    pi0_model_info info;
+    pi0_model_get_info(m, &info);
+    r->n = (size_t)in->batch * info.action_horizon * info.action_dim;
+    r->act = malloc(r->n * sizeof(float));
+    int ok = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in->batch}) == PI0_OK;
+    if (ok) pi0_session_set_stage_timing(s, stage_timing);
+    ok = ok && pi0_infer(s, in, r->act) == PI0_OK;
+    if (!ok) printf("  inference: %s\n", pi0_last_error());
+    pi0_session_free(s);
+    return ok;
+}
+
+/* One session: the first call (a new graph key: run un-captured, the graph captured behind it), a staged run (stage
+ * timing), a staged run on other noise (so the replay cannot pass on the actions it finds), then the graph replay.
+ * The GEMM algorithms are chosen once per session (timed), so within a session the three results must agree bit for
+ * bit. */
+static int infer3(pi0_model *m, const pi0_inputs *in, result *g, result *st, result *g2) {
+    pi0_session *s = NULL;
+    pi0_model_info info;
+    pi0_model_get_info(m, &info);
+    size_t n = (size_t)in->batch * info.action_horizon * info.action_dim;
+    result *r[3] = {g, st, g2};
+    for (int i = 0; i < 3; i++) { r[i]->n = n; r[i]->act = malloc(n * sizeof(float)); }
+    /* the repeat run reads its images from page-locked memory (pi0_host_alloc): same result bit for bit */
+    size_t ni = (size_t)in->batch * info.n_cameras * info.image_size * info.image_size * 3;
+    float *pinned = pi0_host_alloc(ni * sizeof(float));
+    pi0_inputs in2 = *in;
+    if (pinned) { memcpy(pinned, in->images, ni * sizeof(float)); in2.images = pinned; }
+    pi0_inputs other = *in;
+    other.noise = NULL;
+    other.seed = in->seed + 1;
+    int ok = pinned && pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in->batch}) == PI0_OK;
+    long replays = cuda_graph_replays();
+    for (int i = 0; ok && i < 3; i++) {
+        pi0_session_set_stage_timing(s, i == 1);
+        ok = pi0_infer(s, i == 2 ? &in2 : in, r[i]->act) == PI0_OK;
+        if (ok && i == 1) ok = pi0_infer(s, &other, r[2]->act) == PI0_OK;   /* (overwritten by the replay) */
+    }
+    if (ok && cuda_graph_replays() != replays + 1) {
+        printf("  expected one graph replay, found %ld\n", cuda_graph_replays() - replays);
+        ok = 0;
+    }
+    if (!ok) printf("  inference: %s\n", pi0_last_error());
+    pi0_session_free(s);
+    pi0_host_free(pinned);
+    return ok;
+}
+
+static void e2e_fixtures(void) {
+    const char *models[2] = {"tests/fixtures/tiny-pi0", "tests/fixtures/tiny-pi05"};
+    const char *cases[3] = {"b1", "b1-masked", "b2"};
+    for (int mi = 0; mi < 2; mi++) {
+        pi0_model *mc = NULL, *mg = NULL;
+        int ok = pi0_model_load(&mc, models[mi], &(pi0_model_params){.quiet = 1}) == PI0_OK &&
+                 pi0_model_load(&mg, models[mi], &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK;
+        CHECK(ok, "load %s: %s", models[mi], pi0_last_error());
+        for (int ci = 0; ok && ci < 3; ci++) {
+            char in_path[256], out_path[256];
+            snprintf(in_path, sizeof in_path, "%s/%s.in.safetensors", models[mi], cases[ci]);
+            snprintf(out_path, sizeof out_path, "%s/%s.out.safetensors", models[mi], cases[ci]);
+            pi0_tensors *t = NULL, *e = NULL;
+            pi0_inputs_buf *ib = NULL;
+            pi0_inputs in;
+            const void *exp_act = NULL;
+            result rc = {0}, rg = {0}, rn = {0}, rg2 = {0};
+            int ok2 = pi0_tensors_open(&t, in_path) == PI0_OK && pi0_tensors_open(&e, out_path) == PI0_OK &&
+                      pi0_tensors_get(e, "actions", NULL, NULL, NULL, &exp_act) == PI0_OK &&
+                      pi0_inputs_from_tensors(mc, t, in_path, &in, &ib) == PI0_OK && infer(mc, &in, 0, &rc) &&
+                      infer3(mg, &in, &rg, &rn, &rg2);
+            CHECK(ok2, "%s/%s: %s", models[mi], cases[ci], pi0_last_error());
+            if (ok2) {
+                double m1, m2;
+                double r1 = rel_l2(rg.act, rc.act, rc.n, &m1), r2 = rel_l2(rg.act, exp_act, rc.n, &m2);
+                printf("e2e %-24s %-10s gpu-vs-cpu rel_l2=%.2e max_abs=%.2e  gpu-vs-torch rel_l2=%.2e  bound 2e-2 %s\n",
+                       models[mi] + 15, cases[ci], r1, m1, r2, r1 < 2e-2 && r2 < 2e-2 ? "OK" : "FAIL");
+                CHECK(r1 < 2e-2 && r2 < 2e-2, "e2e %s %s", models[mi], cases[ci]);
+                CHECK(!memcmp(rg.act, rn.act, rc.n * 4), "%s %s: first call == staged run bit for bit (one session)",
+                      models[mi], cases[ci]);
+                CHECK(!memcmp(rg.act, rg2.act, rc.n * 4), "%s %s: graph replay (page-locked images) bit for bit", models[mi],
+                      cases[ci]);
+            }
+            free(rc.act); free(rg.act); free(rn.act); free(rg2.act);
+            pi0_inputs_buf_free(ib);
+            pi0_tensors_free(t);
+            pi0_tensors_free(e);
+        }
+        pi0_model_free(mc);
+        pi0_model_free(mg);
+    }
+}
+
+/* A server meets a new prefix length every few requests (prompts differ; π0.5 writes the state into its prompt).
+ * One session runs up to 12 prompt lengths down and back up. The lengths share GEMM timing buckets, so after the
+ * first each new length takes the algorithms of its bucket (gemm.cu share_tuned); its first call runs un-captured and
+ * captures the graph behind the run (cuda_run_graph), a later call replays that graph, and the way back up replays
+ * cached graphs (the replay counter checks each). Every result must equal the staged (un-captured, stage-timed) run
+ * of the same length and noise in the same session bit for bit, and the CPU result within the e2e bound. */
+static void e2e_prompt_lengths(void) {
+    const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b1.in.safetensors";
+    pi0_model *mc = NULL, *mg = NULL;
+    pi0_tensors *t = NULL;
+    pi0_inputs_buf *ib = NULL;
+    pi0_session *sc = NULL, *sg = NULL;
+    pi0_inputs in;
+    int ok = pi0_model_load(&mc, dir, &(pi0_model_params){.quiet = 1}) == PI0_OK &&
+             pi0_model_load(&mg, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
+             pi0_tensors_open(&t, in_path) == PI0_OK && pi0_inputs_from_tensors(mc, t, in_path, &in, &ib) == PI0_OK &&
+             pi0_session_create(&sc, mc, &(pi0_session_params){.max_batch = 1}) == PI0_OK &&
+             pi0_session_create(&sg, mg, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
+    CHECK(ok, "prompt lengths: setup: %s", pi0_last_error());
+    pi0_model_info info;
+    if (ok) pi0_model_get_info(mc, &info);
+    size_t n = ok ? (size_t)info.action_horizon * info.action_dim : 1;
+    int L = ok ? in.n_tokens : 0, lens = L < 12 ? L : 12, fails = 0, runs = 0;
+    uint8_t *tm = malloc((size_t)L + 1);
+    float *ac = malloc(n * 4), *ag = malloc(n * 4), *ar = malloc(n * 4), *as = malloc(n * 4), *as2 = malloc(n * 4);
+    int replay_fails = 0;
+    double worst = 0;
+    for (int i = 0; ok && i < 2 * lens; i++) {
+        int valid = i < lens ? L - i : L - (2 * lens - 1 - i);   /* L, L-1, ..., L-lens+1, then back up */
+        for (int j = 0; j < L; j++) tm[j] = j < valid;
+        pi0_inputs x = in;
+        x.token_mask = tm;
+        pi0_session_set_stage_timing(sg, 0);
+        /* a new length runs un-captured and is captured behind the run; the staged run comes next, then a replay
+         * on other noise (so it cannot pass on the actions it finds) against a staged run on that noise */
+        pi0_inputs y = x;
+        y.noise = NULL;
+        y.seed = x.seed + 1 + i;
+        long replays = cuda_graph_replays();
+        ok = pi0_infer(sc, &x, ac) == PI0_OK && pi0_infer(sg, &x, ag) == PI0_OK;
+        pi0_session_set_stage_timing(sg, 1);
+        ok = ok && pi0_infer(sg, &x, as) == PI0_OK;
+        pi0_session_set_stage_timing(sg, 0);
+        ok = ok && pi0_infer(sg, &y, ar) == PI0_OK;
+        pi0_session_set_stage_timing(sg, 1);
+        ok = ok && pi0_infer(sg, &y, as2) == PI0_OK;
+        if (!ok) break;
+        replay_fails += cuda_graph_replays() - replays != (i < lens ? 1 : 2);
+        fails += memcmp(ar, as2, n * 4) != 0 || memcmp(ar, as, n * 4) == 0;
+        double mx, r = rel_l2(ag, ac, n, &mx);
+        worst = r > worst ? r : worst;
+        fails += r >= 2e-2 || memcmp(ag, as, n * 4) != 0;
+        runs++;
+    }
+    CHECK(ok, "prompt lengths: inference: %s", pi0_last_error());
+    printf("e2e prompt lengths: %d runs over %d lengths, worst gpu-vs-cpu rel_l2=%.2e, graph == staged bit for bit: %s\n",
+           runs, lens, worst, fails ? "FAIL" : "OK");
+    CHECK(runs == 2 * lens && lens >= 4 && !fails, "prompt lengths: %d of %d runs differ", fails, runs);
+    CHECK(!replay_fails, "prompt lengths: %d of %d runs without the expected graph replays", replay_fails, runs);
+    free(tm); free(ac); free(ag); free(ar); free(as); free(as2);
+    pi0_session_free(sc);
+    pi0_session_free(sg);
+    pi0_inputs_buf_free(ib);
+    pi0_tensors_free(t);
+    pi0_model_free(mc);
+    pi0_model_free(mg);
+}
+
+/* tiny-pi0's b1 inputs and a one-sample CUDA session of it (the e2e tests below); tiny_close frees what opened */
+typedef struct {
+    pi0_model *m;
+    pi0_session *s;
+    pi0_tensors *t;
+    pi0_inputs_buf *ib;
+    pi0_inputs in;
+    size_t n_act;   /* floats of one call's actions */
+} tiny_cuda;
+
+static int tiny_open(tiny_cuda *x) {
+    const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b1.in.safetensors";
+    memset(x, 0, sizeof *x);
+    int ok = pi0_model_load(&x->m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK &&
+             pi0_tensors_open(&x->t, in_path) == PI0_OK &&
+             pi0_inputs_from_tensors(x->m, x->t, in_path, &x->in, &x->ib) == PI0_OK &&
+             pi0_session_create(&x->s, x->m, &(pi0_session_params){.max_batch = 1}) == PI0_OK;
+    pi0_model_info info;
+    if (ok) pi0_model_get_info(x->m, &info);
+    x->n_act = ok ? (size_t)info.action_horizon * info.action_dim : 1;
+    return ok;
+}
+
+static void tiny_close(tiny_cuda *x) {
+    pi0_session_free(x->s);
+    pi0_inputs_buf_free(x->ib);
+    pi0_tensors_free(x->t);
+    pi0_model_free(x->m);
+}
+
+/* A graph that cannot be captured or instantiated must not fail the call (cuda_run_graph): the run's result stands,
+ * and the context warns once and runs without graphs from then on. cuda_graph_fault makes CUDA itself refuse the next
+ * capture (a synchronisation inside it) or instantiation (invalid flags). Three calls with one key: the first meets
+ * the fault, the next two would capture and then replay if graphs were still on. Each must equal a staged run on the
+ * same noise bit for bit, and no graph may replay. */
+static void e2e_graph_fault(void) {
+    for (int where = 1; where <= 2; where++) {
+        tiny_cuda x;
+        int ok = tiny_open(&x);
+        size_t n = x.n_act;
+        float *a = malloc(n * 4), *st = malloc(n * 4);
+        long replays = cuda_graph_replays();
+        int same = 1, pending = -1;
+        cuda_graph_fault(where);
+        for (int i = 0; ok && i < 3; i++) {
+            pi0_inputs y = x.in;
+            y.noise = NULL;
+            y.seed = x.in.seed + 1 + i;   /* other noise each call: a result cannot pass on the one before it */
+            pi0_session_set_stage_timing(x.s, 0);
+            ok = pi0_infer(x.s, &y, a) == PI0_OK;
+            if (i == 0) pending = cuda_graph_fault(0);
+            pi0_session_set_stage_timing(x.s, 1);
+            ok = ok && pi0_infer(x.s, &y, st) == PI0_OK;
+            same &= ok && !memcmp(a, st, n * 4);
+        }
+        cuda_graph_fault(0);
+        CHECK(ok, "graph fault %d: %s", where, pi0_last_error());
+        CHECK(!ok || pending == 0, "graph fault %d: the fault was not taken by a capture (pending %d)", where, pending);
+        CHECK(!ok || same, "graph fault %d: a call without graphs differs from the staged run", where);
+        CHECK(cuda_graph_replays() == replays, "graph fault %d: %ld graph replays after the fault", where,
+              cuda_graph_replays() - replays);
+        printf("e2e graph fault at %s: 3 calls, equal to the staged runs and no replays: %s\n",
+               where == 1 ? "capture" : "instantiation",
+               ok && pending == 0 && same && cuda_graph_replays() == replays ? "OK" : "FAIL");
+        free(a); free(st);
+        tiny_close(&x);
+    }
+}
+
+/* Pixel values are scanned while the graph replays (model_infer's late check): a bad one still fails the call with
+ * its index, after the GPU is done with the buffer, and the next valid call gives the first call's actions. */
+static void e2e_bad_image(void) {
+    tiny_cuda x;
+    int ok = tiny_open(&x);
+    pi0_session *s = x.s;
+    pi0_inputs in = x.in;
+    CHECK(ok, "bad image: setup: %s", pi0_last_error());
+    if (ok) {
+        pi0_model_info info;
+        pi0_model_get_info(x.m, &info);
+        size_t ni = (size_t)info.n_cameras * info.image_size * info.image_size * 3;
+        size_t na = x.n_act;
+        float *img = malloc(ni * sizeof(float)), *a1 = malloc(na * sizeof(float)), *a2 = malloc(na * sizeof(float));
+        memcpy(img, in.images, ni * sizeof(float));
+        pi0_inputs bad = in;
+        bad.images = img;
+        long replays = cuda_graph_replays();   /* (also: graphs work again after e2e_graph_fault's contexts) */
+        int ok1 = pi0_infer(s, &in, a1) == PI0_OK && pi0_infer(s, &in, a1) == PI0_OK;   /* the second one replays */
+        CHECK(ok1, "bad image: valid runs: %s", pi0_last_error());
+        CHECK(cuda_graph_replays() == replays + 1, "bad image: %ld graph replays in two valid runs, expected 1",
+              cuda_graph_replays() - replays);
+        img[ni - 5] = NAN;
+        pi0_status st = pi0_infer(s, &bad, a2);
+        CHECK(st == PI0_ERR_ARG && strstr(pi0_last_error(), "] = nan"), "bad image: got %s '%s'", pi0_status_str(st),
+              pi0_last_error());
+        img[ni - 5] = 0;
+        img[7] = 1.25f;
+        st = pi0_infer(s, &bad, a2);
+        CHECK(st == PI0_ERR_ARG && strstr(pi0_last_error(), "images[7] = 1.25"), "bad image: got %s '%s'",
+              pi0_status_str(st), pi0_last_error());
+        CHECK(pi0_infer(s, &in, a2) == PI0_OK && !memcmp(a1, a2, na * sizeof(float)),
+              "bad image: the valid call after the failures gives the same actions: %s", pi0_last_error());
+        printf("e2e bad image (late check on the graph path): %s\n", ok1 ? "done" : "FAIL");
+        free(img); free(a1); free(a2);
+    }
+    tiny_close(&x);
+}
+
+static size_t free_mem(void) {
+    size_t fr = 0, tot = 0;
+    cudaDeviceSynchronize();
+    cudaMemGetInfo(&fr, &tot);
+    return fr;
+}
+
+static void resources(const char *dir, int expect_oom) {
+    pi0_model *m = NULL;
+    if (pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) != PI0_OK) {
+        CHECK(0, "load %s: %s", dir, pi0_last_error());
+        return;
+    }
+    pi0_session *s = NULL;
+    pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 2});
+    pi0_session_free(s);   /* warm: cuBLASLt and the runtime allocate once per process */
+    size_t before = free_mem();
+    for (int i = 0; i < 5; i++) {
+        s = NULL;
+        CHECK(pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 2}) == PI0_OK, "session %d", i);
+        pi0_session_free(s);
+    }
+    size_t after = free_mem();
+    printf("session create/free x5: device free memory %zu -> %zu bytes\n", before, after);
+    CHECK(after == before, "device memory leaked: %lld bytes", (long long)before - (long long)after);
+    s = NULL;
+    if (!expect_oom) { pi0_model_free(m); return; }
+    pi0_status st = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = 4096});
+    printf("max_batch 4096: %s: %s\n", pi0_status_str(st), pi0_last_error());
+    CHECK(st == PI0_ERR_NOMEM && strstr(pi0_last_error(), "cudaMalloc") && !s,
+          "impossible session: clear out-of-memory error");
+    size_t after_oom = free_mem();
+    /* the driver may return cached pages after a failed allocation, so free memory can only grow */
+    CHECK(after_oom >= before, "failed session creation released everything (%zu -> %zu bytes)", before, after_oom);
+    CHECK(pi0_session_create(&s, m, NULL) == PI0_OK, "model still usable after OOM: %s", pi0_last_error());
+    pi0_session_free(s);
+    pi0_model_free(m);
+}
+
+/* Full-size random checkpoint: B=2 (sample 1 with a masked camera and padded prompt), GPU vs CPU. */
+static void e2e_full(const char *dir) {
+    pi0_model *mc = NULL, *mg = NULL;
+    if (pi0_model_load(&mc, dir, &(pi0_model_params){.quiet = 1, .action_horizon = 10}) != PI0_OK ||
+        pi0_model_load(&mg, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA, .action_horizon = 10}) !=
+            PI0_OK) {
+        CHECK(0, "load %s: %s", dir, pi0_last_error());
+        pi0_model_free(mc);
+        return;
+    }
+    pi0_model_info info;
+    pi0_model_get_info(mc, &info);
+    int B = 2, N = 3, R = info.image_size, L = info.pi05 ? 200 : 48, H = info.action_horizon, A = info.action_dim;
+    size_t ni = (size_t)B * N * R * R * 3;
+    float *img = malloc(ni * 4), *state = malloc((size_t)B * A * 4), *noise = malloc((size_t)B * H * A * 4);
+    int32_t *tok = malloc((size_t)B * L * 4);
+    uint8_t *tm = malloc((size_t)B * L), im[6] = {1, 1, 1, 1, 1, 0};
+    for (size_t i = 0; i < ni; i++) img[i] = (float)(2 * pi0_rng_uniform(&rng) - 1);
+    for (int i = 0; i < B * A; i++) state[i] = i % A < 8 ? (float)pi0_rng_normal(&rng) : 0;
+    for (int i = 0; i < B * H * A; i++) noise[i] = (float)pi0_rng_normal(&rng);
+    for (int i = 0; i < B * L; i++) {
+        int valid = i < L ? (i % L) < 20 : (i % L) < (info.pi05 ? 64 : 13);
+        tm[i] = (uint8_t)valid;
+        tok[i] = valid ? (int32_t)(1 + pi0_rng_next(&rng) % 257000) : 0;
+    }
+    pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
+                     .n_tokens = L, .noise = noise};
+    result rc = {0}, rg = {0};
+    int ok = infer(mc, &in, 0, &rc) && infer(mg, &in, 0, &rg);
+    CHECK(ok, "full-size inference %s", dir);
+    if (ok) {
+        double mx, r = rel_l2(rg.act, rc.act, rc.n, &mx), r0 = rel_l2(rg.act, rc.act, rc.n / 2, NULL),
+                   r1 = rel_l2(rg.act + rc.n / 2, rc.act + rc.n / 2, rc.n / 2, NULL);
+        int nan = 0;
+        for (size_t i = 0; i < rg.n; i++) nan |= rg.act[i] != rg.act[i];
+        printf("full-size %s (%s): GPU bf16 vs CPU fp32 actions rel_l2=%.3e (sample 0 %.3e, sample 1 %.3e) "
+               "max_abs=%.3e, NaN=%d, bound 2e-2 %s\n", dir, info.pi05 ? "pi05" : "pi0", r, r0, r1, mx, nan,
+               r < 2e-2 && !nan ? "OK" : "FAIL");
+        CHECK(r < 2e-2 && !nan, "full-size rel_l2 %.3e", r);
+        /* B = 1 (sample 0 alone): the suffix keys after the cache and, where it applies, the fused expert step */
+        in.batch = 1;
+        result r1g = {0};
+        CHECK(infer(mg, &in, 0, &r1g), "full-size B=1 inference %s", dir);
+        if (r1g.act) {
+            double mx1, rb = rel_l2(r1g.act, rc.act, rc.n / 2, &mx1);
+            printf("full-size %s (%s) B=1: GPU vs CPU sample 0 rel_l2=%.3e max_abs=%.3e, bound 2e-2 %s\n", dir,
+                   info.pi05 ? "pi05" : "pi0", rb, mx1, rb < 2e-2 ? "OK" : "FAIL");
+            CHECK(rb < 2e-2, "full-size B=1 rel_l2 %.3e", rb);
+        }
+        free(r1g.act);
+    }
+    free(rc.act); free(rg.act);
+    free(img); free(state); free(noise); free(tok); free(tm);
+    pi0_model_free(mc);
+    pi0_model_free(mg);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* a crash log ends at the last line printed */
+    pi0_rng_seed(&rng, SEED);
+    printf("seed %llu\n", (unsigned long long)SEED);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: test_cuda_e2e runs on the GPU machine (make test-cuda)\n");
+        return test_summary("test_cuda_e2e") || 1;
+    }
+    e2e_fixtures();
+    e2e_prompt_lengths();
+    e2e_graph_fault();
+    e2e_bad_image();
+    resources("tests/fixtures/tiny-pi05", 0);
+    /* a broken checkpoint on the GPU path: refused before anything reaches the device */
+    pi0_model *bad = NULL;
+    pi0_status st = pi0_model_load(&bad, "/nonexistent", &(pi0_model_params){.backend = PI0_BACKEND_CUDA});
+    CHECK(st == PI0_ERR_IO && !bad && strstr(pi0_last_error(), "no checkpoint found"), "bad checkpoint on CUDA: %s",
+          pi0_last_error());
+    st = pi0_model_load(&bad, "tests/fixtures/tiny-pi0", &(pi0_model_params){.backend = PI0_BACKEND_CUDA, .device = 9});
+    CHECK(st == PI0_ERR_ARG && !bad && strstr(pi0_last_error(), "CUDA device 9"), "bad device: %s", pi0_last_error());
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--full")) {
+            for (int j = i + 1; j < argc; j++) e2e_full(argv[j]);
+            if (i + 1 < argc) resources(argv[i + 1], 1);
+            break;
+        }
+    return test_summary("test_cuda_e2e");
+}

@@ -1,0 +1,790 @@
+/* test_cuda_ops.c — the GPU op tests (`make test-cuda`, on the device machine): every CUDA op against its CPU twin
+ * (the fp32 reference backend) on random inputs, one table of cases per op ({shapes, epilogue / variant, tolerance,
+ * why}: the real π0 shapes, the shapes that select each kernel path, and awkward ones). Inputs are bf16-representable
+ * so both sides see identical values; outputs are poisoned first so an unwritten element fails; each output is
+ * judged by its rel L2 error, its worst row's and its largest absolute error (compare_ex), one line per check.
+ * Seeded RNG (seed printed). Tolerances and the worst values seen: tests/README.md. End-to-end GPU tests:
+ * test_cuda_e2e.c. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda/testing.h"
+#include "pi0.h"
+#include "test.h"
+#include "util.h"
+
+static pi0_backend *cpu, *gpu;
+static pi0_rng rng;
+static const uint64_t SEED = 20261122;
+
+typedef struct {
+    pt c, g;
+    size_t n;
+    int kind;
+} dbuf;
+
+static dbuf mk(size_t n, int kind) {
+    dbuf b = {cpu->alloc(cpu, n, kind), gpu->alloc(gpu, n, kind), n, kind};
+    if (!b.c.p || !b.g.p) { printf("alloc of %zu failed: %s\n", n, pi0_last_error()); exit(1); }
+    return b;
+}
+
+static void rel(dbuf *b) {
+    cpu->release(cpu, b->c);
+    gpu->release(gpu, b->g);
+}
+
+static float bfr(float x) { return pi0_bf16_to_f32(pi0_f32_to_bf16(x)); }
+
+/* Sets both copies to the same values (rounded to bf16 for ACT buffers). */
+static void set(dbuf *b, const float *v) {
+    float *h = malloc(b->n * sizeof(float));
+    for (size_t i = 0; i < b->n; i++) h[i] = b->kind == PT_ACT ? bfr(v[i]) : v[i];
+    if (b->kind == PT_ACT) {
+        cpu->upload(cpu, (pt){b->c.p, PT_F32}, h, b->n);
+        pt tmp = gpu->alloc(gpu, b->n, PT_F32);
+        gpu->upload(gpu, tmp, h, b->n);
+        gpu->copy_rows(gpu, b->g, (pt){0}, tmp, (pt){0}, 1, (int)b->n);
+        gpu->sync(gpu);
+        gpu->release(gpu, tmp);
+    } else {
+        cpu->upload(cpu, b->c, h, b->n);
+        gpu->upload(gpu, b->g, h, b->n);
+    }
+    free(h);
+}
+
+static void set_rand(dbuf *b, float scale) {
+    float *v = calloc(b->n, sizeof(float));
+    for (size_t i = 0; i < b->n; i++) v[i] = (float)(scale * pi0_rng_normal(&rng));
+    set(b, v);
+    free(v);
+}
+
+static void set_ints(dbuf *b, const int32_t *v) {
+    cpu->upload(cpu, b->c, v, b->n);
+    gpu->upload(gpu, b->g, v, b->n);
+}
+
+static void poison(dbuf *b) {
+    float *v = calloc(b->n, sizeof(float));
+    for (size_t i = 0; i < b->n; i++) v[i] = 1e30f;
+    set(b, v);
+    free(v);
+}
+
+static double worst_ratio;
+
+/* The worst row may err ROW_SLACK x the bound (rows are short: their error varies more than the whole output's);
+ * the largest absolute error ABS_SLACK x the bound x the largest reference value. */
+enum { ROW_SLACK = 4, ABS_SLACK = 2 };
+
+/* Judges a GPU output against its CPU twin three ways and prints one line: the whole output's rel L2 error (<= bound);
+ * its worst row's (rows of row_len values; <= row_bound, or ROW_SLACK x bound when 0): a defect confined to a few
+ * rows, one block's slice of a tile or a race, moves the whole output's error too little; and the largest absolute
+ * error against the largest reference value (<= ABS_SLACK x bound): one wild element. "used" is the largest of the
+ * three errors as a share of its bound. A bound of 0 demands equality. */
+static void compare_ex(const char *op, const char *shape, dbuf *b, size_t row_len, double bound, double row_bound) {
+    float *hc = malloc(b->n * sizeof(float)), *hg = malloc(b->n * sizeof(float));
+    pi0_status s1 = cpu->download(cpu, hc, b->c, b->n), s2 = gpu->download(gpu, hg, b->g, b->n);
+    double mx = INFINITY, r = INFINITY, worst = INFINITY, ref = 0;
+    size_t at = 0;
+    if (s1 || s2) printf("  download: %s\n", pi0_last_error());
+    else {
+        r = rel_l2(hg, hc, b->n, &mx);
+        worst = 0;
+        for (size_t i = 0; i + row_len <= b->n; i += row_len) {
+            double e = rel_l2(hg + i, hc + i, row_len, NULL);
+            if (!(e <= worst)) { worst = e; at = i / row_len; }
+        }
+        for (size_t i = 0; i < b->n; i++) ref = fmax(ref, fabs((double)hc[i]));
+    }
+    if (!row_bound) row_bound = ROW_SLACK * bound;
+    double abs_bound = ABS_SLACK * bound * ref, rel_abs = ref > 0 ? mx / ref : mx;
+    int ok = r <= bound && worst <= row_bound && mx <= abs_bound;
+    double used = fmax(fmax(bound ? r / bound : 0, row_bound ? worst / row_bound : 0), abs_bound ? mx / abs_bound : 0);
+    if (!ok && used < 1) used = INFINITY;   /* an error where the bound is 0 */
+    if (used > worst_ratio) worst_ratio = used;
+    printf("%-12s %-44s rel_l2=%.2e row=%.2e (%zu) max_abs=%.2e (%.1e of max) used=%3.0f%% %s\n", op, shape, r, worst, at, mx,
+           rel_abs, 100 * used, ok ? "OK" : "FAIL");
+    CHECK(ok, "%s %s: rel_l2 %.3e (bound %.0e), worst row %zu %.3e (bound %.1e), max_abs %.3e (bound %.2e)", op, shape, r,
+          bound, at, worst, row_bound, mx, abs_bound);
+    free(hc);
+    free(hg);
+}
+
+#define compare(op, shape, b, row_len, bound) compare_ex(op, shape, b, row_len, bound, 0)
+
+/* A random bf16 weight (rows x cols, cols == 1 for vectors) uploaded with its siblings by upload_wts. */
+typedef struct {
+    pi0_wt w;
+    uint16_t *data;
+} hwt;
+
+static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 2)};
+    for (int64_t i = 0; i < rows * cols; i++) h.data[i] = pi0_f32_to_bf16(offset + (float)(scale * pi0_rng_normal(&rng)));
+    h.w.data = h.data;
+    h.w.dtype = PI0_DT_BF16;
+    h.w.rows = rows;
+    h.w.cols = cols;
+    return h;
+}
+
+/* The same from an F32 file whose values bf16 cannot hold (the fp32 products read them from the fp32 copy). */
+static hwt mkw_f32(int64_t rows, int64_t cols, float scale) {
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 4)};
+    float *f = (float *)h.data;
+    for (int64_t i = 0; i < rows * cols; i++) f[i] = (float)(scale * pi0_rng_normal(&rng));
+    h.w.data = h.data;
+    h.w.dtype = PI0_DT_F32;
+    h.w.rows = rows;
+    h.w.cols = cols;
+    h.w.want32 = 1;
+    return h;
+}
+
+static void *upload_wts(hwt **ws, int n) {
+    pi0_wt *list[8];
+    PI0_ASSERT(n <= 8);
+    for (int i = 0; i < n; i++) list[i] = &ws[i]->w;
+    void *arena = NULL;
+    pi0_status st = cuda_upload_list(&arena, list, n, 0);
+    CHECK(st == PI0_OK, "upload weights: %s", pi0_last_error());
+    return arena;
+}
+
+static void free_wts(void *arena, hwt **ws, int n) {
+    cuda_weights_free(arena);
+    for (int i = 0; i < n; i++) free(ws[i]->data);
+}
+
+static const char *ename(enum pi0_epi e) { return e == EPI_ADD ? "add" : e == EPI_GELU ? "gelu" : "store"; }
+
+/* 17 to 64 bf16 rows run on gemv.cu's warpgroup kernel: `before` is cuda_gemv_wg_launches() before the op
+ * (a silent fallback to cuBLASLt would pass the value check without testing the kernel). */
+static void want_wg(const char *op, const char *shape, int M, long before) {
+    if (M > 16 && M <= 64) CHECK(cuda_gemv_wg_launches() > before, "%s %s: the warpgroup kernel did not run", op, shape);
+}
+
+static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
+    hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)K)) : mkw(N, kcols, 1.0f / sqrtf((float)K), 0);
+    hwt b = mkw(N, 1, 0.1f, 0);
+    W.w.want32 = f32 >= 2;   /* an fp32 copy, as cuda_weights_upload keeps for the fp32 products */
+    hwt *ws[2] = {&W, &b};
+    void *ar = upload_wts(ws, 2);
+    int kind = f32 ? PT_F32 : PT_ACT;
+    dbuf x = mk((size_t)M * K, kind), y = mk((size_t)M * N, kind);
+    set_rand(&x, 1.0f);
+    if (epi == EPI_ADD) set_rand(&y, 1.0f); else poison(&y);
+    cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
+    long n0 = cuda_gemv_wg_launches();
+    gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 == 3 ? "f32w" : f32 == 2 ? "f32c" : f32 ? "f32" : "bf16", M, N, K, k0,
+             ename(epi), bias ? "+b" : "");
+    if (!f32) want_wg("linear", shape, M, n0);
+    compare("linear", shape, &y, (size_t)N, bound);
+    rel(&x); rel(&y);
+    free_wts(ar, ws, 2);
+}
+
+/* π0.5's gated residual x += gate * (y . W^T), the gate rows of a modulation (stride 3N) shared by `per` rows */
+static void t_linear_gated(int M, int N, int K, int per) {
+    hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0);
+    hwt *ws[1] = {&W};
+    void *ar = upload_wts(ws, 1);
+    dbuf x = mk((size_t)M * N, PT_ACT), tmp = mk((size_t)M * N, PT_ACT), y = mk((size_t)M * K, PT_ACT);
+    dbuf mod = mk((size_t)((M + per - 1) / per) * 3 * N, PT_F32);
+    set_rand(&x, 1.0f);
+    set_rand(&y, 1.0f);
+    set_rand(&mod, 0.5f);
+    poison(&tmp);
+    cpu->linear_gated(cpu, x.c, tmp.c, y.c, &W.w, M, N, K, pt_at(cpu, mod.c, 2 * (size_t)N), 3 * N, per);
+    long n0 = cuda_gemv_wg_launches();
+    gpu->linear_gated(gpu, x.g, tmp.g, y.g, &W.w, M, N, K, pt_at(gpu, mod.g, 2 * (size_t)N), 3 * N, per);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d rows/gate=%d", M, N, K, per);
+    want_wg("linear_gated", shape, M, n0);
+    compare("linear_gated", shape, &x, (size_t)N, 8e-3);
+    rel(&x); rel(&tmp); rel(&y); rel(&mod);
+    free_wts(ar, ws, 1);
+}
+
+/* fused projections: q|k|v and gate|up, adjacent (one product) or not (separate products) */
+
+static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    hwt *ws[5] = {&q, &k, &v, &g, &u};
+    void *ar = upload_wts(ws, 5);
+    L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
+    dbuf y = mk((size_t)M * K, PT_ACT), oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT),
+         ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
+    set_rand(&y, 1.0f);
+    poison(&oq); poison(&ok); poison(&ov); poison(&og);
+    dbuf pos = mk((size_t)M, PT_I32);
+    int32_t *pv = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, pv);
+    free(pv);
+    pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
+    char shape[80];
+    snprintf(shape, sizeof shape, "M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    long n0 = cuda_gemv_wg_launches();
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
+    if (hd % 64 == 0) want_wg("qkv", shape, M, n0);
+    rel(&pos);
+    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
+    n0 = cuda_gemv_wg_launches();
+    long g0 = cuda_gateup_launches();
+    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
+    if (F % 32 == 0 && K % 8 == 0) want_wg("mlp_up", shape, M, n0);
+    /* 136 rows and more: gateup.cu (F % 64, K % 8) */
+    if (M >= 136 && F % 64 == 0 && K % 8 == 0)
+        CHECK(cuda_gateup_launches() == g0 + 1, "mlp_up %s: gateup.cu did not run", shape);
+    compare("qkv.q", shape, &oq, (size_t)nq, 8e-3);
+    compare("qkv.k", shape, &ok, (size_t)nkv, 8e-3);
+    compare("qkv.v", shape, &ov, (size_t)nkv, 8e-3);
+    snprintf(shape, sizeof shape, "M=%d K=%d F=%d", M, K, F);
+    compare("mlp_up", shape, &og, (size_t)F, 8e-3);
+    /* SigLIP form: biases, no RoPE (the b vectors reuse random weights of the right length) */
+    hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
+    hwt *bs[3] = {&bq, &bk, &bv};
+    void *ar2 = upload_wts(bs, 3);
+    pi0_proj3 pb = {{&L.q, &L.k, &L.v}, {&bq.w, &bk.w, &bv.w}};
+    poison(&oq); poison(&ok); poison(&ov);
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pb, M, K, (pt){0}, 0, NULL);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pb, M, K, (pt){0}, 0, NULL);
+    snprintf(shape, sizeof shape, "+bias M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    compare("qkv.q", shape, &oq, (size_t)nq, 8e-3);
+    compare("qkv.k", shape, &ok, (size_t)nkv, 8e-3);
+    compare("qkv.v", shape, &ov, (size_t)nkv, 8e-3);
+    /* q, k, v equally spaced in one buffer (as model.c allocates SigLIP's): a backend may run one batch */
+    dbuf all = mk((size_t)3 * M * nq, PT_ACT);
+    poison(&all);
+    if (nq == nkv) {
+        pt c3[3], g3[3];
+        for (int i = 0; i < 3; i++) { c3[i] = pt_at(cpu, all.c, (size_t)i * M * nq); g3[i] = pt_at(gpu, all.g, (size_t)i * M * nq); }
+        cpu->qkv(cpu, c3[0], c3[1], c3[2], y.c, &pb, M, K, (pt){0}, 0, NULL);
+        gpu->qkv(gpu, g3[0], g3[1], g3[2], y.g, &pb, M, K, (pt){0}, 0, NULL);
+        snprintf(shape, sizeof shape, "+bias one buffer M=%d K=%d q=k=v=%d", M, K, nq);
+        compare("qkv", shape, &all, (size_t)nq, 8e-3);
+    }
+    rel(&all);
+    free_wts(ar2, bs, 3);
+    rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot);
+    free_wts(ar, ws, 5);
+}
+
+/* gateup.cu at each of its token tile widths (forced): 600 rows (3 tiles of 256 .. 5 of 136, the last one overlapping),
+ * K = 200 (past the last 64), 3 feature tiles */
+static void t_gateup_widths(void) {
+    const int M = 600, K = 200, F = 192, widths[] = {136, 152, 168, 184, 200, 216, 232, 248, 256};
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    hwt *ws[2] = {&g, &u};
+    void *ar = upload_wts(ws, 2);
+    L.gate = g.w; L.up = u.w;
+    dbuf y = mk((size_t)M * K, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
+    set_rand(&y, 1.0f);
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        poison(&og);
+        cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
+        cuda_gateup_force(widths[i]);
+        long g0 = cuda_gateup_launches();
+        gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
+        cuda_gateup_force(0);
+        char shape[80];
+        snprintf(shape, sizeof shape, "gateup.cu width %d M=%d K=%d F=%d", widths[i], M, K, F);
+        CHECK(cuda_gateup_launches() == g0 + 1, "mlp_up %s: gateup.cu did not run", shape);
+        compare("mlp_up", shape, &og, (size_t)F, 8e-3);
+    }
+    rel(&y); rel(&og); rel(&ot);
+    free_wts(ar, ws, 2);
+}
+
+/* qkv and mlp_up with the pre-norm (RMSNorm, or adaRMS with one modulation row): fused into the few-row
+ * products at K = 1024 and M <= 16, a norm kernel then the product elsewhere. */
+static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    hwt nw = mkw(K, 1, 0.3f, 0);
+    hwt *ws[6] = {&q, &k, &v, &g, &u, &nw};
+    void *ar = upload_wts(ws, 6);
+    L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
+    dbuf x = mk((size_t)M * K, PT_ACT), tmp = mk((size_t)M * K, PT_ACT), mod = mk((size_t)3 * K, PT_F32);
+    dbuf oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT), ov = mk((size_t)M * nkv, PT_ACT);
+    dbuf og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT), pos = mk((size_t)M, PT_I32);
+    set_rand(&x, 3.0f); set_rand(&mod, 0.3f);
+    poison(&oq); poison(&ok); poison(&ov); poison(&og);
+    int32_t *pv = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, pv);
+    free(pv);
+    pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
+    pi0_prenorm pc = {.eps = 1e-6f, .out = tmp.c}, pg = {.eps = 1e-6f, .out = tmp.g};
+    if (ada) { pc.mod = mod.c; pg.mod = mod.g; pc.rows_per_mod = pg.rows_per_mod = M; }
+    else { pc.w = pg.w = &nw.w; }
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d K=%d q=%d kv=%d", ada ? "adarms" : "rms", M, K, nq, nkv);
+    long n0 = cuda_gemv_wg_launches();
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, x.c, &pj, M, K, pos.c, hd, &pc);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, x.g, &pj, M, K, pos.g, hd, &pg);
+    cpu->mlp_up(cpu, og.c, ot.c, x.c, &L, M, F, K, &pc);
+    gpu->mlp_up(gpu, og.g, ot.g, x.g, &L, M, F, K, &pg);
+    if (M > 16 && M <= 64) CHECK(cuda_gemv_wg_launches() == n0 + 2, "norm+qkv/mlp_up %s: %ld warpgroup launches, want 2",
+                                 shape, cuda_gemv_wg_launches() - n0);
+    compare("norm+qkv.q", shape, &oq, (size_t)nq, 8e-3);
+    compare("norm+qkv.k", shape, &ok, (size_t)nkv, 8e-3);
+    compare("norm+qkv.v", shape, &ov, (size_t)nkv, 8e-3);
+    snprintf(shape, sizeof shape, "%s M=%d K=%d F=%d", ada ? "adarms" : "rms", M, K, F);
+    compare("norm+mlp_up", shape, &og, (size_t)F, 8e-3);
+    rel(&x); rel(&tmp); rel(&mod); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot); rel(&pos);
+    free_wts(ar, ws, 6);
+}
+
+static void t_norms(int M, int D) {
+    hwt w = mkw(D, 1, 0.2f, 1.0f), b = mkw(D, 1, 0.1f, 0), r = mkw(D, 1, 0.2f, 0);
+    hwt *ws[3] = {&w, &b, &r};
+    void *ar = upload_wts(ws, 3);
+    dbuf x = mk((size_t)M * D, PT_ACT), y = mk((size_t)M * D, PT_ACT);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d D=%d", M, D);
+    set_rand(&x, 3.0f);
+    poison(&y);
+    cpu->layernorm(cpu, y.c, x.c, &w.w, &b.w, M, D, 1e-6f);
+    gpu->layernorm(gpu, y.g, x.g, &w.w, &b.w, M, D, 1e-6f);
+    compare("layernorm", shape, &y, (size_t)D, 8e-3);
+    poison(&y);
+    cpu->rmsnorm(cpu, y.c, x.c, &r.w, M, D, 1e-6f);
+    gpu->rmsnorm(gpu, y.g, x.g, &r.w, M, D, 1e-6f);
+    compare("rmsnorm", shape, &y, (size_t)D, 8e-3);
+    int per = M > 1 ? (M + 1) / 2 : 1;
+    dbuf mod = mk((size_t)((M + per - 1) / per) * 3 * D, PT_F32);
+    set_rand(&mod, 0.3f);
+    poison(&y);
+    cpu->adarms(cpu, y.c, x.c, mod.c, per, M, D, 1e-6f);
+    gpu->adarms(gpu, y.g, x.g, mod.g, per, M, D, 1e-6f);
+    compare("adarms", shape, &y, (size_t)D, 8e-3);
+    rel(&x); rel(&y); rel(&mod);
+    free_wts(ar, ws, 3);
+}
+
+static void t_rope(int M, int qh, int kh, int hd) {
+    dbuf q = mk((size_t)M * qh * hd, PT_ACT), k = mk((size_t)M * (kh ? kh : 1) * hd, PT_ACT), pos = mk((size_t)M, PT_I32);
+    int32_t *p = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) p[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, p);
+    set_rand(&q, 1.0f);
+    set_rand(&k, 1.0f);
+    cpu->rope(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd);
+    gpu->rope(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d q heads=%d hd=%d", M, qh, hd);
+    compare("rope", shape, &q, (size_t)qh * hd, 8e-3);
+    snprintf(shape, sizeof shape, "M=%d k heads=%d hd=%d", M, kh, hd);
+    compare("rope", shape, &k, (size_t)(kh ? kh : 1) * hd, kh ? 8e-3 : 0);   /* kh = 0: k must be untouched (equal) */
+    free(p);
+    rel(&q); rel(&k); rel(&pos);
+}
+
+/* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source.
+ * kramp > 0 scales source-1 key t of a segment by 1 + kramp * t / nk[s]: logits that grow along the keys,
+ * so that an online softmax must move its running maximum late (flash attention's lazy rescaling). */
+static void t_attention_ramp(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
+                             int with_k2, int block0, int tail, float kramp) {
+    int32_t qo[65] = {0}, ko[65] = {0};
+    for (int s = 0; s < nseg; s++) { qo[s + 1] = qo[s] + nq[s]; ko[s + 1] = ko[s] + nk[s]; }
+    int Mq = qo[nseg], Mk = ko[nseg];
+    dbuf q = mk((size_t)Mq * heads * hd, PT_ACT), o = mk((size_t)Mq * heads * hd, PT_ACT);
+    dbuf k = mk((size_t)Mk * kv * hd, PT_ACT), v = mk((size_t)Mk * kv * hd, PT_ACT);
+    dbuf k2 = mk((size_t)Mq * kv * hd, PT_ACT), v2 = mk((size_t)Mq * kv * hd, PT_ACT);
+    set_rand(&q, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); set_rand(&k2, 1.0f); set_rand(&v2, 1.0f);
+    if (kramp > 0) {
+        float *kv_h = malloc(k.n * sizeof(float));
+        for (int s = 0; s < nseg; s++)
+            for (int t = 0; t < nk[s]; t++)
+                for (int e = 0; e < kv * hd; e++)
+                    kv_h[((size_t)ko[s] + t) * kv * hd + e] = (1.0f + kramp * t / nk[s]) * (float)pi0_rng_normal(&rng);
+        set(&k, kv_h);
+        free(kv_h);
+    }
+    poison(&o);
+    size_t maxs = 0;
+    for (int s = 0; s < nseg; s++) {
+        maxs += (size_t)nq[s] * heads * (nk[s] + (with_k2 ? nq[s] : 0) + 8);   /* room to batch all segments */
+    }
+    cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
+    gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk + Mq, maxs, 0);
+    pi0_attn a = {.nseg = nseg, .heads = heads, .kv_heads = kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                  .q_off = qo, .k_off = ko, .block0 = block0, .tail = tail};
+    a.k1 = k.c; a.v1 = v.c;
+    if (with_k2) { a.k2 = k2.c; a.v2 = v2.c; }
+    cpu->attention(cpu, o.c, q.c, &a);
+    a.k1 = k.g; a.v1 = v.g;
+    if (with_k2) { a.k2 = k2.g; a.v2 = v2.g; }
+    gpu->attention(gpu, o.g, q.g, &a);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s seg=%d q=%d k=%d h=%d/%d hd=%d", what, nseg, nq[0], nk[0], heads, kv, hd);
+    compare_ex("attention", shape, &o, (size_t)hd, 1e-2, 5e-2);   /* rows: one head's hd values */
+    rel(&q); rel(&o); rel(&k); rel(&v); rel(&k2); rel(&v2);
+}
+
+static void t_attention(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
+                        int with_k2, int block0, int tail) {
+    t_attention_ramp(what, nseg, nq, nk, heads, kv, hd, with_k2, block0, tail, 0);
+}
+
+/* The prefix on the mma.sync kernel: PI0_CUDA_FLASH=mma, and the fallback where a tensor map cannot be made */
+static void t_attention_mma(void) {
+    pi0_backend *g0 = gpu, *g1 = NULL;
+    setenv("PI0_CUDA_FLASH", "mma", 1);
+    pi0_status st = cuda_backend_create(&g1, 0);
+    unsetenv("PI0_CUDA_FLASH");
+    if (st != PI0_OK) {
+        CHECK(0, "backend with PI0_CUDA_FLASH=mma: %s", pi0_last_error());
+        return;
+    }
+    gpu = g1;
+    long n0 = cuda_flash_wg_launches();
+    int p1[1] = {788}, w_q[3] = {400, 400, 400};
+    t_attention_ramp("prefix-mma-ramp", 1, p1, p1, 8, 1, 256, 0, 0, 0, 6.0f);
+    t_attention("flash-mqa-waves-mma", 3, w_q, w_q, 8, 1, 256, 0, 0, 0);   /* 32-key tiles: more blocks than SMs */
+    CHECK(cuda_flash_wg_launches() == n0, "PI0_CUDA_FLASH=mma: the wgmma flash kernel ran");
+    gpu = g0;
+    g1->destroy(g1);
+}
+
+static void t_misc(void) {
+    /* gelu_mul */
+    int M = 788, F = 4096;
+    dbuf g = mk((size_t)M * F, PT_ACT), u = mk((size_t)M * F, PT_ACT), o = mk((size_t)M * F, PT_ACT);
+    set_rand(&g, 2.0f); set_rand(&u, 1.0f); poison(&o);
+    cpu->gelu_mul(cpu, o.c, g.c, u.c, M, F);
+    gpu->gelu_mul(gpu, o.g, g.g, u.g, M, F);
+    compare("gelu_mul", "M=788 F=4096", &o, (size_t)F, 8e-3);
+    rel(&g); rel(&u); rel(&o);
+    /* embed into scattered rows */
+    hwt tab = mkw(1000, 2048, 1.0f / 45.25f, 0);
+    hwt *ws[1] = {&tab};
+    void *ar = upload_wts(ws, 1);
+    dbuf out = mk((size_t)40 * 2048, PT_ACT), rows = mk(20, PT_I32), ids = mk(20, PT_I32);
+    int32_t r[20], id[20];
+    for (int i = 0; i < 20; i++) { r[i] = 39 - 2 * i; id[i] = (int32_t)(pi0_rng_next(&rng) % 1000); }
+    set_ints(&rows, r); set_ints(&ids, id);
+    float *zero = calloc((size_t)40 * 2048, sizeof(float));
+    set(&out, zero);
+    cpu->embed(cpu, out.c, rows.c, ids.c, 20, &tab.w, sqrtf(2048.0f));
+    gpu->embed(gpu, out.g, rows.g, ids.g, 20, &tab.w, sqrtf(2048.0f));
+    compare("embed", "n=20 D=2048 V=1000", &out, 2048, 8e-3);
+    free(zero);
+    rel(&out); rel(&rows); rel(&ids);
+    free_wts(ar, ws, 1);
+    /* copy_rows across kinds, with gather and scatter */
+    dbuf a16 = mk((size_t)30 * 64, PT_ACT), b32 = mk((size_t)30 * 64, PT_F32), idx = mk(10, PT_I32);
+    int32_t ix[10];
+    for (int i = 0; i < 10; i++) ix[i] = (i * 7) % 30;
+    set_ints(&idx, ix);
+    set_rand(&a16, 1.0f); poison(&b32);
+    cpu->copy_rows(cpu, b32.c, (pt){0}, a16.c, idx.c, 10, 64);
+    gpu->copy_rows(gpu, b32.g, (pt){0}, a16.g, idx.g, 10, 64);
+    cpu->copy_rows(cpu, a16.c, idx.c, b32.c, (pt){0}, 10, 64);
+    gpu->copy_rows(gpu, a16.g, idx.g, b32.g, (pt){0}, 10, 64);
+    compare("copy_rows", "bf16->f32 gather, f32->bf16 scatter", &a16, 64, 1e-6);
+    rel(&a16); rel(&b32); rel(&idx);
+    /* add_rows + swish (F32 and ACT), axpy */
+    dbuf x = mk((size_t)10 * 1024, PT_F32), vv = mk(1024, PT_F32), xa = mk((size_t)4 * 24, PT_ACT), va = mk(2 * 24, PT_F32);
+    set_rand(&x, 2.0f); set_rand(&vv, 1.0f); set_rand(&xa, 2.0f); set_rand(&va, 1.0f);
+    cpu->add_rows(cpu, x.c, vv.c, 10, 10, 1024, ACT_SWISH);
+    gpu->add_rows(gpu, x.g, vv.g, 10, 10, 1024, ACT_SWISH);
+    compare("add_rows", "f32 M=10 D=1024 swish", &x, 1024, 1e-6);
+    cpu->add_rows(cpu, xa.c, va.c, 2, 4, 24, ACT_NONE);
+    gpu->add_rows(gpu, xa.g, va.g, 2, 4, 24, ACT_NONE);
+    compare("add_rows", "bf16 M=4 D=24 two vectors", &xa, 24, 8e-3);
+    cpu->axpy(cpu, x.c, vv.c, -0.1f, 1024);
+    gpu->axpy(gpu, x.g, vv.g, -0.1f, 1024);
+    compare("axpy", "n=1024", &x, 1024, 1e-6);
+    rel(&x); rel(&vv); rel(&xa); rel(&va);
+}
+
+static void t_patch(int R, int P, int Dv, int nimg) {
+    int CK = 3 * P * P, T = (R / P) * (R / P);
+    hwt w = mkw(Dv, CK, 1.0f / sqrtf((float)CK), 0), b = mkw(Dv, 1, 0.1f, 0), pos = mkw(T, Dv, 0.5f, 0);
+    w.w.want32 = 1;   /* as cuda_weights_upload marks the patch weight */
+    hwt *ws[3] = {&w, &b, &pos};
+    gpu->reserve(gpu, 0, 0, (size_t)T * (CK > Dv ? CK : Dv), 0);   /* one image per chunk at the least */
+    void *ar = upload_wts(ws, 3);
+    dbuf img = mk((size_t)(nimg + 1) * R * R * 3, PT_F32), sel = mk((size_t)nimg, PT_I32),
+         out = mk((size_t)nimg * T * Dv, PT_ACT);
+    float *px = calloc(img.n, sizeof(float));
+    for (size_t i = 0; i < img.n; i++) px[i] = (float)(2.0 * pi0_rng_uniform(&rng) - 1.0);
+    set(&img, px);
+    free(px);
+    int32_t s[8];
+    for (int i = 0; i < nimg; i++) s[i] = (i + 1) % (nimg + 1);   /* skip slot 0: selection matters */
+    set_ints(&sel, s);
+    poison(&out);
+    cpu->patch_embed(cpu, out.c, img.c, sel.c, nimg, &w.w, &b.w, &pos.w, R, P);
+    gpu->patch_embed(gpu, out.g, img.g, sel.g, nimg, &w.w, &b.w, &pos.w, R, P);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d images R=%d P=%d Dv=%d", nimg, R, P, Dv);
+    compare("patch_embed", shape, &out, (size_t)Dv, 8e-3);
+    rel(&img); rel(&sel); rel(&out);
+    free_wts(ar, ws, 3);
+}
+
+/* ---- the op cases: one table per op, each row {shapes, epilogue / variant, tolerance, why} ----
+ * Tolerances: rel L2 8e-3 for ops with bf16 outputs, 1e-5 where both sides compute in fp32 (tests/README.md says
+ * why); compare_ex adds the per-row and max-abs judgements. */
+typedef struct {
+    int M, N, K, k0, kcols, bias;
+    enum pi0_epi epi;
+    int f32;   /* 0 bf16 x; 1 fp32 x (the kernel); 2 fp32 x with the weights' fp32 copy; 3 an F32 file's weights */
+    double tol;
+    const char *why;
+} linear_case;
+
+static const linear_case LINEAR[] = {
+    {788, 2048, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3, "Gemma prefix q|o (cuBLASLt)"},
+    {788, 256, 2048, 0, 2048, 0, EPI_STORE, 0, 8e-3, "Gemma prefix k / v (MQA)"},
+    {788, 2048, 16384, 0, 16384, 0, EPI_ADD, 0, 8e-3, "Gemma prefix down + residual"},
+    {768, 4304, 1152, 0, 1152, 1, EPI_GELU, 0, 8e-3, "SigLIP fc1 + bias + GELU epilogue (3 images)"},
+    {768, 1152, 4304, 0, 4304, 1, EPI_ADD, 0, 8e-3, "SigLIP fc2 + bias + residual"},
+    {11, 4096, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3, "expert gate at B = 1 (gemv.cu)"},
+    {11, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3, "expert down + residual at B = 1 (gemv.cu, K slices)"},
+    {11, 2560, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3, "expert q|k|v as one product (gemv.cu)"},
+    {11, 1024, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3, "expert o + residual (gemv.cu)"},
+    {11, 8192, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3, "expert gate|up as one product (gemv.cu)"},
+    {16, 1000, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3, "gemv.cu: a partial row block with bias + GELU"},
+    {1, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3, "gemv.cu: one row"},
+    {11, 1024, 1024, 1024, 2048, 1, EPI_STORE, 0, 8e-3, "gemv.cu: a column offset k0 into the weight"},
+    {16, 2561, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3, "gemv.cu: few rows, odd N"},
+    {7, 1024, 4104, 0, 4104, 0, EPI_ADD, 0, 8e-3, "gemv.cu: K not a multiple of 16"},
+    {17, 1024, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3, "17 rows: the warpgroup kernel's smallest case"},
+    {16, 1024, 3072, 0, 3072, 0, EPI_ADD, 0, 8e-3, "gemv.cu: 3 K slices, rank 0 finishes 6 of the 16 rows"},
+    {15, 1024, 7168, 0, 7168, 0, EPI_STORE, 0, 8e-3, "gemv.cu: 7 K slices, 3 rows for ranks 0 and 1"},
+    {51, 1024, 4096, 0, 4096, 0, EPI_ADD, 0, 8e-3, "warpgroup kernel (17-64 rows), 50-step horizon: down, 8 K slices"},
+    {51, 1024, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3, "warpgroup kernel, 50-step horizon: o"},
+    {51, 2560, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3, "warpgroup kernel, 50-step horizon: q|k|v, 3 uneven K slices"},
+    {51, 8192, 1024, 0, 1024, 0, EPI_STORE, 0, 8e-3, "warpgroup kernel, 50-step horizon: gate|up, 1 K slice"},
+    {64, 1000, 1024, 0, 1024, 1, EPI_GELU, 0, 8e-3, "warpgroup kernel: 64 rows, N not a multiple of the 64-row tile"},
+    {33, 1024, 1048, 0, 1048, 0, EPI_ADD, 0, 8e-3, "warpgroup kernel: a K tail past the 64-column tensor boxes"},
+    {22, 1024, 1024, 1024, 2048, 1, EPI_STORE, 0, 8e-3, "warpgroup kernel: a column offset"},
+    {63, 72, 40, 0, 40, 1, EPI_STORE, 0, 8e-3, "warpgroup kernel: tiny N and K"},
+    {51, 1280, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3, "warpgroup kernel: 7 K slices (on 132 SMs)"},
+    {37, 1536, 2048, 0, 2048, 1, EPI_STORE, 0, 8e-3, "warpgroup kernel: 6 K slices"},
+    {51, 1856, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3, "warpgroup kernel: 5 K slices"},
+    {45, 2112, 2048, 0, 2048, 0, EPI_GELU, 0, 8e-3, "warpgroup kernel: 4 K slices, GELU"},
+    {51, 4096, 2048, 0, 2048, 0, EPI_ADD, 0, 8e-3, "warpgroup kernel: 2 K slices"},
+    {65, 1024, 1024, 0, 1024, 0, EPI_ADD, 0, 8e-3, "past 64 rows: cuBLASLt"},
+    {1, 24, 40, 0, 40, 1, EPI_STORE, 0, 8e-3, "one row, tiny N and K"},
+    {5, 33, 48, 0, 48, 0, EPI_ADD, 0, 8e-3, "odd N"},
+    {10, 1024, 32, 0, 32, 1, EPI_STORE, 1, 1e-5, "fp32 x: action_in_proj (K = 32)"},
+    {10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 1, 1e-5, "fp32 x: the time MLP's second half (k0)"},
+    {50, 32, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5, "fp32 x: action_out_proj at the 50-step horizon"},
+    {3, 7, 5, 0, 5, 1, EPI_ADD, 1, 1e-5, "fp32 x: tiny"},
+    {17, 40, 2056, 0, 2056, 1, EPI_ADD, 1, 1e-5, "fp32 x in 3 shared-memory chunks, 3 row blocks"},
+    {3, 17, 1500, 0, 1500, 0, EPI_STORE, 1, 1e-5, "fp32 x, K % 8 != 0: the scalar path, 2 chunks"},
+    {9, 20, 64, 0, 64, 1, EPI_GELU, 1, 1e-5, "fp32 x with GELU"},
+    {640, 1024, 1024, 1024, 2048, 1, EPI_STORE, 2, 1e-5, "fp32 copy, 64+ rows: cuBLASLt in fp32 at B = 64, a K offset"},
+    {640, 32, 1024, 0, 1024, 1, EPI_ADD, 2, 1e-5, "fp32 copy: action_out_proj at B = 64"},
+    {130, 40, 300, 0, 300, 1, EPI_GELU, 2, 1e-5, "fp32 copy: GELU"},
+    {10, 1024, 1024, 1024, 2048, 0, EPI_STORE, 3, 1e-5, "an F32 file's weights (not bf16-representable), few rows: 1e-5 fails if rounded"},
+    {3, 17, 1500, 0, 1500, 1, EPI_ADD, 3, 1e-5, "an F32 file's weights, the scalar path"},
+    {640, 32, 1024, 0, 1024, 1, EPI_ADD, 3, 1e-5, "an F32 file's weights, many rows"},
+    {64, 17, 1500, 0, 1500, 0, EPI_STORE, 2, 1e-5, "fp32 copy at exactly 64 rows, no bias"},
+    {640, 1024, 1024, 0, 1024, 1, EPI_STORE, 1, 1e-5, "fp32 x, no fp32 copy: the kernel at many rows"},
+};
+
+typedef struct { int M, N, K, per; const char *why; } gated_case;   /* per: rows sharing one gate row */
+static const gated_case GATED[] = {
+    {10, 1024, 2048, 10, "π0.5 expert o at B = 1: gemv.cu's gated epilogue (K slices)"},
+    {10, 1024, 4096, 10, "π0.5 expert down at B = 1"},
+    {16, 1000, 1024, 5, "a partial row block, several gate rows"},
+    {20, 1024, 2048, 10, "B = 2: the warpgroup kernel's gated epilogue"},
+    {51, 1024, 4096, 17, "the 50-step horizon, 3 samples"},
+    {80, 1024, 2048, 10, "B = 8: the product, then the gated add"},
+};
+
+typedef struct { int M, K, nq, nkv, F, hd; const char *why; } fused_case;   /* q|k|v (+RoPE, +bias) and gate|up */
+static const fused_case FUSED[] = {
+    {788, 2048, 2048, 256, 16384, 256, "PaliGemma layer"},
+    {11, 1024, 2048, 256, 4096, 256, "action expert at B = 1 (gemv.cu: RoPE split and gelu * up epilogues)"},
+    {3, 1024, 2048, 256, 4096, 256, "few rows, most of the 16 padded"},
+    {51, 1024, 2048, 256, 4096, 256, "50-step horizon: the warpgroup kernel's pair epilogues"},
+    {64, 1024, 2048, 256, 4096, 256, "64 rows: the warpgroup kernel's largest case"},
+    {17, 2048, 2048, 256, 16384, 256, "PaliGemma widths at 17 rows"},
+    {88, 1024, 2048, 256, 4096, 256, "B = 8: cuBLASLt, then the split kernels"},
+    {768, 1152, 1152, 1152, 4304, 72, "SigLIP layer (fc1 as gate|up only as a shape check)"},
+    {543, 2048, 512, 256, 1024, 256, "gateup.cu: 4 token tiles of 136, the last one overlapping"},
+    {136, 1000, 256, 64, 192, 64, "gateup.cu: one tile of the narrowest width, K past the last 64"},
+    {300, 512, 256, 64, 320, 64, "gateup.cu: 3 tiles, F of 5 feature tiles"},
+    {2600, 2048, 256, 64, 1024, 64, "gateup.cu: 16 x 16 tiles (width 168), blocks walk over 2 panels"},
+    {200, 40, 64, 64, 64, 64, "gateup.cu: one feature tile, K under one 64-wide block"},
+    {5, 40, 24, 12, 36, 4, "sizes not multiples of 256 bytes: separate products"},
+};
+
+typedef struct { int M, K, nq, nkv, F, hd, ada; const char *why; } prenorm_case;   /* ada: adaRMS, else RMSNorm */
+static const prenorm_case PRENORM[] = {
+    {11, 1024, 2048, 256, 4096, 256, 0, "expert at B = 1: RMSNorm fused into gemv.cu's prologue"},
+    {11, 1024, 2048, 256, 4096, 256, 1, "π0.5 expert at B = 1: adaRMS fused"},
+    {3, 1024, 2048, 256, 4096, 256, 1, "adaRMS fused, few rows"},
+    {15, 1024, 2048, 256, 4096, 256, 1, "the adaRMS shift as X row 15, the last one"},
+    {16, 1024, 2048, 256, 4096, 256, 1, "adaRMS, no row left for the shift: norm kernel, then the product"},
+    {16, 1024, 2048, 256, 4096, 256, 0, "RMSNorm fused at 16 rows"},
+    {22, 1024, 2048, 256, 4096, 256, 0, "B = 2: norm kernel, then the warpgroup kernel"},
+    {51, 1024, 2048, 256, 4096, 256, 1, "adaRMS at the 50-step horizon: norm kernel, then the warpgroup kernel"},
+    {51, 1024, 2048, 256, 4096, 256, 0, "RMSNorm at the 50-step horizon"},
+    {11, 2048, 2048, 256, 4096, 256, 0, "K != 1024: norm kernel, then the few-row product"},
+};
+
+typedef struct { int M, D; const char *why; } norm_case;   /* layernorm, rmsnorm, adarms */
+static const norm_case NORMS[] = {
+    {768, 1152, "SigLIP (3 images)"},
+    {788, 2048, "Gemma prefix"},
+    {22, 1024, "expert at B = 2"},
+    {3, 40, "tiny"},
+    {1, 24, "one row"},
+    {3, 1030, "D % 8 != 0: the block-per-row kernel"},
+    {2, 4096, "D > 2048: the block-per-row kernel"},
+};
+
+typedef struct { int M, qh, kh, hd; const char *why; } rope_case;
+static const rope_case ROPE[] = {
+    {788, 8, 1, 256, "Gemma prefix q / k"},
+    {11, 8, 1, 256, "expert suffix q / k"},
+    {3, 2, 2, 16, "small, as many k heads as q heads"},
+    {4, 3, 0, 8, "no k: it must stay untouched"},
+};
+
+#define N_OF(t) (sizeof t / sizeof t[0])
+
+typedef enum { ATT_ANY, ATT_FLASH_WG } attn_path;   /* ATT_FLASH_WG: the wgmma flash kernel must run (hd 256 MQA) */
+typedef struct {
+    const char *name;
+    int nseg;
+    const int *nq, *nk;     /* per segment; NULL: uq / uk for every segment */
+    int uq, uk;
+    int heads, kv, hd, k2, block0, tail;   /* k2: suffix keys as a second source; block0: π0's state row block */
+    float kramp;                           /* > 0: logits growing along the keys (the running max moves late) */
+    attn_path path;
+    const char *why;
+} attn_case;
+
+#define SEGS(...) (const int[]){__VA_ARGS__}
+static const attn_case ATTN[] = {
+    {"siglip", 3, NULL, NULL, 256, 256, 16, 16, 72, 0, 0, 0, 0, ATT_ANY, "SigLIP MHA per image"},
+    {"siglip-batched", 20, NULL, NULL, 64, 64, 16, 16, 72, 0, 0, 0, 0, ATT_ANY, "more images than heads: batched over images"},
+    {"prefix", 1, SEGS(788), SEGS(788), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "Gemma MQA prefix, B = 1"},
+    {"prefix-b2", 2, SEGS(500, 300), SEGS(500, 300), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "prefix, B = 2 of two lengths"},
+    {"suffix-pi0", 2, SEGS(11, 11), SEGS(788, 500), 0, 0, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "π0 suffix over the cache + suffix keys (state block)"},
+    {"suffix-pi05", 2, SEGS(10, 10), SEGS(788, 500), 0, 0, 8, 1, 256, 1, 0, 0, 0, ATT_ANY, "π0.5 suffix (no state block)"},
+    {"suffix-batched", 6, SEGS(11, 11, 11, 11, 11, 7), NULL, 0, 300, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "5 equal segments batched, then 1"},
+    {"prefix-batched", 3, NULL, NULL, 40, 40, 4, 1, 16, 0, 0, 0, 0, ATT_ANY, "equal prefix segments batched"},
+    {"tiny", 2, SEGS(3, 5), SEGS(7, 2), 0, 0, 4, 1, 16, 1, 1, 0, 0, ATT_ANY, "tiny, more queries than keys"},
+    {"suffix-h50-b2", 2, NULL, NULL, 51, 600, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "B = 2, 50-step horizon: 2 x 408 rows, a second source"},
+    {"suffix-many", 40, NULL, NULL, 11, 100, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "more equal segments than the decode kernel takes in two waves: flash with a second source (π0)"},
+    {"flash-suffix-pi05", 40, NULL, NULL, 10, 120, 8, 1, 256, 1, 0, 0, 0, ATT_ANY, "the same for π0.5"},
+    {"flash-suffix-ramp", 20, NULL, NULL, 11, 300, 8, 1, 256, 1, 1, 0, 6.0f, ATT_ANY, "flash with a second source, a late-moving maximum"},
+    {"flash-suffix-h50", 3, NULL, NULL, 51, 600, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "flash at the 50-step horizon (7 row blocks per segment)"},
+    {"flash-tail-pi0", 1, SEGS(130), SEGS(1100), 0, 0, 8, 1, 256, 0, 1, 130, 0, ATT_ANY, "a tail of 1040 rows: past the decode kernel"},
+    {"flash-mqa-waves", 3, NULL, NULL, 400, 400, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "more than a wave of blocks: the 32-key tiles"},
+    {"flash-mqa-waves-ramp", 3, NULL, NULL, 400, 400, 8, 1, 256, 0, 0, 0, 6.0f, ATT_FLASH_WG, "the same, a late-moving maximum"},
+    {"flash-suffix-waves", 20, NULL, NULL, 51, 300, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "more than a wave, with a suffix"},
+    {"suffix-tail-pi0", 1, SEGS(11), SEGS(799), 0, 0, 8, 1, 256, 0, 1, 11, 0, ATT_ANY, "B = 1: suffix K/V after the cache (π0)"},
+    {"suffix-tail-pi05", 1, SEGS(10), SEGS(978), 0, 0, 8, 1, 256, 0, 0, 10, 0, ATT_ANY, "B = 1: suffix K/V after the cache (π0.5)"},
+    {"suffix-tail-h50", 1, SEGS(51), SEGS(839), 0, 0, 8, 1, 256, 0, 1, 51, 0, ATT_ANY, "408 query rows: 26 row tiles"},
+    {"suffix-tail-33", 1, SEGS(33), SEGS(821), 0, 0, 8, 1, 256, 0, 1, 33, 0, ATT_ANY, "17 row tiles, 2 per block: the last block's second tile is empty"},
+    {"decode-short", 1, SEGS(3), SEGS(40), 0, 0, 8, 1, 256, 0, 1, 3, 0, ATT_ANY, "key chunks past the keys"},
+    {"flash-mqa-odd", 3, SEGS(1, 17, 130), SEGS(1, 17, 130), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "partial row and key tiles, one query row"},
+    {"flash-mqa-cross", 2, SEGS(5, 200), SEGS(200, 40), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "fewer or more queries than keys"},
+    {"flash-mqa-tiles", 3, NULL, SEGS(64, 128, 193), 200, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "1, 2 (whole) and 4 key tiles of 64"},
+    {"flash-mqa-wg1-tail", 3, NULL, NULL, 200, 100, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "warpgroup 1's partial tile reads the next segment"},
+    {"flash-mqa-equal", 4, SEGS(130, 130, 130, 50), SEGS(130, 130, 130, 50), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "equal segments in one launch"},
+    {"flash-mha-odd", 3, SEGS(100, 37, 256), SEGS(100, 37, 256), 0, 0, 16, 16, 72, 0, 0, 0, 0, ATT_ANY, "hd 72 MHA: partial tiles"},
+    {"flash-mha-cross", 2, SEGS(3, 64), SEGS(65, 1), 0, 0, 16, 16, 72, 0, 0, 0, 0, ATT_ANY, "hd 72 MHA: one key, more keys than queries"},
+    {"flash-mha-3-5-tiles", 2, SEGS(20, 70), SEGS(150, 300), 0, 0, 16, 16, 72, 0, 0, 0, 0, ATT_ANY, "odd key tile counts (2 groups)"},
+    {"flash-mqa-ramp", 1, SEGS(788), SEGS(788), 0, 0, 8, 1, 256, 0, 0, 0, 6.0f, ATT_FLASH_WG, "the prefix, a late-moving maximum"},
+    {"flash-mha-ramp", 3, NULL, NULL, 256, 256, 16, 16, 72, 0, 0, 0, 6.0f, ATT_ANY, "SigLIP, a late-moving maximum"},
+};
+
+static void run_attn_case(const attn_case *c) {
+    int q[64], k[64];
+    PI0_ASSERT(c->nseg <= 64);
+    for (int i = 0; i < c->nseg; i++) { q[i] = c->nq ? c->nq[i] : c->uq; k[i] = c->nk ? c->nk[i] : c->uk; }
+    long n0 = cuda_flash_wg_launches();
+    t_attention_ramp(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->kramp);
+    if (c->path == ATT_FLASH_WG) CHECK(cuda_flash_wg_launches() > n0, "attention %s: the wgmma flash kernel did not run", c->name);
+}
+
+static void op_tests(void) {
+    if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0) != PI0_OK) {
+        CHECK(0, "backends: %s", pi0_last_error());
+        return;
+    }
+    cpu->reserve(cpu, 4096, 4096, 1, (size_t)788 * 32768);
+    gpu->reserve(gpu, 4096, 4096, 1, (size_t)788 * 32768);
+    for (size_t i = 0; i < N_OF(LINEAR); i++) {
+        const linear_case *c = &LINEAR[i];
+        printf("-- linear: %s\n", c->why);
+        t_linear(c->M, c->N, c->K, c->k0, c->kcols, c->bias, c->epi, c->f32, c->tol);
+    }
+    for (size_t i = 0; i < N_OF(GATED); i++) {
+        printf("-- linear_gated: %s\n", GATED[i].why);
+        t_linear_gated(GATED[i].M, GATED[i].N, GATED[i].K, GATED[i].per);
+    }
+    for (size_t i = 0; i < N_OF(FUSED); i++) {
+        const fused_case *c = &FUSED[i];
+        printf("-- qkv / mlp_up: %s\n", c->why);
+        t_fused(c->M, c->K, c->nq, c->nkv, c->F, c->hd);
+    }
+    printf("-- mlp_up: gateup.cu at each of its token tile widths\n");
+    t_gateup_widths();
+    for (size_t i = 0; i < N_OF(PRENORM); i++) {
+        const prenorm_case *c = &PRENORM[i];
+        printf("-- norm + qkv / mlp_up: %s\n", c->why);
+        t_prenorm(c->M, c->K, c->nq, c->nkv, c->F, c->hd, c->ada);
+    }
+    for (size_t i = 0; i < N_OF(NORMS); i++) {
+        printf("-- norms: %s\n", NORMS[i].why);
+        t_norms(NORMS[i].M, NORMS[i].D);
+    }
+    for (size_t i = 0; i < N_OF(ROPE); i++) {
+        printf("-- rope: %s\n", ROPE[i].why);
+        t_rope(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd);
+    }
+    for (size_t i = 0; i < N_OF(ATTN); i++) {
+        printf("-- attention: %s\n", ATTN[i].why);
+        run_attn_case(&ATTN[i]);
+    }
+    t_attention_mma();
+    t_misc();
+    t_patch(224, 14, 1152, 3);
+    t_patch(56, 14, 32, 2);
+    printf("worst op error / bound: %.2f\n", worst_ratio);
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);   /* a crash log ends at the last line printed */
+    pi0_rng_seed(&rng, SEED);
+    printf("seed %llu\n", (unsigned long long)SEED);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: test_cuda_ops runs on the GPU machine (make test-cuda)\n");
+        return test_summary("test_cuda_ops") || 1;
+    }
+    op_tests();
+    return test_summary("test_cuda_ops");
+}
