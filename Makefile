@@ -44,7 +44,7 @@ TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
 .SECONDARY:
-.PHONY: FORCE all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick
+.PHONY: FORCE all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick lab lab-no-nvcc
 
 all: $(BUILD)/libpi0.a $(BUILD)/pi0 $(TEST_BIN)
 
@@ -87,6 +87,41 @@ $(BUILD)/pi0: $(CLI_OBJ) $(BUILD)/libpi0.a | $(BUILD)/lib/libspng.so.0
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The kernel lab (bench/kernels, run on the GPU machine by bench/kernels/run_lab.sh run): `make lab` whenever nvcc is
+# found. Each lab links libpi0.a; the *_prof labs compile the production kernels' files again with a lab switch
+# (src/cuda/lab_hooks.cuh), which turns their compiled-out stamps on.
+LAB      := $(BUILD)/lab
+LAB_NV   := $(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA
+LAB_LINK := $(BUILD)/libpi0.a $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd) -Xcompiler -fopenmp \
+            -lcublasLt -lgomp
+LAB_BINS := gemv_smallm decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain sm_stream wgemm_lab wgmma_rate \
+            lt_search chain_prof wg_prof fw_prof
+LAB_HDRS := $(wildcard bench/kernels/*.cuh) $(wildcard src/cuda/*.cuh)
+lab: $(if $(NVCC),$(LAB_BINS:%=$(LAB)/%),lab-no-nvcc)
+lab-no-nvcc:
+	@echo "make lab: no nvcc found (the kernel lab needs the CUDA toolkit)"; exit 1
+$(LAB)/%: bench/kernels/%.cu $(BUILD)/libpi0.a $(LAB_HDRS)
+	@mkdir -p $(dir $@)
+	$(LAB_NV) $< $(LAB_LINK) -o $@
+$(LAB)/wgmma_rate: bench/kernels/wgmma_rate.cu $(LAB_HDRS)
+	@mkdir -p $(dir $@)
+	$(LAB_NV) $< -o $@
+$(LAB)/lt_search: bench/kernels/lt_search.cu
+	@mkdir -p $(dir $@)
+	$(LAB_NV) $< -o $@ -lcublasLt
+# denoise_chain with the phase stamps of the few-row products and decode attention (LAB_PROF=1 prints them)
+$(LAB)/chain_prof: bench/kernels/denoise_chain.cu src/cuda/gemv.cu src/cuda/attn_decode.cu $(BUILD)/libpi0.a $(LAB_HDRS)
+	@mkdir -p $(dir $@)
+	$(LAB_NV) -DGEMV_PROF $< src/cuda/gemv.cu src/cuda/attn_decode.cu $(LAB_LINK) -o $@
+# the warpgroup product (17-64 rows) with its phase stamps
+$(LAB)/wg_prof: bench/kernels/wg_prof.cu src/cuda/gemv.cu $(BUILD)/libpi0.a $(LAB_HDRS)
+	@mkdir -p $(dir $@)
+	$(LAB_NV) -DWG_PROF $< src/cuda/gemv.cu $(LAB_LINK) -o $@
+# the prefix's wgmma flash kernel with per-block, per-step stamps
+$(LAB)/fw_prof: bench/kernels/fw_prof.cu src/cuda/attn_flash_wg.cu $(BUILD)/libpi0.a $(LAB_HDRS)
+	@mkdir -p $(dir $@)
+	$(LAB_NV) -DFW_PROF $< src/cuda/attn_flash_wg.cu $(LAB_LINK) -o $@
 
 # the test dependencies (Debian packages) first: `make test` is all the set-up a bare machine needs after the build
 test:
@@ -163,6 +198,7 @@ help:
 	@echo "make              build build/libpi0.a, build/pi0 and the tests"
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
+	@echo "make lab          the kernel lab (bench/kernels) into build/lab, when nvcc is found"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
 	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, policy, OCDBT/zarr and image parsers (FUZZ_SECONDS=30 each)"
 	@echo "make test-server  pi0-server tests (protocol, openpi-client from PyPI, load, faults, HAProxy)"

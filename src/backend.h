@@ -1,5 +1,5 @@
 /* backend.h — the op table that model.c is written against, filled by the CPU reference (src/cpu/)
- * and, later, the CUDA backend. Ops enqueue work and never synchronise, except download.
+ * and the CUDA backend (src/cuda/), and the providers api.c creates them through (backends.c). Ops enqueue work and never synchronise, except download.
  *
  * Buffers (pt) are allocated by the backend at session create; model.c never dereferences them.
  * A pt has a kind: PT_ACT is the backend's activation storage (fp32 on the CPU, bf16 on the GPU),

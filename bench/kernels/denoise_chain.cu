@@ -24,9 +24,9 @@ extern "C" {
 void gemv_prof_set(unsigned long long *buf, unsigned cap);
 unsigned gemv_prof_count(void);
 void gemv_prof_nowt_set(int v);
-void da_prof_set(unsigned long long *buf, unsigned cap);   // attention.cu patched with attn_prof.patch
+void da_prof_set(unsigned long long *buf, unsigned cap);   // attn_decode.cu built with -DGEMV_PROF
 unsigned da_prof_count(void);
-enum { NS = 10, RS = 4 + 2 * NS };   // stamps per block record (gemv_prof.patch), record size in words
+enum { NS = 10, RS = 4 + 2 * NS };   // stamps per block record (lab_hooks.cuh LAB_WRITE), record size in words
 static int cmp_end(const void *x, const void *y) {
     unsigned long long a = ((const unsigned long long *)x)[3 + NS], b = ((const unsigned long long *)y)[3 + NS];
     return a < b ? -1 : a > b;

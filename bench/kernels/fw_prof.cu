@@ -1,8 +1,8 @@
-// fw_prof.cu — clock64 stamps of attention.cu's flash_wg_kernel (fw_prof.patch) at one prefix layer of pi0-3cam
+// fw_prof.cu — clock64 stamps of attn_flash_wg.cu's flash_wg_kernel (built with -DFW_PROF: lab_hooks.cuh) at one prefix layer of pi0-3cam
 // (788 tokens x 8 heads, head_dim 256, one K/V head): thread 0 of each warpgroup stamps the kernel entry, the Q wait,
 // the first S and softmax, each step's phases, the last P V, the merge and the end. Prints means over the 99 blocks in
 // cycles (5 launches; the last one's stamps). Run it with PI0_CUDA_PDL=0, or the entry stamp includes the time
-// spent in the programmatic-launch wait for the previous launch. Built by run_lab.sh (attention.cu patched).
+// spent in the programmatic-launch wait for the previous launch. Built by make lab.
 #include <stdio.h>
 #include <stdlib.h>
 #include "../../src/cuda/common.cuh"

@@ -1,39 +1,9 @@
 #!/bin/sh
-# Builds (where nvcc and build-gpu/libpi0.a exist) and runs the kernel labs of bench/kernels.
-# Usage: sh bench/kernels/run_lab.sh build        (here: make BUILD=build-gpu first)
-#        sh bench/kernels/run_lab.sh run OUTDIR   (device machine: timings; NCU=1 adds ncu DRAM throughput)
-B=${BUILD:-build-gpu}
-if [ "$1" = build ]; then
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
-        bench/kernels/gemv_smallm.cu $B/libpi0.a -o $B/gemv_smallm \
-        /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
-    for k in decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain sm_stream wgemm_lab; do
-        nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
-            bench/kernels/$k.cu $B/libpi0.a -o $B/$k /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp \
-            -lcublasLt -lgomp || exit 1
-    done
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc -DPI0_HAVE_CUDA bench/kernels/wgmma_rate.cu \
-        -o $B/wgmma_rate || exit 1
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Iinclude -Isrc bench/kernels/lt_search.cu -o $B/lt_search \
-        -lcublasLt || exit 1
-    # denoise_chain with per-block phase stamps in the few-row products (LAB_PROF=1 prints them)
-    patch -s -o $B/gemv_prof.cu src/cuda/gemv.cu bench/kernels/gemv_prof.patch || exit 1
-    patch -s -o $B/attention_prof.cu src/cuda/attention.cu bench/kernels/attn_prof.patch || exit 1
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
-        -DGEMV_PROF bench/kernels/denoise_chain.cu $B/gemv_prof.cu $B/attention_prof.cu $B/libpi0.a -o $B/chain_prof \
-        /usr/lib/x86_64-linux-gnu/libjansson.a -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
-    # gemv.cu's warpgroup kernel (17-64 rows) with per-block phase stamps
-    patch -s -o $B/gemv_wgprof.cu src/cuda/gemv.cu bench/kernels/wg_prof.patch || exit 1
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
-        bench/kernels/wg_prof.cu $B/gemv_wgprof.cu $B/libpi0.a -o $B/wg_prof /usr/lib/x86_64-linux-gnu/libjansson.a \
-        -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
-    # attention.cu's prefix flash kernel with per-block, per-step stamps
-    patch -s -o $B/attention_fwprof.cu src/cuda/attention.cu bench/kernels/fw_prof.patch || exit 1
-    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA \
-        bench/kernels/fw_prof.cu $B/attention_fwprof.cu $B/libpi0.a -o $B/fw_prof /usr/lib/x86_64-linux-gnu/libjansson.a \
-        -Xcompiler -fopenmp -lcublasLt -lgomp || exit 1
-    exit 0
-fi
+# Runs the kernel labs of bench/kernels on the GPU machine. Build them here first with `make lab` (into build/lab;
+# the *_prof labs are the production kernels compiled with their lab switch, src/cuda/lab_hooks.cuh), carry
+# build/lab, then: sh bench/kernels/run_lab.sh run OUTDIR   (NCU=1 adds ncu DRAM throughput)
+B=${LAB:-build/lab}
+if [ "$1" = build ]; then exec make lab; fi
 out=${2:-/tmp/lab}
 mkdir -p "$out"
 $B/gemv_smallm | tee "$out/gemv_smallm.txt"

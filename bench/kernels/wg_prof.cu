@@ -1,6 +1,6 @@
 // wg_prof.cu — per-block phase stamps of gemv.cu's warpgroup kernel (17-64 rows) at the expert's four products:
-// single launches (3 repeats, rotating weights), thread 0's clock64 at each phase boundary (wg_prof.patch), mean over
-// blocks in us at the nominal 1.98 GHz. Built by run_lab.sh (gemv.cu patched); usage: wg_prof [M] (default 51).
+// single launches (3 repeats, rotating weights), thread 0's clock64 at each phase boundary (-DWG_PROF: lab_hooks.cuh), mean over
+// blocks in us at the nominal 1.98 GHz. Built by make lab; usage: wg_prof [M] (default 51).
 #include <stdio.h>
 #include <stdlib.h>
 #include "../../src/cuda/common.cuh"

@@ -1,7 +1,25 @@
 // attn_decode.cu — attention's decode path (attention.cu dispatches): few query rows against one key range (the
 // denoise suffix) as flash-decoding over a thread-block cluster.
 #include "attention.cuh"
+#include "lab_hooks.cuh"
 #include "mma.cuh"
+
+#ifdef GEMV_PROF   // the lab's phase stamps (lab_hooks.cuh, bench/kernels/denoise_chain's chain_prof)
+__device__ unsigned long long *da_prof_buf;
+__device__ unsigned da_prof_n, da_prof_cap;
+void da_prof_set(unsigned long long *buf, unsigned cap) {
+    unsigned z = 0;
+    cudaError_t e1 = cudaMemcpyToSymbol(da_prof_buf, &buf, sizeof buf), e2 = cudaMemcpyToSymbol(da_prof_cap, &cap, sizeof cap),
+                e3 = cudaMemcpyToSymbol(da_prof_n, &z, sizeof z);
+    if (e1 || e2 || e3) printf("da_prof_set: %s\n", cudaGetErrorString(e1 ? e1 : e2 ? e2 : e3));
+}
+unsigned da_prof_count(void) {
+    unsigned n;
+    cudaError_t e = cudaMemcpyFromSymbol(&n, da_prof_n, sizeof n);
+    if (e) printf("da_prof_count: %s\n", cudaGetErrorString(e));
+    return e ? 0 : n;
+}
+#endif
 
 // ---- decode attention: flash-decoding over a cluster of DA_SPLIT blocks ----
 // Query rows r = j * H + h (row-major (rows, HD) = the q buffer as is; query j = r / H). Block (x, y, z) of
@@ -48,6 +66,8 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
     float *ml = wsum + DA_WARPS * NR;                 // m[NR], l[NR]
     float *recv = ml + 2 * NR;                        // [DA_SPLIT][m NR | l NR | O NR x DA_OC]
     __shared__ __align__(8) uint64_t rbar;
+    LAB_STAMPS
+    LAB_STAMP(0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
     q += blockIdx.z * sq;   // segment z of a batch of equal segments
     out += blockIdx.z * sq;
@@ -79,6 +99,7 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
         }
         if (pass == 0) {
             pdl_wait();
+            LAB_STAMP(1);
             pdl_trigger();
         }
     }
@@ -90,6 +111,7 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
     }
     asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
     __syncthreads();
+    LAB_STAMP(2);
 
     // S = scale Q K^T: warp w takes key tile w (8 keys; chunk <= 128 = 16 tiles) for every row tile; even and odd
     // k steps in two accumulators (two dependency chains), added at the end
@@ -136,6 +158,7 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
         for (int r = 0; r < 2 * RT; r++) { wmx[warp * NR + 8 * r + g] = -INFINITY; wsum[warp * NR + 8 * r + g] = 0.0f; }
     }
     __syncthreads();
+    LAB_STAMP(3);
     if (nt < ntiles) {   // P = exp(s - m) with m the chunk's row maximum; the warp's row sums of the fp32 values
 #pragma unroll
         for (int r = 0; r < RT; r++)
@@ -158,6 +181,7 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
             }
     }
     __syncthreads();
+    LAB_STAMP(4);
     if (tid < NR) {   // the chunk's row sums, in warp order
         float l = 0;
 #pragma unroll
@@ -182,7 +206,9 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
     }
     // merge: block r finishes columns [r DA_OC, r DA_OC + DA_OC) of the rows; every block pushes its (m, l) and
     // its O columns there (st.async: no cluster barrier, whose wait grew under the next product's weight stream)
+    LAB_STAMP(5);
     cluster_wait();
+    LAB_STAMP(6);
     const int me = x;   // the cluster rank (cluster dims DA_SPLIT x 1)
 #pragma unroll
     for (int r = 0; r < RT; r++)
@@ -205,7 +231,9 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
         else st_async_f32(d, dr, ml[j], &rbar);
     }
     __syncthreads();
+    LAB_STAMP(7);
     mbar_wait(&rbar, 0);
+    LAB_STAMP(8);
     for (int i = tid; i < NR * DA_OC; i += DA_THREADS) {   // thread: one row, one of this block's DA_OC columns
         const int row = i / DA_OC, k = i % DA_OC, col = x * DA_OC + k;
         float M = -INFINITY, L = 0, acc = 0;
@@ -219,6 +247,8 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
         }
         if (r0 + row < rows) out[(size_t)(r0 + row) * DA_HD + col] = __float2bfloat16(L > 0 ? acc / L : 0.0f);
     }
+    LAB_STAMP(9);
+    LAB_WRITE(da_prof_buf, da_prof_n, da_prof_cap, 0);
 }
 
 // Launches decode attention for g equal segments when it applies (returns 1), else returns 0: nq queries and n1

@@ -3,7 +3,13 @@
 #include <cuda.h>
 
 #include "attention.cuh"
+#include "lab_hooks.cuh"
 #include "mma.cuh"
+
+#ifdef FW_PROF   // the lab's stamps (lab_hooks.cuh, bench/kernels/fw_prof.cu): block, warpgroup, slot, stamp
+__device__ unsigned long long fw_prof[128][2][8][10];
+extern "C" void fw_prof_read(unsigned long long *dst) { cudaMemcpyFromSymbol(dst, fw_prof, sizeof fw_prof); }
+#endif
 
 // ---- flash attention for the prefix on the warpgroup MMA (head_dim 256, MQA, no suffix mask) ----
 // flash_attn_kernel's algorithm and roundings with the products on wgmma (mma.cuh) and the operands brought by tensor
@@ -56,6 +62,7 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
     uint64_t *kbar = bar + 1 + wg * (FW_KB + FW_VB), *vbar = kbar + FW_KB;
     const int r0 = blockIdx.x * FW_BM, krow = blockIdx.z * nk, nt = (nk + FW_BN - 1) / FW_BN;
     const int mine = (nt - wg + 1) / FW_WG;   // this warpgroup's key tiles: FW_WG j + wg
+    LAB_FW_STAMP(0, 0);
     if (threadIdx.x == 0) {
         for (int i = 0; i < FW_BUFS; i++) mbar_init(&bar[i], 1);
         fence_barrier_init();
@@ -179,22 +186,36 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
             for (int e = 0; e < 4; e++) asm volatile("" : "+r"(pp[kk][e])::"memory");
     };
     auto step = [&](int i, uint32_t(&pn)[FW_BN / 16][4], uint32_t(&pp)[FW_BN / 16][4]) {
+        LAB_FW_STAMP(i, 0);
         issue_s(i);
+        LAB_FW_STAMP(i, 1);
         issue_pv(i - 1, pp);
+        LAB_FW_STAMP(i, 2);
         wg_wait<1>();   // S (committed first) is done; P V of tile i - 1 runs on beside the softmax
+        LAB_FW_STAMP(i, 3);
         refill_k(i);
+        LAB_FW_STAMP(i, 4);
         softmax(i, pn);
+        LAB_FW_STAMP(i, 5);
         wg_wait<0>();
+        LAB_FW_STAMP(i, 6);
         rescale_o();
         free_p(pp);
+        LAB_FW_STAMP(i, 7);
         refill_v(i);
+        LAB_FW_STAMP(i, 8);
     };
     if (mine > 0) {
+        LAB_FW_STAMP(0, 1);
         mbar_wait(&bar[0], 0);
+        LAB_FW_STAMP(0, 2);
         issue_s(0);
+        LAB_FW_STAMP(0, 3);
         wg_wait<0>();
+        LAB_FW_STAMP(0, 4);
         refill_k(0);
         softmax(0, pa[0]);
+        LAB_FW_STAMP(0, 5);
         resc = false;   // O is zero
         int i = 1;
         for (; i + 1 < mine; i += 2) {   // two steps per pass: the P registers alternate statically
@@ -207,8 +228,10 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         } else {
             issue_pv(mine - 1, pa[0]);
         }
+        LAB_FW_STAMP(7, 0);
         wg_wait<0>();
         wg_hold(oa[0]);
+        LAB_FW_STAMP(7, 1);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -232,6 +255,7 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         }
     }
     __syncthreads();
+    LAB_FW_STAMP(7, 2);
     if (wg == 1) return;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -261,6 +285,7 @@ flash_wg_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ 
         if (r0 + row < rows)
             *(uint4 *)(out + (size_t)row * FW_HD + ch * 8) = *(const uint4 *)(Qs + (ch >> 3) * FW_SLAB + swz128(row, ch & 7));
     }
+    LAB_FW_STAMP(7, 3);
 }
 
 static long fw_launches;   // (atomic: contexts may run on several threads)

@@ -29,6 +29,7 @@
 #include <math.h>
 
 #include "common.cuh"
+#include "lab_hooks.cuh"
 #include "mma.cuh"
 
 enum { GW = 8 };   // warps per block = K slices
@@ -100,6 +101,32 @@ __device__ __forceinline__ float rope_inv_freq(const gemv_args &a, int col) {
 // the 8 warps' partial sums; recv, the cluster's partial sums of the rows this block finishes.
 enum { GEMV_KC = 1024, GEMV_LDS = GEMV_KC * 2 + 64 };
 
+#ifdef GEMV_PROF   // the lab's phase stamps (lab_hooks.cuh); the host side sets the buffer and the weight switch
+__device__ unsigned long long *gemv_prof_buf;
+__device__ unsigned gemv_prof_n, gemv_prof_cap;
+__device__ int gemv_prof_nowt;   // 1: no weight copies (wrong results): the chain without its weight stream
+void gemv_prof_nowt_set(int v) { cudaMemcpyToSymbol(gemv_prof_nowt, &v, sizeof v); }
+void gemv_prof_set(unsigned long long *buf, unsigned cap) {
+    unsigned z = 0;
+    cudaMemcpyToSymbol(gemv_prof_buf, &buf, sizeof buf);
+    cudaMemcpyToSymbol(gemv_prof_cap, &cap, sizeof cap);
+    cudaMemcpyToSymbol(gemv_prof_n, &z, sizeof z);
+}
+unsigned gemv_prof_count(void) {
+    unsigned n;
+    cudaMemcpyFromSymbol(&n, gemv_prof_n, sizeof n);
+    return n;
+}
+#define LAB_WT(x) (gemv_prof_nowt ? 0 : (x))
+// the X loads land before stamp 2 (the stamps' order is the phases')
+#define LAB_PIN_X(xv) if (threadIdx.x == 0) asm volatile("" ::"r"(xv[0][0].x), "r"(xv[1][0].x), "r"(xv[2][0].x), \
+                                                         "r"(xv[3][0].x), "r"(xv[0][1].x), "r"(xv[1][1].x), \
+                                                         "r"(xv[2][1].x), "r"(xv[3][1].x))
+#else
+#define LAB_WT(x) (x)
+#define LAB_PIN_X(xv) do { } while (0)
+#endif
+
 template <int NT, bool NORM>
 __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     constexpr int R = 8 * NT;
@@ -109,6 +136,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     float *recv = (float *)(gsm + R * GEMV_LDS);                // [ks][rr][R]: partial sums by K slice
     __shared__ __align__(8) uint64_t bar, rbar;
     __shared__ float nss[GW][16];                                // NORM: the warps' sums of x^2 by row
+    LAB_STAMPS
+    LAB_STAMP(0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
     const int kb = blockIdx.y * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;   // k of this lane within the slice
     // ---- before the PDL wait: only constants (weights) ----
@@ -134,12 +163,12 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         mbar_init(&bar, 1);
         mbar_init(&rbar, 1);
         fence_barrier_init();
-        mbar_expect_tx(&bar, valid * GEMV_KC * 2);
+        mbar_expect_tx(&bar, LAB_WT(valid * GEMV_KC * 2));
         mbar_expect_tx(&rbar, (ks - 1) * own * R * 4);
     }
     __syncthreads();
     if (ks > 1) cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
-    if (threadIdx.x < R && nrow < a.N)   // one bulk copy (TMA) per weight row
+    if (threadIdx.x < R && nrow < a.N && LAB_WT(1))   // one bulk copy (TMA) per weight row
         bulk_copy_stream(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
     const float inv_freq = rope_inv_freq(a, tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2));   // this thread's column
     // X rows g and g + 8, this lane's 4 x 8 k; padded rows stay zero, except the adaRMS shift's row M (NORM)
@@ -159,6 +188,7 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     }
     if (a.early) pdl_trigger();
     pdl_wait();
+    LAB_STAMP(1);
     if (!a.early) pdl_trigger();
     // ---- activations ----
     const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
@@ -189,10 +219,13 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             int o = threadIdx.x + i * GW * 32, m = rank + ks * (o / R), n = b * R + o % R;
             if (o < own * R && n < a.N) yold[i] = __bfloat162float(__ldcg(a.y + (size_t)m * a.ldy + n));
         }
+    LAB_PIN_X(xv);
+    LAB_STAMP(2);
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
     mbar_wait(&bar, 0);
+    LAB_STAMP(3);
 #pragma unroll
     for (int u = 0; u < 4; u++)
 #pragma unroll
@@ -209,7 +242,9 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     __syncthreads();
     // the 8 warps in a fixed order; fragment (t, i, lane) is row g (+8 for i >= 2), column 8t + 2c + (i & 1);
     // the sum goes to slot (m / ks, j) of recv[rank] in the owner of row m (NORM: ks = 1), times the row's r
+    LAB_STAMP(4);
     if (ks > 1) cluster_wait();
+    LAB_STAMP(5);
     float r0 = 1.0f, r1 = 1.0f;   // NORM: r of rows g and g + 8, the only rows this thread's fragments hold
     if (NORM) {
         float s0 = 0, s1 = 0;
@@ -229,8 +264,10 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         if (m % ks == rank) *dst = s;
         else st_async_f32(dst, m % ks, s, &rbar);
     }
+    LAB_STAMP(6);
     __syncthreads();
     mbar_wait(&rbar, 0);
+    LAB_STAMP(7);
     // output (k, j) of this block: row m = rank + ks k, the K slices' partial sums added in rank order (+ the
     // shift's product, NORM)
     auto total = [&](int k, int j) {
@@ -253,6 +290,9 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
             gemv_put_pair<1>(a, m, n0 + j, x1, x2, p, fr);
         }
     }
+    LAB_STAMP(8);
+    LAB_STAMP(9);
+    LAB_WRITE(gemv_prof_buf, gemv_prof_n, gemv_prof_cap, a.N);
 }
 
 static size_t gemv_smem(int nt) {   // recv: ks x ceil(16 / ks) <= 24 rows
@@ -323,6 +363,11 @@ static wgv_split wgv_shape(const gemv_args *a, int sms) {
 }
 static size_t wgv_smem(wgv_split s) { return 1024 + (size_t)WGV_S * WGV_STAGE + (size_t)s.ks * s.tpr * WGV_LDR * 4; }
 
+#ifdef WG_PROF   // the lab's phase stamps (lab_hooks.cuh, bench/kernels/wg_prof.cu): thread 0's clock64 per block
+__device__ unsigned long long wgv_st[256][8];
+extern "C" void wgv_prof_read(unsigned long long *dst) { cudaMemcpyFromSymbol(dst, wgv_st, sizeof wgv_st); }
+#endif
+
 __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CUtensorMap tw,
                                                       const __grid_constant__ CUtensorMap tx, gemv_args a, int tpr) {
     extern __shared__ unsigned char wsm[];
@@ -335,6 +380,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     const int r0 = a.pair ? (t / (a.pair / 32)) * 2 * a.pair + (t % (a.pair / 32)) * 32 : 64 * t;
     const int r1 = r0 + (a.pair ? a.pair : 32);
     const int m2 = (a.M + 1) & ~1, lo = rank * tpr, own = max(0, min(m2, lo + tpr) - lo);   // X rows finished here
+    LAB_WG_STAMP(0);
     if (tid == 0) {   // before the PDL wait: only the weights (constants)
         for (int s = 0; s < WGV_S; s++) mbar_init(&full[s], 1);
         mbar_init(&rbar, 1);
@@ -350,8 +396,10 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     if (tid < 32) freq[tid] = rope_inv_freq(a, r0 + tid);
     __syncthreads();
     if (ks > 1) cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
+    LAB_WG_STAMP(1);
     if (a.early) pdl_trigger();
     pdl_wait();
+    LAB_WG_STAMP(2);
     if (!a.early) pdl_trigger();
     if (tid == 0)
         for (int s = 0; s < WGV_S && s < n; s++) tma_load_2d(ring + s * WGV_STAGE + 64 * 128, &tx, (kb0 + s) * 64, 0, &full[s]);
@@ -381,6 +429,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
         const int s = i % WGV_S;
         unsigned char *st = ring + s * WGV_STAGE;
         mbar_wait(&full[s], (i / WGV_S) & 1);
+        if (i == 0) LAB_WG_STAMP(3);
         wg_fence();
         const uint64_t da = wg_desc(st), db = wg_desc(st + 64 * 128);
 #pragma unroll
@@ -399,6 +448,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     wg_wait<0>();
 #pragma unroll
     for (int u = 0; u < 4; u++) wg_hold(d[u]);
+    LAB_WG_STAMP(4);
     __syncthreads();   // every warp's products are done before the ring is reused for the staged sums
     // d[u][4 i + 2 h + e]: output row 16 warp + g + 8 h of the tile, X row 8 i + 2 c + e, into stg (the free ring) as
     // [X row][WGV_LDR] (a warp's 8 g and 4 c land in 32 banks); then the rows that other blocks finish go to their
@@ -414,6 +464,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
                 stg[(8 * i + 2 * c + e) * WGV_LDR + 16 * warp + g + 8 * h] = d[0][k] + d[1][k] + d[2][k] + d[3][k];
             }
     __syncthreads();
+    LAB_WG_STAMP(5);
     if (ks > 1) {
         cluster_wait();
         for (int o = tid; o < m2 * 16; o += 128) {
@@ -424,6 +475,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
         }
         mbar_wait(&rbar, 0);
     }
+    LAB_WG_STAMP(6);
     auto total = [&](float (&v)[8], int f, int tl) {   // output rows f .. f + 7 of X row lo + tl
         ldf8(v, stg + (lo + tl) * WGV_LDR + f);
         for (int r = 0; r < ks; r++)
@@ -458,6 +510,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
             gemv_put_pair<8>(a, m, r0 + j, x1, x2, pin[u], fr);
         }
     }
+    LAB_WG_END;
 }
 
 // cuTensorMapEncodeTiled from the driver (no link to libcuda), looked up once
