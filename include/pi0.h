@@ -108,6 +108,17 @@ typedef struct {
 pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_session_params *params);
 void pi0_session_free(pi0_session *s);
 
+/* Real-time chunking's guidance (Black et al. 2025, "Real-Time Execution of Action Chunking Flow Policies"), in the
+ * form LeRobot computes it (policies/rtc/modeling_rtc.py: v_t is evaluated before x_t requires a gradient, so the
+ * correction is the weighted error itself): at each step with time t (1 -> 0), x1 = x_t - t v, err = (Y - x1) w,
+ * v <- v - min(c / r^2, max_weight) err with tau = 1 - t, c = (1 - tau) / tau, 1 / r^2 = ((1 - tau)^2 + tau^2) /
+ * (1 - tau)^2 (infinities become max_weight). docs/model.md 3.11. */
+typedef enum { PI0_RTC_OFF = 0, PI0_RTC_LEROBOT = 1 } pi0_rtc_mode;
+typedef enum { PI0_RTC_ZEROS = 0, PI0_RTC_ONES, PI0_RTC_LINEAR, PI0_RTC_EXP } pi0_rtc_schedule;
+/* LeRobot's prefix weights (RTCProcessor.get_prefix_weights) of H action rows: 1 for the first `delay` rows, then by
+ * the schedule down to 0 at row `horizon` (clamped to leftover, the rows the previous chunk left), 0 after. */
+pi0_status pi0_rtc_prefix_weights(pi0_rtc_schedule schedule, int delay, int horizon, int leftover, int H, float *w);
+
 /* Model-level inputs (docs/formats.md 2). All arrays are caller-owned and read during the call only. */
 typedef struct {
     int batch;                   /* B, 1..max_batch */
@@ -119,6 +130,11 @@ typedef struct {
     int n_tokens;                /* 1..max_token_len */
     const float *noise;          /* [B, H, A] start x(t=1); NULL = N(0,1) draw from seed */
     uint64_t seed;
+    /* Real-time chunking (RTC): guidance of every denoising step towards the previous chunk's leftover. */
+    pi0_rtc_mode rtc;            /* PI0_RTC_OFF (default), PI0_RTC_LEROBOT */
+    const float *rtc_prev;       /* [B, H, A] the previous chunk's leftover in model space (normalised), zero-padded */
+    const float *rtc_weights;    /* [B, H] the prefix weight of each action row (pi0_rtc_prefix_weights), in [0, 1] */
+    float rtc_max_weight;        /* the guidance weight's cap (LeRobot's max_guidance_weight), > 0 */
 } pi0_inputs;
 
 /* Runs the whole inference; writes actions [B, H, A] (normalised action space). */

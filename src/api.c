@@ -271,6 +271,8 @@ static long long bad_float(const float *x, size_t n, float lo, float hi) {
     return -1;   /* not reached: the block holds one */
 }
 
+static pi0_status check_rtc(const pi0_session *s, const pi0_inputs *in);
+
 static pi0_status check_inputs(const pi0_session *s, const pi0_inputs *in) {
     const pi0_config *c = &s->m->cfg;
     if (!in) return pi0_fail(PI0_ERR_ARG, "inputs: NULL");
@@ -307,6 +309,7 @@ static pi0_status check_images(const pi0_inputs *in, const pi0_config *c) {
 pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions) {
     if (!s || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_infer: NULL argument");
     pi0_status st = check_inputs(s, in);
+    if (st == PI0_OK) st = check_rtc(s, in);
     if (st != PI0_OK) return st;
     /* the pixels are checked while a queued run computes (the 64-sample images: ~4 ms), else before it */
     int queued = model_queues(s->ms, s->dump);
@@ -322,6 +325,50 @@ pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions) {
     if (i >= 0)
         return pi0_fail(PI0_ERR_FORMAT, "inference produced a non-finite action at index %lld (weights of %s overflow?)",
                         i, s->m->dir);
+    return PI0_OK;
+}
+
+/* ---- real-time chunking ---- */
+
+pi0_status pi0_rtc_prefix_weights(pi0_rtc_schedule schedule, int delay, int horizon, int leftover, int H, float *w) {
+    if (!w || H < 1 || delay < 0 || horizon < 0 || leftover < 0 || schedule < PI0_RTC_ZEROS || schedule > PI0_RTC_EXP)
+        return pi0_fail(PI0_ERR_ARG, "pi0_rtc_prefix_weights: schedule %d, delay %d, horizon %d, leftover %d, H %d: "
+                        "expected a schedule, counts >= 0 and H >= 1", (int)schedule, delay, horizon, leftover, H);
+    int end = horizon < leftover ? horizon : leftover;   /* LeRobot clamps the horizon to the leftover's rows */
+    int start = delay < end ? delay : end;
+    for (int i = 0; i < H; i++) {
+        double v;
+        if (schedule == PI0_RTC_ZEROS) v = i < start;
+        else if (schedule == PI0_RTC_ONES) v = i < end;
+        else if (i < start) v = 1;
+        else if (i >= end) v = 0;
+        else {   /* linspace(1, 0, n + 2)[1:-1] over the n = end - start rows between */
+            int n = end - start;
+            v = 1.0 - (double)(i - start + 1) / (n + 1);
+            if (schedule == PI0_RTC_EXP) v = v * expm1(v) / (M_E - 1);
+        }
+        w[i] = (float)v;
+    }
+    return PI0_OK;
+}
+
+static pi0_status check_rtc(const pi0_session *s, const pi0_inputs *in) {
+    if (in->rtc == PI0_RTC_OFF) {
+        if (in->rtc_prev || in->rtc_weights)
+            return pi0_fail(PI0_ERR_ARG, "inputs: rtc_prev / rtc_weights given with rtc off (say which guidance to use)");
+        return PI0_OK;
+    }
+    if (in->rtc != PI0_RTC_LEROBOT) return pi0_fail(PI0_ERR_ARG, "inputs: rtc mode %d: expected PI0_RTC_OFF or PI0_RTC_LEROBOT", (int)in->rtc);
+    if (!in->rtc_prev || !in->rtc_weights) return pi0_fail(PI0_ERR_ARG, "inputs: real-time chunking needs rtc_prev and rtc_weights");
+    if (!(in->rtc_max_weight > 0) || !isfinite(in->rtc_max_weight))
+        return pi0_fail(PI0_ERR_ARG, "inputs: rtc_max_weight %g: expected a finite value > 0", (double)in->rtc_max_weight);
+    const pi0_config *c = &s->m->cfg;
+    size_t np = (size_t)in->batch * c->action_horizon * c->action_dim, nw = (size_t)in->batch * c->action_horizon;
+    long long i;
+    if ((i = bad_float(in->rtc_prev, np, -INFINITY, INFINITY)) >= 0)
+        return pi0_fail(PI0_ERR_ARG, "inputs: rtc_prev[%lld] is not finite", i);
+    if ((i = bad_float(in->rtc_weights, nw, 0.0f, 1.0f)) >= 0)
+        return pi0_fail(PI0_ERR_ARG, "inputs: rtc_weights[%lld] = %g, expected a value in [0, 1]", i, (double)in->rtc_weights[i]);
     return PI0_OK;
 }
 
@@ -549,6 +596,11 @@ pi0_status pi0_inputs_from_tensors(const pi0_model *m, const pi0_tensors *t, con
         int64_t w_noise[3] = {B, c->action_horizon, c->action_dim};
         if ((st = expect(t, what, "noise", PI0_DT_F32, PI0_DT_F32, 3, w_noise, NULL, &dt, &data)) != PI0_OK) goto fail;
         in->noise = data;
+    }
+    if (pi0_tensors_get(t, "rtc_prev", NULL, NULL, NULL, NULL) == PI0_OK) {   /* used only with pi0_inputs.rtc set */
+        int64_t w_prev[3] = {B, c->action_horizon, c->action_dim};
+        if ((st = expect(t, what, "rtc_prev", PI0_DT_F32, PI0_DT_F32, 3, w_prev, NULL, &dt, &data)) != PI0_OK) goto fail;
+        in->rtc_prev = data;
     }
     pi0_clear_error();
     *bufp = b;

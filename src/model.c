@@ -63,6 +63,9 @@ struct model_sess {
     /* suffix */
     pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, act_rows, st_rows, out_rows;
     pt x, x0, vel, state, st_tok, a_emb, a_hid, a_out, vin;   /* x0: the start noise, x: x_t */
+    pt rtc_y, rtc_w, rtc_g;          /* real-time chunking: leftover [B*H, A], prefix weights [B*H], weight per step */
+    int rtc;                         /* this inference's pi0_rtc_mode (set by upload_inputs) */
+    float *h_rtc_g;                  /* [steps] host copy of rtc_g */
     pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
     pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
     int stage_timing;                /* 1: no graph, sync + clock between stages */
@@ -94,7 +97,7 @@ void model_sess_free(model_sess *s) {
     for (int i = 0; i < s->n_bufs; i++) s->be->release(s->be, s->bufs[i]);
     free(s->kc); free(s->vc); free(s->tvals);
     free(s->h_sel); free(s->h_voff); free(s->h_ids); free(s->h_idrows); free(s->h_imgrows);
-    free(s->h_pos); free(s->h_poff); free(s->h_spos); free(s->h_soff); free(s->h_full); free(s->h_noise);
+    free(s->h_pos); free(s->h_poff); free(s->h_spos); free(s->h_soff); free(s->h_full); free(s->h_noise); free(s->h_rtc_g);
     free(s->h_mods);
     free(s);
 }
@@ -214,6 +217,9 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->x = buf(s, hrow * s->A, PT_F32);
     s->x0 = buf(s, hrow * s->A, PT_F32);
     s->vel = buf(s, hrow * s->A, PT_F32);
+    s->rtc_y = buf(s, hrow * s->A, PT_F32);
+    s->rtc_w = buf(s, hrow, PT_F32);
+    s->rtc_g = buf(s, (size_t)steps, PT_F32);
     s->state = buf(s, (size_t)B * s->A, PT_F32);
     s->st_tok = buf(s, (size_t)B * s->De, PT_F32);
     s->a_emb = buf(s, hrow * s->De, PT_F32);
@@ -229,9 +235,10 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->h_imgrows = malloc(vrows * 4); s->h_pos = malloc(prow * 4); s->h_poff = malloc(((size_t)B + 1) * 4);
     s->h_spos = malloc(srow * 4); s->h_soff = malloc(((size_t)B + 1) * 4); s->h_full = malloc(prow * 4);
     s->h_noise = malloc(hrow * s->A * sizeof(float));
+    s->h_rtc_g = malloc((size_t)steps * sizeof(float));
     s->h_mods = calloc((size_t)2 * c->ex.depth, sizeof(pt));
     if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_poff ||
-        !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise || !s->h_mods)
+        !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise || !s->h_rtc_g || !s->h_mods)
         goto fail;
 
     size_t max_rows = prow > vrows ? prow : vrows;
@@ -440,6 +447,8 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         prenorm_rows(be, s->s, &fin, Ms, De);   /* into sy */
         be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
         be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
+        if (s->rtc == PI0_RTC_LEROBOT)   /* real-time chunking: towards the previous chunk's leftover (pi0.h) */
+            be->rtc_guide(be, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_g, k, s->tvals[k], Mh, s->A);
         be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
         range(s, NULL);
         if (dump) {
@@ -517,6 +526,23 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
         }
         st = be->upload(be, s->x0, noise, (size_t)B * s->H * s->A);
     }
+    s->rtc = in->rtc;
+    if (st == PI0_OK && in->rtc == PI0_RTC_LEROBOT) {
+        /* the guidance weight of each step (LeRobot's denoise_step, in fp32 as its tensors): tau = 1 - t,
+         * min(nan_to_num(c) * inv_r2, max) with infinities replaced by max */
+        for (int k = 0; k < s->steps; k++) {
+            float t = s->tvals[k], tau = 1.0f - t, mx = in->rtc_max_weight, omt = 1.0f - tau;
+            volatile float sq = omt * omt, tt = tau * tau;   /* volatile: no fused multiply-add, as PyTorch */
+            float inv_r2 = (sq + tt) / sq, c = omt / tau;
+            if (isinf(c)) c = mx;
+            float g = c * inv_r2;
+            if (isinf(g) || isnan(g)) g = isnan(g) ? 0.0f : mx;
+            s->h_rtc_g[k] = g < mx ? g : mx;
+        }
+        st = be->upload(be, s->rtc_y, in->rtc_prev, (size_t)B * s->H * s->A);
+        if (st == PI0_OK) st = be->upload(be, s->rtc_w, in->rtc_weights, (size_t)B * s->H);
+        if (st == PI0_OK) st = be->upload(be, s->rtc_g, s->h_rtc_g, (size_t)s->steps);
+    }
     *nimg_out = nimg;
     *Mp_out = Mp;
     return st;
@@ -583,11 +609,12 @@ pi0_status model_start(model_sess *s, const pi0_inputs *in, pi0_dump_fn dump, vo
         return PI0_OK;
     }
     /* the launches depend on B, the image count and every segment's length: the graph key */
-    int32_t key[4 + 4096 + 1];
+    int32_t key[5 + 4096 + 1];
     int n = 0;
     key[n++] = in->batch;
     key[n++] = r->nimg;
     key[n++] = r->Mp;
+    key[n++] = s->rtc;   /* guidance adds a launch per step */
     for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
     st = be->run_graph(be, key, n, compute, r);
     if (st != PI0_OK) be->sync(be);

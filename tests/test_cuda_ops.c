@@ -515,6 +515,17 @@ static void t_misc(void) {
     gpu->axpy(gpu, x.g, vv.g, -0.1f, 1024);
     compare("axpy", "n=1024", &x, 1024, 1e-6);
     rel(&x); rel(&vv); rel(&xa); rel(&va);
+    /* real-time chunking's guidance: 2 samples x 50 rows of 32, prefix weights from 1 down to 0, step 3 of 10 */
+    dbuf rv = mk(100 * 32, PT_F32), rx = mk(100 * 32, PT_F32), ry = mk(100 * 32, PT_F32), rw = mk(100, PT_F32),
+         rg = mk(10, PT_F32);
+    set_rand(&rv, 1.0f); set_rand(&rx, 1.0f); set_rand(&ry, 1.0f); set_rand(&rg, 3.0f);
+    float wv[100];
+    for (int i = 0; i < 100; i++) wv[i] = i % 50 < 5 ? 1.0f : i % 50 < 20 ? (float)(20 - i % 50) / 16.0f : 0.0f;
+    set(&rw, wv);
+    cpu->rtc_guide(cpu, rv.c, rx.c, ry.c, rw.c, rg.c, 3, 0.7f, 100, 32);
+    gpu->rtc_guide(gpu, rv.g, rx.g, ry.g, rw.g, rg.g, 3, 0.7f, 100, 32);
+    compare("rtc_guide", "2 x 50 rows of 32, k=3 t=0.7", &rv, 32, 1e-6);
+    rel(&rv); rel(&rx); rel(&ry); rel(&rw); rel(&rg);
 }
 
 static void t_patch(int R, int P, int Dv, int nimg) {

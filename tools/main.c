@@ -9,6 +9,7 @@
  *   pi0 tokenize --tokenizer FILE [TEXT]
  * `pi0 CMD --help` prints a command's usage; timing logic lives in bench.c of this folder, `pi0 run` in run.c. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"infer", "pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
               "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
               "          [--action-horizon N] [--max-token-len N]   (Orbax checkpoints store neither)\n"
+              "          [--rtc lerobot --rtc-delay D --rtc-horizon S [--rtc-leftover N] --rtc-schedule zeros|ones|linear|exp\n"
+              "           --rtc-max-weight W]   (real-time chunking towards the inputs' rtc_prev [B, H, A]; defaults 0, 10,\n"
+              "           H, linear, 10 as LeRobot's RTCConfig)\n"
               "  runs the model on model-level inputs (images in [-1, 1], tokens, masks, state, optional noise)\n"},
     {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR\n"
                        "  writes a random-weight checkpoint (full size: about 7 GB); refuses to overwrite one unless --force\n"},
@@ -62,7 +66,9 @@ static void dump_cb(void *user, const char *name, const float *data, int ndim, c
 static int cmd_infer(int argc, char **argv) {
     const char *ckpt = NULL, *inp = NULL, *outp = NULL;
     long long steps = 10, seed = 0, threads = 0, device = 0, horizon = 0, max_len = 0;
+    long long rtc_delay = 0, rtc_horizon = 10, rtc_leftover = -1;
     int dump = 0;
+    const char *rtc = NULL, *rtc_schedule = "linear", *rtc_max = "10";
     pi0_backend_kind backend = PI0_BACKEND_CPU;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,17 +83,33 @@ static int cmd_infer(int argc, char **argv) {
         else if (!strcmp(a, "--action-horizon")) { if (!cli_parse_int(a, v, 1, 4096, &horizon)) return 2; i++; }
         else if (!strcmp(a, "--max-token-len")) { if (!cli_parse_int(a, v, 1, 4096, &max_len)) return 2; i++; }
         else if (!strcmp(a, "--dump")) dump = 1;
+        else if (!strcmp(a, "--rtc") && v) rtc = argv[++i];
+        else if (!strcmp(a, "--rtc-delay")) { if (!cli_parse_int(a, v, 0, 4096, &rtc_delay)) return 2; i++; }
+        else if (!strcmp(a, "--rtc-horizon")) { if (!cli_parse_int(a, v, 0, 4096, &rtc_horizon)) return 2; i++; }
+        else if (!strcmp(a, "--rtc-leftover")) { if (!cli_parse_int(a, v, 0, 4096, &rtc_leftover)) return 2; i++; }
+        else if (!strcmp(a, "--rtc-schedule") && v) rtc_schedule = argv[++i];
+        else if (!strcmp(a, "--rtc-max-weight") && v) rtc_max = argv[++i];
         else { fprintf(stderr, "pi0 infer: unknown or incomplete option '%s'\n", a); return 2; }
     }
     if (!ckpt || !inp || !outp) {
         fprintf(stderr, "pi0 infer: --checkpoint, --inputs and --output are required\n");
         return 2;
     }
+    static const char *const schedules[] = {"zeros", "ones", "linear", "exp"};
+    int sched = -1;
+    for (int k = 0; k < 4; k++) if (!strcmp(rtc_schedule, schedules[k])) sched = k;
+    char *end;
+    double maxw = strtod(rtc_max, &end);
+    if ((rtc && strcmp(rtc, "lerobot")) || sched < 0 || *end || !(maxw > 0) || !isfinite(maxw)) {
+        fprintf(stderr, "pi0 infer: --rtc lerobot, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight > 0 (got %s, %s, %s)\n",
+                rtc ? rtc : "-", rtc_schedule, rtc_max);
+        return 2;
+    }
     pi0_model *m = NULL;
     pi0_session *s = NULL;
     pi0_tensors *in_t = NULL, *out_t = NULL;
     pi0_inputs_buf *ib = NULL;
-    float *actions = NULL;
+    float *actions = NULL, *rtc_w = NULL;
     int rc = 1;
     pi0_inputs in;
     pi0_model_info info;
@@ -102,6 +124,17 @@ static int cmd_infer(int argc, char **argv) {
         goto done;
     }
     if (!in.noise) in.seed = (uint64_t)seed;
+    if (rtc) {   /* real-time chunking: the inputs' rtc_prev, prefix weights from the options (every sample alike) */
+        int H = info.action_horizon;
+        if (!in.rtc_prev) { fprintf(stderr, "pi0 infer: --rtc needs an rtc_prev tensor [B, H, A] in %s\n", inp); goto done; }
+        if (!(rtc_w = malloc((size_t)in.batch * H * sizeof(float)))) { fprintf(stderr, "pi0: out of memory\n"); goto done; }
+        if (pi0_rtc_prefix_weights((pi0_rtc_schedule)sched, (int)rtc_delay, (int)rtc_horizon,
+                                   rtc_leftover < 0 ? H : (int)rtc_leftover, H, rtc_w) != PI0_OK) { rc = cli_fail("--rtc"); goto done; }
+        for (int b = 1; b < in.batch; b++) memcpy(rtc_w + (size_t)b * H, rtc_w, (size_t)H * sizeof(float));
+        in.rtc = PI0_RTC_LEROBOT;
+        in.rtc_weights = rtc_w;
+        in.rtc_max_weight = (float)maxw;
+    }
     if (pi0_tensors_new(&out_t) != PI0_OK) { rc = cli_fail("output"); goto done; }
     pi0_session_params sp = {.max_batch = in.batch, .num_steps = (int)steps, .dump = dump ? dump_cb : NULL,
                              .dump_user = out_t};
@@ -123,6 +156,7 @@ static int cmd_infer(int argc, char **argv) {
     rc = 0;
 done:
     free(actions);
+    free(rtc_w);
     pi0_inputs_buf_free(ib);
     pi0_tensors_free(in_t);
     pi0_tensors_free(out_t);

@@ -357,6 +357,20 @@ static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
     for (size_t i = 0; i < n; i++) F(x)[i] += alpha * F(y)[i];
 }
 
+static void cpu_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int k, float t, int rows, int A) {
+    (void)be;
+    const float gk = F(g)[k];
+    for (int r = 0; r < rows; r++)
+        for (int a = 0; a < A; a++) {
+            size_t i = (size_t)r * A + a;
+            volatile float tv = t * F(v)[i];   /* no contraction: each operation rounds as PyTorch's elementwise ops */
+            volatile float x1 = F(x)[i] - tv;
+            volatile float err = (F(y)[i] - x1) * F(w)[r];
+            volatile float ge = gk * err;
+            F(v)[i] = F(v)[i] - ge;
+        }
+}
+
 /* Scratch per thread: a GEMM weight tile (NB x KB) plus (M_max x NB) partial sums, or attention scores. */
 static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused) {
     cpu_ctx *c = CTX(be);
@@ -424,6 +438,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->linear_gated = cpu_linear_gated;
     be->add_rows = cpu_add_rows;
     be->axpy = cpu_axpy;
+    be->rtc_guide = cpu_rtc_guide;
     *out = be;
     return PI0_OK;
 }

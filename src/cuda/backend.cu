@@ -513,6 +513,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->linear_gated = cuda_linear_gated;
     be->add_rows = cuda_add_rows;
     be->axpy = cuda_axpy;
+    be->rtc_guide = cuda_rtc_guide;
     *out = be;
     return PI0_OK;
 }
