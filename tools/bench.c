@@ -21,15 +21,17 @@
 typedef struct {
     const char *name;
     int pi05, batch, cams_valid, tok_valid, tok_padded, horizon;
+    int rtc;   /* pi0_rtc_mode: real-time chunking's guidance towards a random leftover (delay 3, linear to row 8) */
 } workload;
 
 static const workload workloads[] = {
-    {"pi0-3cam", 0, 1, 3, 20, 20, 10},
-    {"pi0-libero", 0, 1, 2, 20, 48, 10},
-    {"pi0-h50", 0, 1, 3, 20, 20, 50},
-    {"pi05-3cam", 1, 1, 3, 64, 200, 10},
-    {"pi0-3cam-b8", 0, 8, 3, 20, 20, 10},
-    {"pi0-3cam-b64", 0, 64, 3, 20, 20, 10},
+    {"pi0-3cam", 0, 1, 3, 20, 20, 10, PI0_RTC_OFF},
+    {"pi0-libero", 0, 1, 2, 20, 48, 10, PI0_RTC_OFF},
+    {"pi0-h50", 0, 1, 3, 20, 20, 50, PI0_RTC_OFF},
+    {"pi05-3cam", 1, 1, 3, 64, 200, 10, PI0_RTC_OFF},
+    {"pi0-3cam-b8", 0, 8, 3, 20, 20, 10, PI0_RTC_OFF},
+    {"pi0-3cam-b64", 0, 64, 3, 20, 20, 10, PI0_RTC_OFF},
+    {"pi0-3cam-rtc", 0, 1, 3, 20, 20, 10, PI0_RTC_LEROBOT},
 };
 #define N_WORKLOADS ((int)(sizeof workloads / sizeof *workloads))
 
@@ -134,7 +136,7 @@ static int run_workload(bench_opts *o, const workload *w) {
     }
     pi0_model *m = NULL;
     pi0_session *s = NULL;
-    float *img = NULL, *state = NULL, *act = NULL;
+    float *img = NULL, *state = NULL, *act = NULL, *rtc_prev = NULL, *rtc_w = NULL;
     int32_t *tok = NULL;
     uint8_t *tm = NULL, *im = NULL;
     double *lat = NULL;
@@ -173,6 +175,20 @@ static int run_workload(bench_opts *o, const workload *w) {
     for (int i = 0; i < B * N; i++) im[i] = i % N < w->cams_valid;
     pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .state = state, .tokens = tok, .token_mask = tm,
                      .n_tokens = L, .seed = 1};
+    if (w->rtc) {
+        size_t nh = (size_t)B * info.action_horizon;
+        rtc_prev = malloc(nh * info.action_dim * sizeof(float));
+        rtc_w = malloc(nh * sizeof(float));
+        if (!rtc_prev || !rtc_w) { fprintf(stderr, "pi0 bench: out of memory\n"); goto done; }
+        for (size_t i = 0; i < nh * info.action_dim; i++) rtc_prev[i] = 2.0f * rand() / (float)RAND_MAX - 1.0f;
+        for (int b = 0; b < B; b++)
+            pi0_rtc_prefix_weights(PI0_RTC_LINEAR, 3, 8, info.action_horizon, info.action_horizon,
+                                   rtc_w + (size_t)b * info.action_horizon);
+        in.rtc = (pi0_rtc_mode)w->rtc;
+        in.rtc_prev = rtc_prev;
+        in.rtc_weights = rtc_w;
+        in.rtc_max_weight = 10.0f;
+    }
     int tty = isatty(2);
     if (!tty) fprintf(stderr, "pi0 bench: %s: %d warm-up + %d timed runs\n", w->name, o->warmup, o->iters);
     double first_new = 0, first_max = 0;   /* --vary-tokens: the runs that meet a prompt length for the first time */
@@ -234,7 +250,7 @@ static int run_workload(bench_opts *o, const workload *w) {
     rc = 0;
 done:
     pi0_host_free(img);
-    free(state); free(act); free(tok); free(tm); free(im); free(lat);
+    free(state); free(act); free(tok); free(tm); free(im); free(lat); free(rtc_prev); free(rtc_w);
     pi0_session_free(s);
     pi0_model_free(m);
     return rc;
