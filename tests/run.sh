@@ -47,6 +47,8 @@ script tokenizer "$PYTHON" tests/tokenizer_check.py "$BUILD/pi0"
 [ -f tests/policy_e2e.py ] && script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
 # LeRobot policy directories (the model: keys, config fields, refused options)
 [ -f tests/lerobot_check.py ] && script lerobot "$PYTHON" tests/lerobot_check.py "$BUILD/pi0"
+# real-time chunking at the model level against the independent reference (LeRobot's form)
+[ -f tests/rtc_check.py ] && script rtc "$PYTHON" tests/rtc_check.py "$BUILD/pi0"
 # Orbax checkpoints written by orbax-checkpoint itself (pinned and newest, venvs from PyPI)
 [ -f tests/orbax/run.sh ] && script orbax sh tests/orbax/run.sh "$BUILD"
 # pi0-server: protocol, openpi-client, load and faults

@@ -43,7 +43,6 @@ import torch
 
 sys.dont_write_bytecode = True   # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import pi0_ref  # noqa: E402
 from pi0_ref import F64, Pi0Reference, read_safetensors, time_schedule, write_safetensors  # noqa: E402
 
 MODES = ("lerobot", "exact")
