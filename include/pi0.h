@@ -134,7 +134,7 @@ typedef struct {
     pi0_rtc_mode rtc;            /* PI0_RTC_OFF (default), PI0_RTC_LEROBOT */
     const float *rtc_prev;       /* [B, H, A] the previous chunk's leftover in model space (normalised), zero-padded */
     const float *rtc_weights;    /* [B, H] the prefix weight of each action row (pi0_rtc_prefix_weights), in [0, 1] */
-    float rtc_max_weight;        /* the guidance weight's cap (LeRobot's max_guidance_weight), > 0 */
+    const float *rtc_max_weights;/* [B] the guidance weight's cap per sample (LeRobot's max_guidance_weight), > 0 */
 } pi0_inputs;
 
 /* Runs the whole inference; writes actions [B, H, A] (normalised action space). */

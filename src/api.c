@@ -359,9 +359,12 @@ static pi0_status check_rtc(const pi0_session *s, const pi0_inputs *in) {
         return PI0_OK;
     }
     if (in->rtc != PI0_RTC_LEROBOT) return pi0_fail(PI0_ERR_ARG, "inputs: rtc mode %d: expected PI0_RTC_OFF or PI0_RTC_LEROBOT", (int)in->rtc);
-    if (!in->rtc_prev || !in->rtc_weights) return pi0_fail(PI0_ERR_ARG, "inputs: real-time chunking needs rtc_prev and rtc_weights");
-    if (!(in->rtc_max_weight > 0) || !isfinite(in->rtc_max_weight))
-        return pi0_fail(PI0_ERR_ARG, "inputs: rtc_max_weight %g: expected a finite value > 0", (double)in->rtc_max_weight);
+    if (!in->rtc_prev || !in->rtc_weights || !in->rtc_max_weights)
+        return pi0_fail(PI0_ERR_ARG, "inputs: real-time chunking needs rtc_prev, rtc_weights and rtc_max_weights");
+    for (int b = 0; b < in->batch; b++)
+        if (!(in->rtc_max_weights[b] > 0) || !isfinite(in->rtc_max_weights[b]))
+            return pi0_fail(PI0_ERR_ARG, "inputs: rtc_max_weights[%d] = %g: expected a finite value > 0", b,
+                            (double)in->rtc_max_weights[b]);
     const pi0_config *c = &s->m->cfg;
     size_t np = (size_t)in->batch * c->action_horizon * c->action_dim, nw = (size_t)in->batch * c->action_horizon;
     long long i;

@@ -143,9 +143,10 @@ struct pi0_backend {
     /* x += alpha * y (F32) */
     void (*axpy)(pi0_backend *be, pt x, pt y, float alpha, size_t n);
     /* Real-time chunking's guidance as LeRobot computes it (pi0.h pi0_rtc_mode, docs/model.md 3.11): for rows of A
-     * values (F32), v -= g[k] * ((y - (x - t * v)) * w[row]); g F32 [steps] (the guidance weight of each step), w F32
-     * [rows] (the prefix weights), y the leftover. Each product and sum rounded to fp32 as PyTorch's ops do. */
-    void (*rtc_guide)(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int k, float t, int rows, int A);
+     * values (F32), v -= g[(row / H) * steps + k] * ((y - (x - t * v)) * w[row]); g F32 [samples, steps] (each
+     * sample's guidance weight per step), w F32 [rows] (the prefix weights), y the leftover. Each product and sum
+     * rounded to fp32 as PyTorch's ops do. */
+    void (*rtc_guide)(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A);
 };
 
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);

@@ -219,7 +219,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->vel = buf(s, hrow * s->A, PT_F32);
     s->rtc_y = buf(s, hrow * s->A, PT_F32);
     s->rtc_w = buf(s, hrow, PT_F32);
-    s->rtc_g = buf(s, (size_t)steps, PT_F32);
+    s->rtc_g = buf(s, (size_t)B * steps, PT_F32);
     s->state = buf(s, (size_t)B * s->A, PT_F32);
     s->st_tok = buf(s, (size_t)B * s->De, PT_F32);
     s->a_emb = buf(s, hrow * s->De, PT_F32);
@@ -235,7 +235,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->h_imgrows = malloc(vrows * 4); s->h_pos = malloc(prow * 4); s->h_poff = malloc(((size_t)B + 1) * 4);
     s->h_spos = malloc(srow * 4); s->h_soff = malloc(((size_t)B + 1) * 4); s->h_full = malloc(prow * 4);
     s->h_noise = malloc(hrow * s->A * sizeof(float));
-    s->h_rtc_g = malloc((size_t)steps * sizeof(float));
+    s->h_rtc_g = malloc((size_t)B * steps * sizeof(float));
     s->h_mods = calloc((size_t)2 * c->ex.depth, sizeof(pt));
     if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_poff ||
         !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise || !s->h_rtc_g || !s->h_mods)
@@ -448,7 +448,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         be->copy_rows(be, s->vin, (pt){0}, s->sy, s->out_rows, Mh, De);   /* last H rows of each sample */
         be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
         if (s->rtc == PI0_RTC_LEROBOT)   /* real-time chunking: towards the previous chunk's leftover (pi0.h) */
-            be->rtc_guide(be, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_g, k, s->tvals[k], Mh, s->A);
+            be->rtc_guide(be, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_g, s->steps, k, s->tvals[k], Mh, s->H, s->A);
         be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
         range(s, NULL);
         if (dump) {
@@ -530,18 +530,19 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
     if (st == PI0_OK && in->rtc == PI0_RTC_LEROBOT) {
         /* the guidance weight of each step (LeRobot's denoise_step, in fp32 as its tensors): tau = 1 - t,
          * min(nan_to_num(c) * inv_r2, max) with infinities replaced by max */
-        for (int k = 0; k < s->steps; k++) {
-            float t = s->tvals[k], tau = 1.0f - t, mx = in->rtc_max_weight, omt = 1.0f - tau;
+        for (int bk = 0; bk < B * s->steps; bk++) {
+            int k = bk % s->steps;
+            float t = s->tvals[k], tau = 1.0f - t, mx = in->rtc_max_weights[bk / s->steps], omt = 1.0f - tau;
             volatile float sq = omt * omt, tt = tau * tau;   /* volatile: no fused multiply-add, as PyTorch */
             float inv_r2 = (sq + tt) / sq, c = omt / tau;
             if (isinf(c)) c = mx;
             float g = c * inv_r2;
             if (isinf(g) || isnan(g)) g = isnan(g) ? 0.0f : mx;
-            s->h_rtc_g[k] = g < mx ? g : mx;
+            s->h_rtc_g[bk] = g < mx ? g : mx;
         }
         st = be->upload(be, s->rtc_y, in->rtc_prev, (size_t)B * s->H * s->A);
         if (st == PI0_OK) st = be->upload(be, s->rtc_w, in->rtc_weights, (size_t)B * s->H);
-        if (st == PI0_OK) st = be->upload(be, s->rtc_g, s->h_rtc_g, (size_t)s->steps);
+        if (st == PI0_OK) st = be->upload(be, s->rtc_g, s->h_rtc_g, (size_t)B * s->steps);
     }
     *nimg_out = nimg;
     *Mp_out = Mp;

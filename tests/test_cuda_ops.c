@@ -522,8 +522,8 @@ static void t_misc(void) {
     float wv[100];
     for (int i = 0; i < 100; i++) wv[i] = i % 50 < 5 ? 1.0f : i % 50 < 20 ? (float)(20 - i % 50) / 16.0f : 0.0f;
     set(&rw, wv);
-    cpu->rtc_guide(cpu, rv.c, rx.c, ry.c, rw.c, rg.c, 3, 0.7f, 100, 32);
-    gpu->rtc_guide(gpu, rv.g, rx.g, ry.g, rw.g, rg.g, 3, 0.7f, 100, 32);
+    cpu->rtc_guide(cpu, rv.c, rx.c, ry.c, rw.c, rg.c, 5, 3, 0.7f, 100, 50, 32);   /* g: 2 samples x 5 steps */
+    gpu->rtc_guide(gpu, rv.g, rx.g, ry.g, rw.g, rg.g, 5, 3, 0.7f, 100, 50, 32);
     compare("rtc_guide", "2 x 50 rows of 32, k=3 t=0.7", &rv, 32, 1e-6);
     rel(&rv); rel(&rx); rel(&ry); rel(&rw); rel(&rg);
 }

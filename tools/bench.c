@@ -178,7 +178,7 @@ static int run_workload(bench_opts *o, const workload *w) {
     if (w->rtc) {
         size_t nh = (size_t)B * info.action_horizon;
         rtc_prev = malloc(nh * info.action_dim * sizeof(float));
-        rtc_w = malloc(nh * sizeof(float));
+        rtc_w = malloc((nh + B) * sizeof(float));
         if (!rtc_prev || !rtc_w) { fprintf(stderr, "pi0 bench: out of memory\n"); goto done; }
         for (size_t i = 0; i < nh * info.action_dim; i++) rtc_prev[i] = 2.0f * rand() / (float)RAND_MAX - 1.0f;
         for (int b = 0; b < B; b++)
@@ -187,7 +187,8 @@ static int run_workload(bench_opts *o, const workload *w) {
         in.rtc = (pi0_rtc_mode)w->rtc;
         in.rtc_prev = rtc_prev;
         in.rtc_weights = rtc_w;
-        in.rtc_max_weight = 10.0f;
+        for (int b = 0; b < B; b++) rtc_w[nh + b] = 10.0f;   /* the caps, after the weights */
+        in.rtc_max_weights = rtc_w + nh;
     }
     int tty = isatty(2);
     if (!tty) fprintf(stderr, "pi0 bench: %s: %d warm-up + %d timed runs\n", w->name, o->warmup, o->iters);

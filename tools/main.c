@@ -127,13 +127,14 @@ static int cmd_infer(int argc, char **argv) {
     if (rtc) {   /* real-time chunking: the inputs' rtc_prev, prefix weights from the options (every sample alike) */
         int H = info.action_horizon;
         if (!in.rtc_prev) { fprintf(stderr, "pi0 infer: --rtc needs an rtc_prev tensor [B, H, A] in %s\n", inp); goto done; }
-        if (!(rtc_w = malloc((size_t)in.batch * H * sizeof(float)))) { fprintf(stderr, "pi0: out of memory\n"); goto done; }
+        if (!(rtc_w = malloc((size_t)in.batch * (H + 1) * sizeof(float)))) { fprintf(stderr, "pi0: out of memory\n"); goto done; }
         if (pi0_rtc_prefix_weights((pi0_rtc_schedule)sched, (int)rtc_delay, (int)rtc_horizon,
                                    rtc_leftover < 0 ? H : (int)rtc_leftover, H, rtc_w) != PI0_OK) { rc = cli_fail("--rtc"); goto done; }
         for (int b = 1; b < in.batch; b++) memcpy(rtc_w + (size_t)b * H, rtc_w, (size_t)H * sizeof(float));
         in.rtc = PI0_RTC_LEROBOT;
         in.rtc_weights = rtc_w;
-        in.rtc_max_weight = (float)maxw;
+        for (int b = 0; b < in.batch; b++) rtc_w[(size_t)in.batch * H + b] = (float)maxw;   /* the caps, after W */
+        in.rtc_max_weights = rtc_w + (size_t)in.batch * H;
     }
     if (pi0_tensors_new(&out_t) != PI0_OK) { rc = cli_fail("output"); goto done; }
     pi0_session_params sp = {.max_batch = in.batch, .num_steps = (int)steps, .dump = dump ? dump_cb : NULL,

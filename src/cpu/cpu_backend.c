@@ -357,11 +357,12 @@ static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
     for (size_t i = 0; i < n; i++) F(x)[i] += alpha * F(y)[i];
 }
 
-static void cpu_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int k, float t, int rows, int A) {
+static void cpu_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H,
+                          int A) {
     (void)be;
-    const float gk = F(g)[k];
     for (int r = 0; r < rows; r++)
         for (int a = 0; a < A; a++) {
+            const float gk = F(g)[(size_t)(r / H) * steps + k];
             size_t i = (size_t)r * A + a;
             volatile float tv = t * F(v)[i];   /* no contraction: each operation rounds as PyTorch's elementwise ops */
             volatile float x1 = F(x)[i] - tv;

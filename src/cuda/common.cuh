@@ -276,5 +276,5 @@ void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int
                        int gate_stride, int rows_per_gate);
 void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
 void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n);
-void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int k, float t, int rows, int A);
+void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A);
 void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n);

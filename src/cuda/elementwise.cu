@@ -205,8 +205,8 @@ void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
     cuda_launch(c, axpy_kernel, GRID(n), (float *)x.p, (const float *)y.p, alpha, n);
 }
 
-__global__ void rtc_guide_kernel(float *v, const float *x, const float *y, const float *w, const float *g, int k, float t,
-                                 int rows, int A) {
+__global__ void rtc_guide_kernel(float *v, const float *x, const float *y, const float *w, const float *g, int steps, int k,
+                                 float t, int rows, int H, int A) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -214,15 +214,15 @@ __global__ void rtc_guide_kernel(float *v, const float *x, const float *y, const
     // each operation rounded on its own, as PyTorch's elementwise kernels (no contraction)
     float x1 = __fsub_rn(x[i], __fmul_rn(t, v[i]));
     float err = __fmul_rn(__fsub_rn(y[i], x1), w[i / A]);
-    v[i] = __fsub_rn(v[i], __fmul_rn(g[k], err));
+    v[i] = __fsub_rn(v[i], __fmul_rn(g[(i / A / H) * steps + k], err));
 }
 
-void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int k, float t, int rows, int A) {
+void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A) {
     cuda_ctx *c = CTX(be);
     if (c->err || rows < 1) return;
     size_t n = (size_t)rows * A;
     cuda_launch(c, rtc_guide_kernel, GRID(n), (float *)v.p, (const float *)x.p, (const float *)y.p, (const float *)w.p,
-                (const float *)g.p, k, t, rows, A);
+                (const float *)g.p, steps, k, t, rows, H, A);
 }
 
 __global__ void f32_to_bf16_kernel(bf16 *d, const float *s, size_t n) {
