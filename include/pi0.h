@@ -281,12 +281,25 @@ typedef struct {
     const void *data;
 } pi0_array;
 
+/* Real-time chunking for one observation (docs/model.md 3.11): the previous chunk's rows the robot has not
+ * executed, in model space (normalised, the model's action width: what pi0_policy_chunk returned, minus the rows
+ * executed), and LeRobot's prefix-weight parameters. */
+typedef struct {
+    const float *prev;           /* [n_prev, A] (A = model action_dim); NULL or n_prev 0 = no guidance */
+    int n_prev;                  /* 0..H */
+    int delay;                   /* inference_delay: rows fully guided */
+    int horizon;                 /* execution_horizon: guidance reaches 0 here (clamped to n_prev) */
+    pi0_rtc_schedule schedule;
+    float max_weight;            /* max_guidance_weight; 0 = 10 (LeRobot's default) */
+} pi0_rtc_request;
+
 typedef struct {
     const pi0_array *arrays;
     int n_arrays;                /* keys the robot transform does not use are ignored, as in openpi */
     const char *prompt;          /* UTF-8; NULL = none (then the default prompt, else "Prompt is required") */
     const float *noise;          /* [H, A] (A = model action_dim, 32) start of the flow; NULL = N(0,1) from seed */
     uint64_t seed;
+    const pi0_rtc_request *rtc;  /* real-time chunking; NULL = none */
 } pi0_observation;
 
 /* A transformed observation, ready for the model. Preparing is thread-safe and may run concurrently
@@ -313,6 +326,9 @@ pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms);
 /* Writes the model inputs of a prepared observation (docs/formats.md 2 names, batch 1; noise only when the
  * observation had one) as a safetensors file: for checking the transforms against a reference. */
 pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path);
+/* The model-space chunk ([H, A] float32, normalised, before the output transforms) of batch element b of the last
+ * pi0_policy_run: what a real-time-chunking client's next observation guides towards (pi0_rtc_request). */
+pi0_status pi0_policy_chunk(const pi0_policy *p, int b, float *out);
 /* prepare + run for one observation; actions holds H * D values. */
 pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *actions, pi0_policy_timing *timing);
 

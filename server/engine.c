@@ -79,6 +79,32 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+/* Real-time chunking for one request: the leftover is the request's own prev_chunk, else the connection's last
+ * chunk after the rows the robot executed; the rest from the request or the server's defaults. A connection's
+ * first request has no chunk to guide towards: it runs unguided. */
+static int rtc_request(engine *e, const engine_job *j, msgnp_request *req, pi0_rtc_request *rtc, char *err, size_t errlen) {
+    int H = e->b.noise_h, A = e->b.noise_a, ex = req->rtc_executed < 0 ? 0 : req->rtc_executed;
+    *rtc = (pi0_rtc_request){0};
+    if (req->rtc_prev) {
+        rtc->prev = req->rtc_prev;
+        rtc->n_prev = req->rtc_n_prev;
+    } else if (j->chunk_in) {
+        if (ex > H) {
+            snprintf(err, errlen, "rtc.executed %d: the previous chunk has %d rows", ex, H);
+            return 0;
+        }
+        rtc->prev = j->chunk_in + (size_t)ex * A;
+        rtc->n_prev = H - ex;
+    }
+    rtc->delay = req->rtc_delay >= 0 ? req->rtc_delay : 0;
+    rtc->horizon = req->rtc_horizon >= 0 ? req->rtc_horizon : e->p.rtc_horizon > 0 ? e->p.rtc_horizon : 10;
+    rtc->schedule = req->rtc_schedule >= 0 ? (pi0_rtc_schedule)req->rtc_schedule
+                  : e->p.rtc_schedule_set ? e->p.rtc_schedule : PI0_RTC_LINEAR;
+    rtc->max_weight = req->rtc_max_weight > 0 ? (float)req->rtc_max_weight : e->p.rtc_max_weight;
+    req->obs.rtc = rtc;
+    return 1;
+}
+
 static void *prep_main(void *arg) {
     engine *e = arg;
     msgnp_limits lim = {.max_objects = e->p.max_objects, .noise_h = e->b.noise_h, .noise_a = e->b.noise_a,
@@ -96,6 +122,9 @@ static void *prep_main(void *arg) {
         msgnp_request *req = NULL;
         int ok = msgnp_decode(j->msg, j->len, &lim, &req, err, sizeof err) == PI0_OK;
         if (!ok) set_error(j, "bad request", err);
+        pi0_rtc_request rtc;
+        if (ok && req->has_rtc) ok = rtc_request(e, j, req, &rtc, err, sizeof err);
+        if (!ok && req && req->has_rtc && !j->error) set_error(j, "bad request", err);
         if (ok) {
             req->obs.seed = seed;
             ok = e->b.prepare(e->b.ctx, &req->obs, &j->prepared, err, sizeof err) == 0;
@@ -126,10 +155,11 @@ static void *prep_main(void *arg) {
 
 static void *worker_main(void *arg) {
     engine *e = arg;
-    int max = e->p.max_batch, hd = e->b.action_horizon * e->b.action_dim;
+    int max = e->p.max_batch, hd = e->b.action_horizon * e->b.action_dim, ha = e->b.noise_h * e->b.noise_a;
     engine_job *batch[256];
     void *prepared[256];
     double *actions = malloc((size_t)max * hd * sizeof(double));
+    float *chunks = malloc((size_t)max * ha * sizeof(float));
     char err[1024];
     for (;;) {
         pthread_mutex_lock(&e->mu);
@@ -157,7 +187,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
 
         double model_ms = 0;
-        int ok = actions && e->b.run(e->b.ctx, prepared, n, actions, &model_ms, err, sizeof err) == 0;
+        int ok = actions && chunks && e->b.run(e->b.ctx, prepared, n, actions, chunks, &model_ms, err, sizeof err) == 0;
         double t_end = now_ms();
         for (int i = 0; i < n; i++) {
             engine_job *j = batch[i];
@@ -168,16 +198,19 @@ static void *worker_main(void *arg) {
             j->server_ms = t_end - j->t_start;
             if (ok) {
                 j->actions = malloc((size_t)hd * sizeof(double));
+                j->chunk_out = malloc((size_t)ha * sizeof(float));
                 if (j->actions) memcpy(j->actions, actions + (size_t)i * hd, (size_t)hd * sizeof(double));
                 else j->error = strdup("out of memory");
+                if (j->chunk_out) memcpy(j->chunk_out, chunks + (size_t)i * ha, (size_t)ha * sizeof(float));
             } else {
-                set_error(j, "inference failed", actions ? err : "out of memory");
+                set_error(j, "inference failed", actions && chunks ? err : "out of memory");
             }
             j->next = i + 1 < n ? batch[i + 1] : NULL;
         }
         finish(e, batch[0]);
     }
     free(actions);
+    free(chunks);
     return NULL;
 }
 
@@ -228,6 +261,8 @@ void engine_job_free(engine_job *j) {
     free(j->msg);
     free(j->error);
     free(j->actions);
+    free(j->chunk_in);
+    free(j->chunk_out);
     free(j);
 }
 
@@ -258,15 +293,17 @@ void engine_free(engine *e) {
     free(e);
 }
 
-int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len) {
+int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len, float *chunk) {
     engine_job *j = calloc(1, sizeof *j);
     if (!j) {
         free(msg);
+        free(chunk);
         return -1;
     }
     j->conn_id = conn_id;
     j->msg = msg;
     j->len = len;
+    j->chunk_in = chunk;
     pthread_mutex_lock(&e->mu);
     push(&e->prep_head, &e->prep_tail, j);
     e->pending++;

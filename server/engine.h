@@ -22,7 +22,9 @@ typedef struct {
     int task_is_prompt;              /* a LeRobot policy: the request's "task" is the prompt (as in LeRobot's batches) */
     const char *metadata_json;       /* sent to each client first */
     int (*prepare)(void *ctx, const pi0_observation *obs, void **prepared, char *err, size_t errlen);
-    int (*run)(void *ctx, void *const *prepared, int n, double *actions, double *model_ms, char *err, size_t errlen);
+    /* chunks (may be NULL): each element's model-space chunk [noise_h, noise_a] (real-time chunking's state) */
+    int (*run)(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms, char *err,
+               size_t errlen);
     void (*release)(void *prepared);
 } srv_backend;
 
@@ -31,6 +33,11 @@ typedef struct {
     double batch_window_ms;          /* after the first request, wait this long for more (0 = take what is queued) */
     int prepare_threads;             /* 0 = 2 */
     size_t max_objects;              /* msgpack objects per request (msgnp_limits); 0 = default */
+    /* real-time chunking's defaults for requests that name no value (server options; LeRobot's RTCConfig defaults) */
+    int rtc_horizon;                 /* execution_horizon; 0 = 10 */
+    pi0_rtc_schedule rtc_schedule;   /* PI0_RTC_ZEROS (0) is a valid schedule: rtc_schedule_set says it was given */
+    int rtc_schedule_set;
+    float rtc_max_weight;            /* 0 = 10 */
     void (*notify)(void *user);      /* called from worker threads when jobs are done; must be thread-safe */
     void *notify_user;
 } engine_params;
@@ -40,6 +47,8 @@ struct engine_job {
     uint64_t conn_id;
     char *error;                     /* NULL on success, else what went wrong (sent to the client) */
     double *actions;                 /* [H, D] on success */
+    float *chunk_in;                 /* the connection's previous model-space chunk [noise_h, noise_a], or NULL */
+    float *chunk_out;                /* this request's model-space chunk (the connection keeps it), or NULL */
     double model_ms;                 /* the batch's model time: openpi's policy_timing.infer_ms */
     double server_ms;                /* from the start of decoding to the end of the run (queueing included) */
     int batch;                       /* requests in the run that served this one */
@@ -61,9 +70,9 @@ typedef struct engine engine;
 pi0_status engine_create(engine **out, const srv_backend *b, const engine_params *p);
 /* Stops and joins the threads; queued jobs are dropped. */
 void engine_free(engine *e);
-/* Queues one request; takes ownership of msg (malloc'd). Returns 0, or -1 when out of memory
- * (msg is freed then). Any thread. */
-int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len);
+/* Queues one request; takes ownership of msg (malloc'd) and of chunk (the connection's previous model-space chunk
+ * [noise_h, noise_a], malloc'd, or NULL). Returns 0, or -1 when out of memory (msg and chunk are freed then). */
+int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len, float *chunk);
 /* Every finished job, oldest first (NULL when none); free each with engine_job_free. */
 engine_job *engine_take_done(engine *e);
 void engine_job_free(engine_job *j);

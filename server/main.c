@@ -35,6 +35,8 @@ static const char usage[] =
     "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
+    "  --rtc-horizon S, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight W\n"
+    "                          real-time chunking's defaults for requests with \"rtc\" that name none (10, linear, 10)\n"
     "  --max-message-bytes N   refuse larger requests (default 67108864)\n"
     "  --max-pending-bytes N   bytes all connections' incomplete requests may hold together; past it a request\n"
     "                          gets an error and close 1013, try again later (default 268435456)\n"
@@ -92,6 +94,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) { if (parse_int(a, val, 0, 1, &warmup)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
+        else if (!strcmp(a, "--rtc-horizon")) { if (parse_int(a, val, 0, 4096, &v)) return 2; ep.rtc_horizon = (int)v; }
+        else if (!strcmp(a, "--rtc-schedule")) {
+            static const char *const names[] = {"zeros", "ones", "linear", "exp"};
+            ep.rtc_schedule_set = 0;
+            for (int k = 0; k < 4; k++) if (!strcmp(val, names[k])) { ep.rtc_schedule = (pi0_rtc_schedule)k; ep.rtc_schedule_set = 1; }
+            if (!ep.rtc_schedule_set) { fprintf(stderr, "pi0-server: --rtc-schedule: expected zeros, ones, linear or exp\n"); return 2; }
+        } else if (!strcmp(a, "--rtc-max-weight")) {
+            char *end;
+            double w = strtod(val, &end);
+            if (*end || !(w > 0) || w > 1e30) { fprintf(stderr, "pi0-server: --rtc-max-weight: expected a number > 0\n"); return 2; }
+            ep.rtc_max_weight = (float)w;
+        }
         else if (!strcmp(a, "--max-message-bytes")) {
             if (parse_int(a, val, 1024, 1L << 31, &v)) return 2;
             wp.max_message_bytes = (size_t)v;

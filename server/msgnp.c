@@ -6,6 +6,7 @@
  * message (zero copy) unless the data is big-endian or misaligned for its element type. */
 #include "msgnp.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
@@ -435,22 +436,24 @@ static pi0_status parse_prompt(msgnp_request *r, const msgpack_object *v, char *
     return PI0_OK;
 }
 
-/* noise [H, A] float32 or float64 -> an owned float32 copy. */
-static pi0_status parse_noise(msgnp_request *r, const msgpack_object *v, const msgnp_limits *lim, char *err,
-                              size_t errlen) {
+/* a numpy array of float32 / float64 [rows, cols] (rows in lo..hi) -> an owned float32 copy; every value finite */
+static pi0_status float_rows(const msgpack_object *v, const char *what, int lo, int hi, int cols, float **outp, int *rows,
+                             char *err, size_t errlen) {
     np_array a;
     if (v->type != MSGPACK_OBJECT_MAP || !map_get(v, "__ndarray__"))
-        return fail(err, errlen, PI0_ERR_FORMAT, "noise: expected a numpy array");
-    pi0_status st = parse_ndarray(v, "noise", &a, err, errlen);
+        return fail(err, errlen, PI0_ERR_FORMAT, "%s: expected a numpy array", what);
+    pi0_status st = parse_ndarray(v, what, &a, err, errlen);
     if (st) return st;
     if (a.dt.dt != PI0_DT_F32 && a.dt.dt != PI0_DT_F64)
-        return fail(err, errlen, PI0_ERR_SHAPE, "noise: expected dtype <f4 or <f8");
-    if (a.ndim != 2 || a.shape[0] != lim->noise_h || a.shape[1] != lim->noise_a) {
-        char sh[112];
-        return fail(err, errlen, PI0_ERR_SHAPE, "noise: expected shape [%d, %d], found %s", lim->noise_h, lim->noise_a,
+        return fail(err, errlen, PI0_ERR_SHAPE, "%s: expected dtype <f4 or <f8", what);
+    if (a.ndim != 2 || a.shape[0] < lo || a.shape[0] > hi || a.shape[1] != cols) {
+        char sh[112], want[32];
+        if (lo == hi) snprintf(want, sizeof want, "%d", lo);
+        else snprintf(want, sizeof want, "%d..%d", lo, hi);
+        return fail(err, errlen, PI0_ERR_SHAPE, "%s: expected shape [%s, %d], found %s", what, want, cols,
                     shape_str(a.ndim, a.shape, sh));
     }
-    float *out = malloc(a.count * sizeof(float));
+    float *out = malloc((a.count ? a.count : 1) * sizeof(float));
     if (!out) return fail(err, errlen, PI0_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < a.count; i++) {
         uint8_t b[8];
@@ -461,13 +464,67 @@ static pi0_status parse_noise(msgnp_request *r, const msgpack_object *v, const m
         else memcpy(&d, b, 8);
         if (!(fabs(d) <= FLT_MAX)) { /* NaN, infinite, or beyond float32 */
             free(out);
-            return fail(err, errlen, PI0_ERR_SHAPE, "noise: element %llu is not a finite float32 value",
+            return fail(err, errlen, PI0_ERR_SHAPE, "%s: element %llu is not a finite float32 value", what,
                         (unsigned long long)i);
         }
         out[i] = (float)d;
     }
-    r->noise = out;
-    r->obs.noise = out;
+    *outp = out;
+    *rows = (int)a.shape[0];
+    return PI0_OK;
+}
+
+/* noise [H, A] float32 or float64 -> an owned float32 copy. */
+static pi0_status parse_noise(msgnp_request *r, const msgpack_object *v, const msgnp_limits *lim, char *err,
+                              size_t errlen) {
+    int rows;
+    pi0_status st = float_rows(v, "noise", lim->noise_h, lim->noise_h, lim->noise_a, &r->noise, &rows, err, errlen);
+    if (st == PI0_OK) r->obs.noise = r->noise;
+    return st;
+}
+
+/* a non-negative integer of at most 4096 */
+static int small_uint(const msgpack_object *v, int *out) {
+    if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > 4096) return 0;
+    *out = (int)v->via.u64;
+    return 1;
+}
+
+/* "rtc": {"executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk"} */
+static pi0_status parse_rtc(msgnp_request *r, const msgpack_object *v, const msgnp_limits *lim, char *err, size_t errlen) {
+    if (v->type != MSGPACK_OBJECT_MAP) return fail(err, errlen, PI0_ERR_FORMAT, "rtc: expected a map");
+    r->has_rtc = 1;
+    r->rtc_executed = r->rtc_delay = r->rtc_horizon = r->rtc_schedule = -1;
+    char tmp[64];
+    for (uint32_t i = 0; i < v->via.map.size; i++) {
+        const msgpack_object *k = &v->via.map.ptr[i].key, *x = &v->via.map.ptr[i].val;
+        if (!is_text(k)) return fail(err, errlen, PI0_ERR_FORMAT, "rtc: keys must be strings");
+        const char *kn = show(text_ptr(k), text_len(k), tmp, sizeof tmp);
+        if (!strcmp(kn, "executed") || !strcmp(kn, "inference_delay") || !strcmp(kn, "execution_horizon")) {
+            int *dst = !strcmp(kn, "executed") ? &r->rtc_executed : !strcmp(kn, "inference_delay") ? &r->rtc_delay : &r->rtc_horizon;
+            if (!small_uint(x, dst)) return fail(err, errlen, PI0_ERR_FORMAT, "rtc.%s: expected an integer 0..4096", kn);
+        } else if (!strcmp(kn, "schedule")) {
+            static const char *const names[] = {"zeros", "ones", "linear", "exp"};
+            char sv[16] = "";
+            if (is_text(x) && text_len(x) < sizeof sv)
+                for (size_t j = 0; j < text_len(x); j++) sv[j] = (char)tolower((unsigned char)text_ptr(x)[j]);
+            for (int j = 0; j < 4; j++) if (!strcmp(sv, names[j])) r->rtc_schedule = j;
+            if (r->rtc_schedule < 0)
+                return fail(err, errlen, PI0_ERR_FORMAT, "rtc.schedule: expected ZEROS, ONES, LINEAR or EXP (LeRobot's names)");
+        } else if (!strcmp(kn, "max_guidance_weight")) {
+            double w = x->type == MSGPACK_OBJECT_FLOAT32 || x->type == MSGPACK_OBJECT_FLOAT64 ? x->via.f64
+                     : x->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (double)x->via.u64 : -1;
+            if (!(w > 0) || w > 1e30) return fail(err, errlen, PI0_ERR_FORMAT, "rtc.max_guidance_weight: expected a number > 0");
+            r->rtc_max_weight = w;
+        } else if (!strcmp(kn, "prev_chunk")) {
+            if (r->rtc_prev) return fail(err, errlen, PI0_ERR_FORMAT, "rtc.prev_chunk: duplicate key");
+            pi0_status st = float_rows(x, "rtc.prev_chunk", 0, lim->noise_h, lim->noise_a, &r->rtc_prev, &r->rtc_n_prev, err, errlen);
+            if (st) return st;
+        } else {
+            return fail(err, errlen, PI0_ERR_FORMAT, "rtc: unknown key '%s' (expected executed, inference_delay, "
+                        "execution_horizon, schedule, max_guidance_weight, prev_chunk)", kn);
+        }
+    }
     return PI0_OK;
 }
 
@@ -495,6 +552,9 @@ static pi0_status walk_map(msgnp_request *r, const msgpack_object *m, const char
         } else if (level == 0 && strcmp(key, "noise") == 0) {
             if (seen_noise++) return fail(err, errlen, PI0_ERR_FORMAT, "noise: duplicate key");
             st = parse_noise(r, v, lim, err, errlen);
+        } else if (level == 0 && strcmp(key, "rtc") == 0) {
+            if (r->has_rtc) return fail(err, errlen, PI0_ERR_FORMAT, "rtc: duplicate key");
+            st = parse_rtc(r, v, lim, err, errlen);
         } else if (v->type == MSGPACK_OBJECT_MAP && map_get(v, "__ndarray__")) {
             np_array a;
             st = parse_ndarray(v, key, &a, err, errlen);
@@ -576,6 +636,7 @@ void msgnp_request_free(msgnp_request *r) {
     for (int i = 0; i < r->obs.n_arrays; i++) free(r->copies[i]);
     free(r->prompt);
     free(r->noise);
+    free(r->rtc_prev);
     free(r);
 }
 

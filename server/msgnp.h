@@ -31,6 +31,11 @@ typedef struct {
     void *copies[MSGNP_MAX_ARRAYS];  /* byte-swapped / realigned data, or NULL */
     char *prompt;                    /* NUL-terminated UTF-8 copy, or NULL */
     float *noise;                    /* [H, A] float32 copy, or NULL */
+    /* real-time chunking ("rtc": {...}); has_rtc 0 = not asked for. -1 / 0 = not given (the server's defaults) */
+    int has_rtc, rtc_executed, rtc_delay, rtc_horizon, rtc_schedule;
+    double rtc_max_weight;
+    float *rtc_prev;                 /* "prev_chunk" [rtc_n_prev, A] float32 copy (model space), or NULL */
+    int rtc_n_prev;
     /* keys whose values no policy reads (str, bin, nil, ext; openpi ignores them too): when the policy then says
      * such a key is missing, the server tells what was sent instead */
     char unread[4][MSGNP_MAX_KEY];

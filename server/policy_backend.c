@@ -15,9 +15,18 @@ static int prepare(void *ctx, const pi0_observation *obs, void **prepared, char 
     return 0;
 }
 
-static int run(void *ctx, void *const *prepared, int n, double *actions, double *model_ms, char *err, size_t errlen) {
+static int run(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms, char *err,
+               size_t errlen) {
     pi0_policy_timing t = {0};
     pi0_status st = pi0_policy_run(ctx, (pi0_prepared *const *)prepared, n, actions, &t);
+    if (st == PI0_OK && chunks) {   /* the model-space chunks: each connection's real-time chunking state */
+        pi0_policy_info info;
+        pi0_model_info mi;
+        pi0_policy_get_info(ctx, &info);
+        pi0_model_get_info(info.model, &mi);
+        for (int b = 0; b < n && st == PI0_OK; b++)
+            st = pi0_policy_chunk(ctx, b, chunks + (size_t)b * mi.action_horizon * mi.action_dim);
+    }
     if (st != PI0_OK) {
         snprintf(err, errlen, "%s (%s)", pi0_last_error(), pi0_status_str(st));
         return -1;

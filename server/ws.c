@@ -35,6 +35,7 @@ struct conn {
     size_t held_len;
     int busy;                   /* a request of this connection is in the engine */
     engine_job *done;           /* its finished job, to be written */
+    float *chunk;               /* its last reply's model-space chunk (real-time chunking's state), or NULL */
     int metadata_sent;
     char *error;                /* to send as a text frame, then close with close_code */
     int close_code, closing;
@@ -131,7 +132,10 @@ static void drop_rx(ws_server *s, conn *c) {
 
 static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
     c->busy = 1;
-    if (engine_submit(s->eng, c->id, msg, len) != 0) {
+    float *chunk = NULL;   /* the job's own copy of this connection's last chunk */
+    size_t ha = (size_t)s->b.noise_h * s->b.noise_a;
+    if (c->chunk && (chunk = malloc(ha * sizeof(float)))) memcpy(chunk, c->chunk, ha * sizeof(float));
+    if (engine_submit(s->eng, c->id, msg, len, chunk) != 0) {
         c->busy = 0;
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
     }
@@ -262,6 +266,11 @@ static int on_writeable(ws_server *s, conn *c) {
     msgnp_buf out;
     pi0_status st = msgnp_encode_reply(j->actions, s->b.action_horizon, s->b.action_dim, j->model_ms, j->server_ms,
                                        c->have_prev ? &c->prev_total_ms : NULL, LWS_PRE, &out);
+    if (j->chunk_out) {   /* the connection's real-time chunking state: this reply's chunk */
+        free(c->chunk);
+        c->chunk = j->chunk_out;
+        j->chunk_out = NULL;
+    }
     engine_job_free(j);
     if (st) {
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory encoding the reply");
@@ -413,6 +422,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         free(c->held);
         free(c->error);
         engine_job_free(c->done);
+        free(c->chunk);
         memset(c, 0, sizeof *c);
         return 0;
 

@@ -31,6 +31,8 @@ struct pi0_policy {
     int H, A, N, R, L, D;        /* horizon, model action dim, cameras, image size, prompt length, robot dims */
     /* batch buffers for pi0_infer, sized for max_batch at load */
     float *images, *state, *noise, *actions;
+    float *rtc_prev, *rtc_w, *rtc_max;   /* the batch's real-time chunking inputs (B x H x A, B x H, B) */
+    int last_batch;              /* batch elements of the last run (pi0_policy_chunk) */
     uint8_t *image_masks, *token_mask;
     int32_t *tokens;
     double *chunk, *state_rt;    /* (H, A) and (A) float64 scratch */
@@ -47,6 +49,8 @@ struct pi0_prepared {
     uint8_t *token_mask;         /* (L) */
     float *noise;                /* (H, A) or NULL */
     uint64_t seed;
+    float *rtc_prev, *rtc_w;     /* real-time chunking: leftover (H, A) zero-padded and prefix weights (H), or NULL */
+    float rtc_max;
 };
 
 static double now_ms(void) {
@@ -136,7 +140,7 @@ void pi0_policy_free(pi0_policy *p) {
     norm_stats_free(&p->ns);
     free(p->asset_id); free(p->default_prompt);
     pi0_host_free(p->images);
-    free(p->state); free(p->noise); free(p->actions);
+    free(p->state); free(p->noise); free(p->actions); free(p->rtc_prev); free(p->rtc_w); free(p->rtc_max);
     free(p->image_masks); free(p->token_mask); free(p->tokens);
     free(p->chunk); free(p->state_rt);
     free(p);
@@ -228,13 +232,16 @@ tokenizer:
     p->state = pi0_malloc(B * p->A * sizeof(float), "policy batch state");
     p->noise = pi0_malloc(B * ha * sizeof(float), "policy batch noise");
     p->actions = pi0_malloc(B * ha * sizeof(float), "policy batch actions");
+    p->rtc_prev = pi0_malloc(B * ha * sizeof(float), "policy batch RTC leftovers");
+    p->rtc_w = pi0_malloc(B * (size_t)p->H * sizeof(float), "policy batch RTC weights");
+    p->rtc_max = pi0_malloc(B * sizeof(float), "policy batch RTC caps");
     p->image_masks = pi0_malloc(B * p->N, "policy batch masks");
     p->token_mask = pi0_malloc(B * p->L, "policy batch token mask");
     p->tokens = pi0_malloc(B * p->L * sizeof(int32_t), "policy batch tokens");
     p->chunk = pi0_malloc(ha * sizeof(double), "policy chunk");
     p->state_rt = pi0_malloc((size_t)p->A * sizeof(double), "policy state");
     if (!p->images || !p->state || !p->noise || !p->actions || !p->image_masks || !p->token_mask || !p->tokens ||
-        !p->chunk || !p->state_rt) { st = PI0_ERR_NOMEM; goto fail; }
+        !p->chunk || !p->state_rt || !p->rtc_prev || !p->rtc_w || !p->rtc_max) { st = PI0_ERR_NOMEM; goto fail; }
     pi0_rng_seed(&p->rng, (uint64_t)now_ms() ^ (uint64_t)(uintptr_t)p);
     *out = p;
     return PI0_OK;
@@ -281,11 +288,33 @@ pi0_status pi0_lerobot_describe(const pi0_model *m, char **text) {
 
 void pi0_prepared_free(pi0_prepared *x) {
     if (!x) return;
-    free(x->images); free(x->fimages); free(x->tokens); free(x->token_mask); free(x->noise);
+    free(x->images); free(x->fimages); free(x->tokens); free(x->rtc_prev); free(x->rtc_w); free(x->token_mask); free(x->noise);
     free(x);
 }
 
-static pi0_status copy_noise(const pi0_policy *p, const pi0_observation *obs, pi0_prepared *x) {
+/* Real-time chunking: the leftover zero-padded to (H, A) and LeRobot's prefix weights (H) */
+static pi0_status copy_rtc(const pi0_policy *p, const pi0_observation *obs, pi0_prepared *x) {
+    const pi0_rtc_request *r = obs->rtc;
+    if (!r || !r->prev || r->n_prev == 0) return PI0_OK;
+    if (r->n_prev < 0 || r->n_prev > p->H || r->delay < 0 || r->horizon < 0 || r->max_weight < 0 || !isfinite(r->max_weight))
+        return pi0_fail(PI0_ERR_ARG, "real-time chunking: %d leftover rows (expected 0..%d), delay %d, horizon %d, max weight "
+                        "%g (expected counts >= 0, a weight >= 0)", r->n_prev, p->H, r->delay, r->horizon, (double)r->max_weight);
+    size_t ha = (size_t)p->H * p->A;
+    if (!(x->rtc_prev = pi0_calloc(ha, sizeof(float), "RTC leftover")) ||
+        !(x->rtc_w = pi0_malloc((size_t)p->H * sizeof(float), "RTC weights"))) return PI0_ERR_NOMEM;
+    memcpy(x->rtc_prev, r->prev, (size_t)r->n_prev * p->A * sizeof(float));
+    for (size_t i = 0; i < (size_t)r->n_prev * p->A; i++)
+        if (!isfinite(x->rtc_prev[i])) return pi0_fail(PI0_ERR_ARG, "real-time chunking: leftover value %zu is not finite", i);
+    x->rtc_max = r->max_weight > 0 ? r->max_weight : 10.0f;
+    return pi0_rtc_prefix_weights(r->schedule, r->delay, r->horizon, r->n_prev, p->H, x->rtc_w);
+}
+
+/* the flow's given start (noise) and real-time chunking's inputs */
+static pi0_status copy_flow_inputs(const pi0_policy *p, const pi0_observation *obs, pi0_prepared *x) {
+    if (obs->rtc && (obs->rtc->n_prev || obs->rtc->prev)) {
+        pi0_status st = copy_rtc(p, obs, x);
+        if (st != PI0_OK) return st;
+    }
     if (!obs->noise) return PI0_OK;
     size_t n = (size_t)p->H * p->A;
     if (!(x->noise = pi0_malloc(n * sizeof(float), "prepared noise"))) return PI0_ERR_NOMEM;
@@ -309,7 +338,7 @@ static pi0_status prepare_lerobot(pi0_policy *p, const pi0_observation *obs, pi0
         st = lerobot_prepare(p->lr, p->tok, obs, p->default_prompt, x->fimages, x->masks, state, x->tokens, x->token_mask);
     }
     for (int i = 0; st == PI0_OK && i < p->A; i++) x->state[i] = state[i];
-    if (st == PI0_OK) st = copy_noise(p, obs, x);
+    if (st == PI0_OK) st = copy_flow_inputs(p, obs, x);
     if (st != PI0_OK) { pi0_prepared_free(x); return st; }
     *out = x;
     return PI0_OK;
@@ -354,7 +383,7 @@ pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_pre
     }
     if ((st = pi0_tokenize_prompt(p->tok, prompt, p->discrete ? PI0_PROMPT_PI05 : PI0_PROMPT_PI0, x->state, in.n_state,
                                   p->L, x->tokens, x->token_mask, NULL)) != PI0_OK) goto fail;
-    if ((st = copy_noise(p, obs, x)) != PI0_OK) goto fail;
+    if ((st = copy_flow_inputs(p, obs, x)) != PI0_OK) goto fail;
     robot_input_free(&in);
     *out = x;
     return PI0_OK;
@@ -389,9 +418,29 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     }
     pi0_inputs in = {.batch = n, .images = p->images, .image_masks = p->image_masks, .state = p->state,
                      .tokens = p->tokens, .token_mask = p->token_mask, .n_tokens = p->L, .noise = p->noise};
+    int rtc = 0;
+    for (int b = 0; b < n; b++) rtc |= batch[b]->rtc_prev != NULL;
+    if (rtc) {   /* real-time chunking: samples without it get zero weights, which leave their steps unguided */
+        for (int b = 0; b < n; b++) {
+            const pi0_prepared *x = batch[b];
+            if (x->rtc_prev) {
+                memcpy(p->rtc_prev + b * ha, x->rtc_prev, ha * sizeof(float));
+                memcpy(p->rtc_w + (size_t)b * p->H, x->rtc_w, (size_t)p->H * sizeof(float));
+            } else {
+                memset(p->rtc_prev + b * ha, 0, ha * sizeof(float));
+                memset(p->rtc_w + (size_t)b * p->H, 0, (size_t)p->H * sizeof(float));
+            }
+            p->rtc_max[b] = x->rtc_prev ? x->rtc_max : 10.0f;
+        }
+        in.rtc = PI0_RTC_LEROBOT;
+        in.rtc_prev = p->rtc_prev;
+        in.rtc_weights = p->rtc_w;
+        in.rtc_max_weights = p->rtc_max;
+    }
     double m0 = now_ms();
     pi0_status st = pi0_infer(p->session, &in, p->actions);
     double m1 = now_ms();
+    p->last_batch = st == PI0_OK ? n : 0;
     if (st != PI0_OK) return st;
     /* outputs: Unnormalize (actions float32 from the model, the state round trip in float64),
      * then AbsoluteActions and the robot's output transform */
@@ -404,6 +453,14 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
         robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, actions + (size_t)b * p->H * p->D);
     }
     if (timing) { timing->model_ms = m1 - m0; timing->total_ms = now_ms() - t0; }
+    return PI0_OK;
+}
+
+pi0_status pi0_policy_chunk(const pi0_policy *p, int b, float *out) {
+    if (!p || !out) return pi0_fail(PI0_ERR_ARG, "pi0_policy_chunk: NULL argument");
+    if (b < 0 || b >= p->last_batch)
+        return pi0_fail(PI0_ERR_ARG, "pi0_policy_chunk: element %d, the last run had %d", b, p->last_batch);
+    memcpy(out, p->actions + (size_t)b * p->H * p->A, (size_t)p->H * p->A * sizeof(float));
     return PI0_OK;
 }
 

@@ -3,6 +3,7 @@
  * Observation arrays come from image files (--image KEY=FILE: JPEG/PNG; ALOHA cameras are sent CHW like
  * the real ALOHA client), a safetensors file of named arrays (--obs) and --state. Uses only pi0.h. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,10 @@ static void run_usage(FILE *f) {
             "               [--asset-id ID] [--default-prompt TEXT] [--delta-actions on|off] [--max-token-len N]\n"
             "               [--action-horizon N]\n"
             "               [--steps N] [--backend cpu|cuda] [--device N] [--threads N]\n"
+            "               [--save-chunk FILE] [--rtc-prev FILE --rtc-delay D --rtc-horizon S --rtc-schedule zeros|ones|linear|exp\n"
+            "                --rtc-max-weight W]   (real-time chunking: --save-chunk writes the model-space chunk 'chunk' [H, A];\n"
+            "                --rtc-prev reads the leftover 'rtc_prev' [n, A], e.g. the saved chunk's unexecuted rows; defaults 0,\n"
+            "                10, linear, 10 as LeRobot's RTCConfig)\n"
             "KEY is the robot's request key: LIBERO observation/image, observation/wrist_image; DROID\n"
             "observation/exterior_image_1_left, observation/wrist_image_left; ALOHA images/cam_high,\n"
             "images/cam_left_wrist, images/cam_right_wrist, images/cam_low. --state fills the robot's state key(s)\n"
@@ -170,6 +175,9 @@ static void print_actions(const double *a, int H, int D, int json, const pi0_pol
 int cmd_run(int argc, char **argv) {
     pi0_policy_params pp = {0};
     const char *ckpt = NULL, *obs_file = NULL, *state = NULL, *prompt = NULL, *noise_file = NULL, *dump = NULL;
+    const char *rtc_file = NULL, *chunk_file = NULL, *rtc_schedule = "linear";
+    long long rtc_delay = 0, rtc_horizon = 10;
+    double rtc_max = 10;
     const char *images[MAX_ARRAYS];
     int n_images = 0, json = 0, rc = 1;
     long long v, seed = 0;
@@ -201,6 +209,16 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--prompt")) prompt = val;
         else if (!strcmp(a, "--noise")) noise_file = val;
         else if (!strcmp(a, "--dump-inputs")) dump = val;
+        else if (!strcmp(a, "--rtc-prev")) rtc_file = val;
+        else if (!strcmp(a, "--save-chunk")) chunk_file = val;
+        else if (!strcmp(a, "--rtc-delay")) { if (!cli_parse_int(a, val, 0, 4096, &rtc_delay)) return 2; }
+        else if (!strcmp(a, "--rtc-horizon")) { if (!cli_parse_int(a, val, 0, 4096, &rtc_horizon)) return 2; }
+        else if (!strcmp(a, "--rtc-schedule")) rtc_schedule = val;
+        else if (!strcmp(a, "--rtc-max-weight")) {
+            char *end;
+            rtc_max = strtod(val, &end);
+            if (*end || !(rtc_max > 0) || !isfinite(rtc_max)) { fprintf(stderr, "pi0 run: --rtc-max-weight: expected a number > 0\n"); return 2; }
+        }
         else { fprintf(stderr, "pi0 run: unknown option '%s'\n", a); run_usage(stderr); return 2; }
         i += takes;
     }
@@ -213,8 +231,14 @@ int cmd_run(int argc, char **argv) {
     pi0_tensors *obs_t = NULL;
     pi0_prepared *x = NULL;
     arrays s = {0};
-    float *noise = NULL;
+    float *noise = NULL, *chunk = NULL;
     double *actions = NULL;
+    pi0_tensors *rtc_t = NULL;
+    pi0_rtc_request rtc = {0};
+    static const char *const schedules[] = {"zeros", "ones", "linear", "exp"};
+    int sched = -1;
+    for (int k = 0; k < 4; k++) if (!strcmp(rtc_schedule, schedules[k])) sched = k;
+    if (sched < 0) { fprintf(stderr, "pi0 run: --rtc-schedule: expected zeros, ones, linear or exp\n"); return 2; }
     if (pi0_policy_load(&p, ckpt, &pp) != PI0_OK) { cli_fail("loading the policy"); goto done; }
     pi0_policy_info pi;
     pi0_policy_get_info(p, &pi);
@@ -226,19 +250,51 @@ int cmd_run(int argc, char **argv) {
     if (obs_file && (pi0_tensors_open(&obs_t, obs_file) != PI0_OK ? !cli_fail("--obs") : !add_obs_file(&s, obs_t))) goto done;
     if (noise_file && !(noise = read_noise(noise_file, mi.action_horizon, mi.action_dim))) goto done;
     pi0_observation obs = {.arrays = s.a, .n_arrays = s.n, .prompt = prompt, .noise = noise, .seed = (uint64_t)seed};
+    if (rtc_file) {   /* real-time chunking: the leftover in model space, tensor rtc_prev [n, A] */
+        pi0_dtype dt;
+        int nd;
+        int64_t sh[8];
+        const void *data;
+        if (pi0_tensors_open(&rtc_t, rtc_file) != PI0_OK || pi0_tensors_get(rtc_t, "rtc_prev", &dt, &nd, sh, &data) != PI0_OK) {
+            cli_fail("--rtc-prev");
+            goto done;
+        }
+        if (dt != PI0_DT_F32 || nd != 2 || sh[0] > mi.action_horizon || sh[1] != mi.action_dim) {
+            fprintf(stderr, "pi0 run: --rtc-prev %s: expected tensor 'rtc_prev' F32 [n <= %d, %d]\n", rtc_file, mi.action_horizon,
+                    mi.action_dim);
+            goto done;
+        }
+        rtc = (pi0_rtc_request){.prev = data, .n_prev = (int)sh[0], .delay = (int)rtc_delay, .horizon = (int)rtc_horizon,
+                                .schedule = (pi0_rtc_schedule)sched, .max_weight = (float)rtc_max};
+        obs.rtc = &rtc;
+    }
     if (!(actions = malloc((size_t)pi.action_horizon * pi.action_dim * sizeof *actions))) goto done;
     pi0_policy_timing tm;
     if (pi0_policy_prepare(p, &obs, &x) != PI0_OK) { cli_fail("preparing the observation"); goto done; }
     if (dump && pi0_prepared_save(x, dump) != PI0_OK) { cli_fail("--dump-inputs"); goto done; }
     if (pi0_policy_run(p, &x, 1, actions, &tm) != PI0_OK) { cli_fail("inference"); goto done; }
+    if (chunk_file) {   /* the model-space chunk, for a later --rtc-prev */
+        size_t n = (size_t)mi.action_horizon * mi.action_dim;
+        int64_t sh[2] = {mi.action_horizon, mi.action_dim};
+        pi0_tensors *ct = NULL;
+        if (!(chunk = malloc(n * sizeof(float))) || pi0_policy_chunk(p, 0, chunk) != PI0_OK || pi0_tensors_new(&ct) != PI0_OK ||
+            pi0_tensors_add(ct, "chunk", PI0_DT_F32, 2, sh, chunk) != PI0_OK || pi0_tensors_save(ct, chunk_file) != PI0_OK) {
+            pi0_tensors_free(ct);
+            cli_fail("--save-chunk");
+            goto done;
+        }
+        pi0_tensors_free(ct);
+    }
     print_actions(actions, pi.action_horizon, pi.action_dim, json, &tm, &pi);
     rc = 0;
 done:
     for (int i = 0; i < s.n; i++) { free(s.owned[i]); free(s.keys[i]); }
     pi0_prepared_free(x);
     pi0_tensors_free(obs_t);
+    pi0_tensors_free(rtc_t);
     pi0_policy_free(p);
     free(noise);
+    free(chunk);
     free(actions);
     return rc;
 }

@@ -367,6 +367,65 @@ def nd(data, dtype, shape):
     return {b"__ndarray__": True, b"data": data, b"dtype": dtype, b"shape": shape}
 
 
+def read_chunk(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    h = json.loads(raw[8:8 + n])
+    v = h["chunk"]
+    return np.frombuffer(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32).reshape(v["shape"])
+
+
+def test_rtc(tmp, libero_args):
+    """Real-time chunking through the server: each connection keeps its last model-space chunk; a request with
+    "rtc": {"executed", "inference_delay", "execution_horizon"} is guided towards that chunk's unexecuted rows and
+    equals `pi0 run --rtc-prev` on them bit for bit; another connection's requests in between do not matter; an
+    explicit "prev_chunk" does the same; a new connection has no chunk (unguided); bad "rtc" values are refused."""
+    rng = np.random.default_rng(41)
+    obs1, obs2, obs3 = libero_obs(rng), libero_obs(rng), libero_obs(rng)
+    n1, n2, n3 = (rng.standard_normal((H, A)).astype(np.float32) for _ in range(3))
+    c1 = os.path.join(tmp, "rtc.c1")
+    e1 = pi0_run(libero_args + ["--save-chunk", c1], obs1, n1, tmp, "rtc1")
+    ex, delay, horizon = 2, 1, 3
+    prev = np.ascontiguousarray(read_chunk(c1)[ex:])
+    write_safetensors(os.path.join(tmp, "rtc.prev"), {"rtc_prev": prev})
+    e3 = pi0_run(libero_args + ["--rtc-prev", os.path.join(tmp, "rtc.prev"), "--rtc-delay", str(delay), "--rtc-horizon",
+                                str(horizon)], obs3, n3, tmp, "rtc3")
+    plain3 = pi0_run(libero_args, obs3, n3, tmp, "rtc3p")
+    rtc = {"executed": ex, "inference_delay": delay, "execution_horizon": horizon}
+    srv = Server(tmp, "rtc", libero_args + ["--max-batch", "2", "--batch-window-ms", "5"])
+    try:
+        a, b = client(srv.port), client(srv.port)
+        r1 = a.infer({**obs1, "noise": n1})["actions"]
+        b.infer({**obs2, "noise": n2})                     # another robot in between: its chunk is its own
+        r3 = a.infer({**obs3, "noise": n3, "rtc": rtc})["actions"]
+        check("rtc: the first reply equals pi0 run", np.array_equal(r1, e1), f"max {np.abs(r1 - e1).max():.3g}")
+        check("rtc: guided by the connection's own last chunk == pi0 run --rtc-prev (bit for bit)", np.array_equal(r3, e3),
+              f"max |diff| {np.abs(r3 - e3).max():.3g}")
+        check("rtc: guidance changed the chunk", np.abs(e3 - plain3).max() > 1e-3, f"{np.abs(e3 - plain3).max():.3g}")
+        c = client(srv.port)
+        r3x = c.infer({**obs3, "noise": n3, "rtc": {"prev_chunk": prev, "inference_delay": delay,
+                                                      "execution_horizon": horizon}})["actions"]
+        check("rtc: an explicit prev_chunk == the kept chunk", np.array_equal(r3x, e3), f"{np.abs(r3x - e3).max():.3g}")
+        d = client(srv.port)   # a new connection (a reconnect) has no chunk yet: unguided
+        r3d = d.infer({**obs3, "noise": n3, "rtc": rtc})["actions"]
+        check("rtc: a new connection's first request runs unguided", np.array_equal(r3d, plain3), f"{np.abs(r3d - plain3).max():.3g}")
+        for label, bad, want in ((">H rows executed", {"executed": H + 4}, "rtc.executed"),
+                                 ("unknown key", {"executd": 1}, "unknown key 'executd'"),
+                                 ("bad schedule", {"schedule": "cosine"}, "rtc.schedule"),
+                                 ("prev_chunk of the wrong width", {"prev_chunk": np.zeros((2, 7), np.float32)}, "rtc.prev_chunk")):
+            e = client(srv.port)
+            e.infer({**obs1, "noise": n1})
+            try:
+                e.infer({**obs1, "noise": n1, "rtc": bad})
+                check(f"rtc: {label} refused", False, "answered")
+            except Exception as ex_:  # noqa: BLE001 - the client raises with the server's reason
+                check(f"rtc: {label} refused", want in str(ex_), str(ex_)[:200])
+        for x in (a, b, c, d):
+            x._ws.close()
+    finally:
+        check("rtc server: SIGTERM -> exit 0", srv.stop() == 0, on_fail=srv.text()[-1500:])
+
+
 def test_faults(tmp, libero_args, cases, expected):
     srv = Server(tmp, "faults", libero_args + ["--max-message-bytes", "1000000"])
     check("faults: no warm-up on the CPU by default", "warm-up" not in srv.text(), srv.text()[-400:])
@@ -533,6 +592,7 @@ def main():
         test_robots(tmp, robots)
         test_lerobot_batched(tmp, robots["LeRobot"][0])
         test_live(tmp, libero_args)
+        test_rtc(tmp, libero_args)
         cases = variants(16)
         expected = [pi0_run(libero_args, o, n, tmp, f"v{i}") for i, (o, n) in enumerate(cases)]
         test_load(tmp, libero_args, cases, expected)

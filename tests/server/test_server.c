@@ -470,8 +470,10 @@ static int fake_prepare(void *ctx, const pi0_observation *obs, void **out, char 
     return 0;
 }
 
-static int fake_run(void *ctx, void *const *prep, int n, double *actions, double *model_ms, char *err, size_t errlen) {
+static int fake_run(void *ctx, void *const *prep, int n, double *actions, float *chunks, double *model_ms, char *err,
+                    size_t errlen) {
     (void)ctx; (void)err; (void)errlen;
+    if (chunks) memset(chunks, 0, (size_t)n * 3 * 4 * sizeof(float));
     int slow = 0;
     for (int i = 0; i < n; i++) {
         const fake_prep *p = prep[i];
