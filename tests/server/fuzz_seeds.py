@@ -28,6 +28,9 @@ seeds = {
     "aloha": {"state": np.ones(14), "images": {"cam_high": img(3, 6, 6), "cam_left_wrist": img(3, 6, 6)}},
     "noise": {"observation/state": rng.standard_normal(8).astype(">f4"), "prompt": np.array("cup"),
               "noise": rng.standard_normal((5, 32)).astype(np.float32), "step": np.int32(3)},
+    "rtc": {"observation/state": rng.standard_normal(8), "prompt": "cup",
+            "rtc": {"executed": 2, "inference_delay": 1, "execution_horizon": 4, "schedule": "EXP",
+                    "max_guidance_weight": 5.0, "prev_chunk": rng.standard_normal((3, 32)).astype(np.float32)}},
 }
 os.makedirs(sys.argv[1], exist_ok=True)
 for name, obs in seeds.items():
