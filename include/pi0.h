@@ -262,6 +262,9 @@ typedef struct {
     const char *metadata_json;   /* what openpi's server sends first: "{}" or {"reset_pose": [...]} for ALOHA; for a
                                     LeRobot policy {"lerobot": {"type", "cameras", "state_dim", "action_dim", ...}} */
     const char *lerobot;         /* a LeRobot policy: its features, norm modes and steps in words; NULL otherwise */
+    int rtc_horizon;             /* real-time chunking's defaults: a LeRobot policy's rtc_config, else LeRobot's */
+    pi0_rtc_schedule rtc_schedule;   /* RTCConfig defaults (10, LINEAR, 10) */
+    float rtc_max_weight;
     const pi0_model *model;
     const pi0_session *session;
 } pi0_policy_info;

@@ -36,7 +36,8 @@ static const char usage[] =
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
     "  --rtc-horizon S, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight W\n"
-    "                          real-time chunking's defaults for requests with \"rtc\" that name none (10, linear, 10)\n"
+    "                          real-time chunking's defaults for requests with \"rtc\" that name none (a LeRobot\n"
+    "                          directory's rtc_config, else 10, linear, 10 as LeRobot's RTCConfig)\n"
     "  --max-message-bytes N   refuse larger requests (default 67108864)\n"
     "  --max-pending-bytes N   bytes all connections' incomplete requests may hold together; past it a request\n"
     "                          gets an error and close 1013, try again later (default 268435456)\n"
@@ -94,7 +95,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) { if (parse_int(a, val, 0, 1, &warmup)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
-        else if (!strcmp(a, "--rtc-horizon")) { if (parse_int(a, val, 0, 4096, &v)) return 2; ep.rtc_horizon = (int)v; }
+        else if (!strcmp(a, "--rtc-horizon")) { if (parse_int(a, val, 1, 4096, &v)) return 2; ep.rtc_horizon = (int)v; }
         else if (!strcmp(a, "--rtc-schedule")) {
             static const char *const names[] = {"zeros", "ones", "linear", "exp"};
             ep.rtc_schedule_set = 0;
@@ -122,6 +123,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(backend, "cpu")) pp.model.backend = PI0_BACKEND_CPU;
     else { fprintf(stderr, "pi0-server: --backend: expected cpu or cuda, got '%s'\n", backend); return 2; }
     pp.max_batch = ep.max_batch;
+    int rtc_horizon_set = ep.rtc_horizon > 0, rtc_max_set = ep.rtc_max_weight > 0;
     if (warmup < 0) warmup = pp.model.backend == PI0_BACKEND_CUDA;   /* the CPU has no one-time costs to move */
     ep.prepare_threads = ep.max_batch > 2 ? 4 : 2;
 
@@ -144,6 +146,10 @@ int main(int argc, char **argv) {
     }
     pi0_policy_info info;
     pi0_policy_get_info(policy, &info);
+    /* real-time chunking's defaults: the options, else the policy's (a LeRobot directory's rtc_config) */
+    if (!rtc_horizon_set) ep.rtc_horizon = info.rtc_horizon;
+    if (!rtc_max_set) ep.rtc_max_weight = info.rtc_max_weight;
+    if (!ep.rtc_schedule_set) { ep.rtc_schedule = info.rtc_schedule; ep.rtc_schedule_set = 1; }
     srv_backend b;
     policy_backend_init(&b, policy);
 

@@ -97,9 +97,11 @@ pi0_status lerobot_config(pi0_config *c, const char *label, const char *json, si
                       label, c->n_cameras);
         goto done;
     }
-    json_t *rtc = json_object_get(r, "rtc_config");
-    if (json_is_object(rtc) && !json_is_false(json_object_get(rtc, "enabled"))) {
-        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: rtc_config: real-time chunking is not supported by this engine yet", label);
+    json_t *rtc = json_object_get(r, "rtc_config");   /* guided RTC is the engine's (docs/model.md 3.11) */
+    const char *rtc_mode = json_string_value(json_object_get(rtc, "mode"));
+    if (json_is_object(rtc) && !json_is_false(json_object_get(rtc, "enabled")) && rtc_mode && strcmp(rtc_mode, "guided")) {
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: rtc_config.mode '%s': only guided real-time chunking is supported (a "
+                      "checkpoint trained for RTC is not)", label, rtc_mode);
         goto done;
     }
 done:

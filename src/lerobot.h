@@ -44,6 +44,9 @@ typedef struct {
     int newline, state_prompt;      /* π0: pi0_new_line_processor; π0.5: pi05_prepare_state_tokenizer_processor_step */
     int n_rename;
     char **ren_from, **ren_to;      /* rename_observations_processor's rename_map */
+    int rtc_horizon;                /* config.json's rtc_config (LeRobot's RTCConfig): real-time chunking's defaults */
+    pi0_rtc_schedule rtc_schedule;
+    float rtc_max_weight;
     char *metadata;                 /* what the server sends first */
     char *summary;                  /* what `pi0 info` prints */
 } lerobot_pipeline;

@@ -259,6 +259,9 @@ static pi0_status make_texts(lerobot_pipeline *p) {
         p->pi05 && p->state_prompt ? "\"Task: <task>, State: <bins>;\\nAction: \"" : p->newline ? "<task> + \"\\n\"" : "<task>",
         p->H, p->n_action_steps, p->num_steps);
     for (int i = 0; i < p->n_rename; i++) cat(&s, &cap, "%s %s -> %s", i ? "," : "\n  renamed:", p->ren_from[i], p->ren_to[i]);
+    static const char *const sched[] = {"ZEROS", "ONES", "LINEAR", "EXP"};
+    cat(&s, &cap, "\n  real-time chunking (guided) defaults: execution_horizon %d, %s, max_guidance_weight %g", p->rtc_horizon,
+        sched[p->rtc_schedule], (double)p->rtc_max_weight);
     cat(&m, &mcap, "], \"state\": \"observation.state\", \"state_dim\": %d, \"action_dim\": %d, \"n_action_steps\": %d, "
         "\"prompt_key\": \"task\"}}", p->state_dim, p->action_dim, p->n_action_steps);
     p->summary = s;
@@ -331,6 +334,26 @@ pi0_status lerobot_pipeline_load(lerobot_pipeline **out, const char *dir, const 
     if (p->n_action_steps < 1 || p->n_action_steps > p->H) {
         st = pi0_fail(PI0_ERR_FORMAT, "%s: n_action_steps %d: expected 1..chunk_size (%d)", cfg_path, p->n_action_steps, p->H);
         goto done;
+    }
+    /* rtc_config: the defaults of a request's real-time chunking (LeRobot's RTCConfig: 10, LINEAR, 10) */
+    p->rtc_horizon = 10;
+    p->rtc_schedule = PI0_RTC_LINEAR;
+    p->rtc_max_weight = 10.0f;
+    json_t *rc = json_object_get(cfg, "rtc_config");
+    if (json_is_object(rc)) {
+        json_t *h = json_object_get(rc, "execution_horizon"), *mw = json_object_get(rc, "max_guidance_weight");
+        const char *sch = json_string_value(json_object_get(rc, "prefix_attention_schedule"));
+        static const char *const names[] = {"ZEROS", "ONES", "LINEAR", "EXP"};
+        int found = !sch;
+        for (int k = 0; sch && k < 4; k++) if (!strcmp(sch, names[k])) { p->rtc_schedule = (pi0_rtc_schedule)k; found = 1; }
+        if (!found || (h && (!json_is_integer(h) || json_integer_value(h) < 0 || json_integer_value(h) > 4096)) ||
+            (mw && (!json_is_number(mw) || !(json_number_value(mw) > 0)))) {
+            st = pi0_fail(PI0_ERR_FORMAT, "%s: rtc_config: expected prefix_attention_schedule ZEROS|ONES|LINEAR|EXP, "
+                          "execution_horizon 0..4096, max_guidance_weight > 0", cfg_path);
+            goto done;
+        }
+        if (h) p->rtc_horizon = (int)json_integer_value(h);
+        if (mw) p->rtc_max_weight = (float)json_number_value(mw);
     }
     v = json_object_get(cfg, "num_inference_steps");
     p->num_steps = v ? (int)json_integer_value(v) : 10;

@@ -259,6 +259,9 @@ void pi0_policy_get_info(const pi0_policy *p, pi0_policy_info *info) {
     info->config = p->cfg ? p->cfg->name : "";
     info->action_horizon = p->lr ? p->lr->n_action_steps : p->H;
     info->lerobot = p->lr ? p->lr->summary : NULL;
+    info->rtc_horizon = p->lr ? p->lr->rtc_horizon : 10;
+    info->rtc_schedule = p->lr ? p->lr->rtc_schedule : PI0_RTC_LINEAR;
+    info->rtc_max_weight = p->lr ? p->lr->rtc_max_weight : 10.0f;
     info->action_dim = p->D;
     info->max_batch = p->max_batch;
     info->quantile = p->quantile;

@@ -269,6 +269,15 @@ def e2e(tmp):
     for i, (name, d, obs, task) in enumerate(cases):
         p, r, cf, rf = run_pair(tmp, f"case{i}", d, tok, obs, task, noise)
         compare(name, p, r, cf, rf)
+    # a guided rtc_config: accepted, its values become the real-time chunking defaults
+    cfgp = os.path.join(tmp, "p05-q", "config.json")
+    cfg = json.load(open(cfgp))
+    cfg["rtc_config"] = {"enabled": True, "mode": "guided", "prefix_attention_schedule": "EXP", "max_guidance_weight": 5.0,
+                         "execution_horizon": 4, "debug": False, "debug_maxlen": 100}
+    json.dump(cfg, open(cfgp, "w"))
+    rc, out, err = pi0("info", "--checkpoint", os.path.join(tmp, "p05-q"))
+    check("info: a guided rtc_config is accepted and gives the RTC defaults",
+          rc == 0 and "execution_horizon 4, EXP, max_guidance_weight 5" in out, out[-400:] + err)
     # info names the features, modes and prompt
     rc, out, err = pi0("info", "--checkpoint", os.path.join(tmp, "p05-q"))
     check("info: cameras, empty camera, state QUANTILES in the prompt, action",
@@ -385,7 +394,7 @@ def main():
         bad("relative actions", ["use_relative_actions: true is not supported"], use_relative_actions=True)
         bad("proprioceptive memory", ["use_proprioceptive_memory: true"], use_proprioceptive_memory=True)
         bad("PEFT adapters", ["use_peft: true"], use_peft=True)
-        bad("real-time chunking", ["rtc_config"], rtc_config={"enabled": True, "execution_horizon": 10})
+        bad("RTC-trained checkpoint", ["rtc_config.mode 'trained'"], rtc_config={"enabled": True, "mode": "trained"})
         bad("non-square images", ["image_resolution: expected [R, R]"], image_resolution=[56, 64])
         bad("state and action widths differ", ["max_state_dim 16 differs from max_action_dim 32"], max_state_dim=16)
         bad("pi05 type on pi0 weights", ['"type": "pi05"', "lacks the adaRMS tensor"], type="pi05")
