@@ -59,10 +59,26 @@ static void finish(engine *e, engine_job *chain) {
         next = j->next;
         e->stats.requests++;
         if (j->error) e->stats.errors++;
-        push(&e->done_head, &e->done_tail, j);
+        engine_job *p = j->parent;
+        if (p) {   /* an element: it waits in its request, which is done with its last element */
+            j->next = NULL;
+            p->items[j->index] = j;
+            if (--p->remaining == 0) push(&e->done_head, &e->done_tail, p);
+        } else {
+            push(&e->done_head, &e->done_tail, j);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     if (e->p.notify) e->p.notify(e->p.notify_user);
+}
+
+/* The prepare thread's hold on a batch request ends (its elements may all have finished already). */
+static void release_batch(engine *e, engine_job *p) {
+    pthread_mutex_lock(&e->mu);
+    int done = --p->remaining == 0;
+    if (done) push(&e->done_head, &e->done_tail, p);
+    pthread_mutex_unlock(&e->mu);
+    if (done && e->p.notify) e->p.notify(e->p.notify_user);
 }
 
 /* Out of memory leaves both error and actions NULL; the service thread reports that case itself. */
@@ -105,6 +121,73 @@ static int rtc_request(engine *e, const engine_job *j, msgnp_request *req, pi0_r
     return 1;
 }
 
+/* Decoded, prepared and queued like a request: a batch element, or a plain request (parent NULL). Returns 1 when
+ * queued for the worker; otherwise j carries the error and the caller finishes it. */
+static int prepare_one(engine *e, engine_job *j, msgnp_request *req, uint64_t seed, char *err, size_t errlen) {
+    pi0_rtc_request rtc;
+    if (req->has_rtc && !rtc_request(e, j, req, &rtc, err, errlen)) {
+        set_error(j, "bad request", err);
+        return 0;
+    }
+    req->obs.seed = seed;
+    if (e->b.prepare(e->b.ctx, &req->obs, &j->prepared, err, errlen) == 0) return 1;
+    for (int k = 0; k < req->n_unread; k++) {   /* "missing 'state'" when state came as a string */
+        char quoted[MSGNP_MAX_KEY + 2];
+        snprintf(quoted, sizeof quoted, "'%s'", req->unread[k]);
+        size_t n = strlen(err);
+        if (strstr(err, quoted))
+            snprintf(err + n, errlen - n, " (%s was sent as a %s; expected numbers or a numpy array)", quoted,
+                     req->unread_type[k]);
+    }
+    set_error(j, "observation refused", err);
+    return 0;
+}
+
+static void queue_run(engine *e, engine_job *j) {
+    pthread_mutex_lock(&e->mu);
+    push(&e->run_head, &e->run_tail, j);
+    e->n_run_queued++;
+    pthread_cond_signal(&e->run_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* A batch request's elements: each prepared (or refused with its own error) and queued for the worker, which batches
+ * them with the other requests. p waits until its last element and this thread's hold are done. */
+static void prepare_batch(engine *e, engine_job *p, msgnp_request *req) {
+    char err[1024];
+    int n = req->n_batch;
+    p->items = calloc((size_t)n, sizeof *p->items);
+    if (!p->items) {
+        set_error(p, "bad request", "out of memory");
+        finish(e, p);
+        return;
+    }
+    p->n_items = n;
+    p->remaining = n + 1;   /* + this thread's hold: p is not done before the loop is */
+    for (int i = 0; i < n; i++) {
+        engine_job *c = calloc(1, sizeof *c);
+        if (!c) {   /* no element to carry the error: the slot stays NULL, the reply says out of memory */
+            pthread_mutex_lock(&e->mu);
+            p->remaining--;
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        c->parent = p;
+        c->index = i;
+        c->conn_id = p->conn_id;
+        c->t_start = p->t_start;
+        pthread_mutex_lock(&e->mu);
+        uint64_t seed = splitmix(&e->seed);
+        pthread_mutex_unlock(&e->mu);
+        if (!req->batch[i]) set_error(c, "bad request", req->batch_err[i] ? req->batch_err[i] : "?");
+        if (req->batch[i] && prepare_one(e, c, req->batch[i], seed, err, sizeof err)) queue_run(e, c);
+        else finish(e, c);
+    }
+    free(p->msg);   /* the elements' arrays may point into it: freed once every element is prepared */
+    p->msg = NULL;
+    release_batch(e, p);
+}
+
 static void *prep_main(void *arg) {
     engine *e = arg;
     msgnp_limits lim = {.max_objects = e->p.max_objects, .noise_h = e->b.noise_h, .noise_a = e->b.noise_a,
@@ -122,34 +205,17 @@ static void *prep_main(void *arg) {
         msgnp_request *req = NULL;
         int ok = msgnp_decode(j->msg, j->len, &lim, &req, err, sizeof err) == PI0_OK;
         if (!ok) set_error(j, "bad request", err);
-        pi0_rtc_request rtc;
-        if (ok && req->has_rtc) ok = rtc_request(e, j, req, &rtc, err, sizeof err);
-        if (!ok && req && req->has_rtc && !j->error) set_error(j, "bad request", err);
-        if (ok) {
-            req->obs.seed = seed;
-            ok = e->b.prepare(e->b.ctx, &req->obs, &j->prepared, err, sizeof err) == 0;
-            for (int k = 0; !ok && k < req->n_unread; k++) {   /* "missing 'state'" when state came as a string */
-                char quoted[MSGNP_MAX_KEY + 2];
-                snprintf(quoted, sizeof quoted, "'%s'", req->unread[k]);
-                size_t n = strlen(err);
-                if (strstr(err, quoted))
-                    snprintf(err + n, sizeof err - n, " (%s was sent as a %s; expected numbers or a numpy array)", quoted,
-                             req->unread_type[k]);
-            }
-            if (!ok) set_error(j, "observation refused", err);
+        if (ok && req->n_batch) {   /* {"batch": [...]}: every element through the batcher on its own */
+            prepare_batch(e, j, req);
+            msgnp_request_free(req);
+            continue;
         }
+        if (ok) ok = prepare_one(e, j, req, seed, err, sizeof err);
         msgnp_request_free(req);
         free(j->msg);
         j->msg = NULL;
-        if (!ok) {
-            finish(e, j);
-            continue;
-        }
-        pthread_mutex_lock(&e->mu);
-        push(&e->run_head, &e->run_tail, j);
-        e->n_run_queued++;
-        pthread_cond_signal(&e->run_cv);
-        pthread_mutex_unlock(&e->mu);
+        if (ok) queue_run(e, j);
+        else finish(e, j);
     }
 }
 
@@ -258,6 +324,8 @@ pi0_status engine_create(engine **out, const srv_backend *b, const engine_params
 
 void engine_job_free(engine_job *j) {
     if (!j) return;
+    for (int i = 0; i < j->n_items; i++) engine_job_free(j->items[i]);
+    free(j->items);
     free(j->msg);
     free(j->error);
     free(j->actions);
@@ -270,7 +338,9 @@ static void free_chain(engine *e, engine_job *j) {
     while (j) {
         engine_job *next = j->next;
         if (j->prepared) e->b.release(j->prepared);
+        engine_job *p = j->parent;   /* an unfinished element: its request goes with its last one */
         engine_job_free(j);
+        if (p && --p->remaining == 0) engine_job_free(p);
         j = next;
     }
 }

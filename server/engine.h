@@ -52,12 +52,18 @@ struct engine_job {
     double model_ms;                 /* the batch's model time: openpi's policy_timing.infer_ms */
     double server_ms;                /* from the start of decoding to the end of the run (queueing included) */
     int batch;                       /* requests in the run that served this one */
+    /* a batch request ({"batch": [...]}): its elements, each served as a request of its own (error or actions);
+     * n_items 0 for a plain request */
+    engine_job **items;
+    int n_items;
     /* internal */
     uint8_t *msg;
     size_t len;
     void *prepared;
     double t_start;
     engine_job *next;
+    engine_job *parent;              /* an element of a batch request: the request, which is done with its last */
+    int index, remaining;            /* the element's index; the elements (+ the prepare thread) still unfinished */
 };
 
 typedef struct {

@@ -620,8 +620,36 @@ pi0_status msgnp_decode(const uint8_t *buf, size_t len, const msgnp_limits *lim,
     r = calloc(1, sizeof *r);
     if (!r) { st = fail(err, errlen, PI0_ERR_NOMEM, "out of memory"); goto fail; }
     r->obs.arrays = r->arrays;
-    st = walk_map(r, &up.data, "", 0, lim, err, errlen);
-    if (st) goto fail;
+    const msgpack_object *bv = map_get(&up.data, "batch");
+    if (bv) {   /* {"batch": [obs, ...]}: each element a request of its own */
+        if (up.data.via.map.size != 1)
+            { st = fail(err, errlen, PI0_ERR_FORMAT, "a batch request holds only the key 'batch'"); goto fail; }
+        if (bv->type != MSGPACK_OBJECT_ARRAY || bv->via.array.size < 1 || bv->via.array.size > MSGNP_MAX_BATCH)
+            { st = fail(err, errlen, PI0_ERR_FORMAT, "batch: expected a list of 1..%d observations", MSGNP_MAX_BATCH); goto fail; }
+        r->batch = calloc(bv->via.array.size, sizeof *r->batch);
+        r->batch_err = calloc(bv->via.array.size, sizeof *r->batch_err);
+        if (!r->batch || !r->batch_err) { st = fail(err, errlen, PI0_ERR_NOMEM, "out of memory"); goto fail; }
+        r->n_batch = (int)bv->via.array.size;
+        for (int i = 0; i < r->n_batch; i++) {   /* an element that does not decode carries its reason */
+            const msgpack_object *o = &bv->via.array.ptr[i];
+            char eb[512];
+            pi0_status es = PI0_OK;
+            if (o->type != MSGPACK_OBJECT_MAP) es = fail(eb, sizeof eb, PI0_ERR_FORMAT, "expected a map (an observation)");
+            else if (!(r->batch[i] = calloc(1, sizeof *r->batch[i]))) { st = fail(err, errlen, PI0_ERR_NOMEM, "out of memory"); goto fail; }
+            else {
+                r->batch[i]->obs.arrays = r->batch[i]->arrays;
+                es = walk_map(r->batch[i], o, "", 0, lim, eb, sizeof eb);
+            }
+            if (es == PI0_ERR_NOMEM) { st = fail(err, errlen, PI0_ERR_NOMEM, "out of memory"); goto fail; }
+            if (es) {
+                msgnp_request_free(r->batch[i]);
+                r->batch[i] = NULL;
+                if (!(r->batch_err[i] = strdup(eb))) { st = fail(err, errlen, PI0_ERR_NOMEM, "out of memory"); goto fail; }
+            }
+        }
+    } else if ((st = walk_map(r, &up.data, "", 0, lim, err, errlen))) {
+        goto fail;
+    }
     msgpack_unpacked_destroy(&up);
     *out = r;
     return PI0_OK;
@@ -637,6 +665,12 @@ void msgnp_request_free(msgnp_request *r) {
     free(r->prompt);
     free(r->noise);
     free(r->rtc_prev);
+    for (int i = 0; i < r->n_batch; i++) {
+        msgnp_request_free(r->batch[i]);
+        if (r->batch_err) free(r->batch_err[i]);
+    }
+    free(r->batch);
+    free(r->batch_err);
     free(r);
 }
 
@@ -672,13 +706,10 @@ static pi0_status finish(msgpack_sbuffer *sb, int bad, size_t headroom, msgnp_bu
     return PI0_OK;
 }
 
-pi0_status msgnp_encode_reply(const double *actions, int h, int d, double policy_infer_ms, double server_infer_ms,
-                              const double *prev_total_ms, size_t headroom, msgnp_buf *out) {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    memset(out, 0, sizeof *out);
-    int bad = begin(&sb, &pk, headroom);
-    bad |= msgpack_pack_map(&pk, 3);
+static int pack_reply(msgpack_packer *pkp, const double *actions, int h, int d, double policy_infer_ms,
+                      double server_infer_ms, const double *prev_total_ms) {
+    msgpack_packer pk = *pkp;
+    int bad = msgpack_pack_map(&pk, 3);
     bad |= pack_cstr(&pk, "actions");
     bad |= msgpack_pack_map(&pk, 4); /* numpy array: bin keys, in openpi's order */
     bad |= pack_bin_key(&pk, "__ndarray__");
@@ -702,6 +733,37 @@ pi0_status msgnp_encode_reply(const double *actions, int h, int d, double policy
     if (prev_total_ms) {
         bad |= pack_cstr(&pk, "prev_total_ms");
         bad |= msgpack_pack_double(&pk, *prev_total_ms);
+    }
+    return bad;
+}
+
+pi0_status msgnp_encode_reply(const double *actions, int h, int d, double policy_infer_ms, double server_infer_ms,
+                              const double *prev_total_ms, size_t headroom, msgnp_buf *out) {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    memset(out, 0, sizeof *out);
+    int bad = begin(&sb, &pk, headroom);
+    bad |= pack_reply(&pk, actions, h, d, policy_infer_ms, server_infer_ms, prev_total_ms);
+    return finish(&sb, bad, headroom, out);
+}
+
+pi0_status msgnp_encode_batch_reply(const msgnp_item *items, int n, int h, int d, size_t headroom, msgnp_buf *out) {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    memset(out, 0, sizeof *out);
+    int bad = begin(&sb, &pk, headroom);
+    bad |= msgpack_pack_map(&pk, 1);
+    bad |= pack_cstr(&pk, "batch");
+    bad |= msgpack_pack_array(&pk, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        if (items[i].actions) {
+            bad |= pack_reply(&pk, items[i].actions, h, d, items[i].policy_infer_ms, items[i].server_infer_ms, NULL);
+        } else {
+            const char *e = items[i].error ? items[i].error : "out of memory";
+            bad |= msgpack_pack_map(&pk, 1);
+            bad |= pack_cstr(&pk, "error");
+            bad |= msgpack_pack_str_with_body(&pk, e, strlen(e));
+        }
     }
     return finish(&sb, bad, headroom, out);
 }

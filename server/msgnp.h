@@ -14,6 +14,7 @@
 
 #define MSGNP_MAX_ARRAYS 64   /* named arrays per observation (openpi's examples send at most 6) */
 #define MSGNP_MAX_KEY 256     /* bytes of a flattened key, "images/cam_high" */
+#define MSGNP_MAX_BATCH 256   /* observations per batch request */
 #define MSGNP_MAX_DEPTH 32    /* msgpack nesting (msgpack-c's own parser stack is 32 deep) */
 
 typedef struct {
@@ -24,7 +25,7 @@ typedef struct {
 
 /* A decoded request. obs.arrays point into the request buffer when its bytes can be used in place
  * (native byte order, aligned), else into copies owned here: keep the buffer alive as long as this. */
-typedef struct {
+typedef struct msgnp_request {
     pi0_observation obs;
     pi0_array arrays[MSGNP_MAX_ARRAYS];
     char keys[MSGNP_MAX_ARRAYS][MSGNP_MAX_KEY];
@@ -36,6 +37,11 @@ typedef struct {
     double rtc_max_weight;
     float *rtc_prev;                 /* "prev_chunk" [rtc_n_prev, A] float32 copy (model space), or NULL */
     int rtc_n_prev;
+    /* a batch request ({"batch": [obs, ...]}, openpi PR #941): the elements, each decoded as a request of its own;
+     * an element that does not decode has batch[i] NULL and its reason in batch_err[i] (the others are served) */
+    struct msgnp_request **batch;
+    char **batch_err;
+    int n_batch;
     /* keys whose values no policy reads (str, bin, nil, ext; openpi ignores them too): when the policy then says
      * such a key is missing, the server tells what was sent instead */
     char unread[4][MSGNP_MAX_KEY];
@@ -62,6 +68,15 @@ typedef struct {
  * server_timing {infer_ms[, prev_total_ms]} (prev_total_ms NULL = absent, as in a connection's first reply). */
 pi0_status msgnp_encode_reply(const double *actions, int h, int d, double policy_infer_ms, double server_infer_ms,
                               const double *prev_total_ms, size_t headroom, msgnp_buf *out);
+/* One element of a batch reply: its actions [h, d] and timings, or an error. */
+typedef struct {
+    const double *actions;           /* NULL when error */
+    const char *error;
+    double policy_infer_ms, server_infer_ms;
+} msgnp_item;
+/* The batch reply {"batch": [reply or {"error": str}, ...]}: each element as msgnp_encode_reply writes one (without
+ * prev_total_ms), or a map with the element's error. */
+pi0_status msgnp_encode_batch_reply(const msgnp_item *items, int n, int h, int d, size_t headroom, msgnp_buf *out);
 /* The metadata frame from the policy's metadata JSON (objects -> maps with str keys, JSON integers ->
  * msgpack ints, reals -> float64, as Python's msgpack packs openpi's config values). */
 /* Length (1-4) of the strict UTF-8 sequence at s, 0 if none starts there. */

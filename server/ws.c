@@ -258,14 +258,26 @@ static int on_writeable(ws_server *s, conn *c) {
     engine_job *j = c->done;
     c->done = NULL;
     c->busy = 0;
-    if (j->error || !j->actions) {
+    if ((j->error || !j->actions) && !j->n_items) {
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "%s", j->error ? j->error : "out of memory");
         engine_job_free(j);
         return 0;
     }
     msgnp_buf out;
-    pi0_status st = msgnp_encode_reply(j->actions, s->b.action_horizon, s->b.action_dim, j->model_ms, j->server_ms,
-                                       c->have_prev ? &c->prev_total_ms : NULL, LWS_PRE, &out);
+    pi0_status st;
+    if (j->n_items) {   /* a batch request: each element's reply or error, in order */
+        msgnp_item *it = calloc((size_t)j->n_items, sizeof *it);
+        for (int i = 0; it && i < j->n_items; i++) {
+            const engine_job *e = j->items[i];
+            it[i] = (msgnp_item){.actions = e && !e->error ? e->actions : NULL, .error = e ? e->error : NULL,
+                                 .policy_infer_ms = e ? e->model_ms : 0, .server_infer_ms = e ? e->server_ms : 0};
+        }
+        st = it ? msgnp_encode_batch_reply(it, j->n_items, s->b.action_horizon, s->b.action_dim, LWS_PRE, &out) : PI0_ERR_NOMEM;
+        free(it);
+    } else {
+        st = msgnp_encode_reply(j->actions, s->b.action_horizon, s->b.action_dim, j->model_ms, j->server_ms,
+                                c->have_prev ? &c->prev_total_ms : NULL, LWS_PRE, &out);
+    }
     if (j->chunk_out) {   /* the connection's real-time chunking state: this reply's chunk */
         free(c->chunk);
         c->chunk = j->chunk_out;

@@ -426,6 +426,48 @@ def test_rtc(tmp, libero_args):
         check("rtc server: SIGTERM -> exit 0", srv.stop() == 0, on_fail=srv.text()[-1500:])
 
 
+def test_batch(tmp, libero_args, cases, expected):
+    """openpi PR #941's batch request {"batch": [obs, ...]} -> {"batch": [reply, ...]}: every element through the
+    dynamic batcher (with a second client's single requests in the same runs), each reply equal to its own chunk, a
+    refused element answered with {"error": ...} while the others are served, an element that is not a map too."""
+    srv = Server(tmp, "batchreq", libero_args + ["--max-batch", "4", "--batch-window-ms", "20"])
+    try:
+        a, b = client(srv.port), client(srv.port)
+        bad = {k: v for k, v in cases[2][0].items() if k != "observation/state"}
+        elems = [{**cases[k][0], "noise": cases[k][1]} for k in range(6)]
+        elems[2] = {**bad, "noise": cases[2][1]}
+        single = []
+        t = threading.Thread(target=lambda: single.append(b.infer({**cases[7][0], "noise": cases[7][1]})["actions"]))
+        t.start()
+        r = a.infer({"batch": elems})
+        t.join()
+        out = r.get("batch", [])
+        good = len(out) == 6 and all(np.allclose(out[k]["actions"], expected[k], rtol=0, atol=1e-9) for k in (0, 1, 3, 4, 5))
+        check("batch request: 6 elements answered in order, each its own chunk", good and set(r) == {"batch"},
+              f"{len(out)} replies, keys {sorted(r)}")
+        check("batch request: the refused element carries its error, the others are served",
+              len(out) == 6 and set(out[2]) == {"error"} and "observation/state" in out[2]["error"], str(out[2])[:200] if len(out) == 6 else "")
+        check("batch request: elements have their own timings",
+              len(out) == 6 and all(set(out[k]) == {"actions", "policy_timing", "server_timing"} for k in (0, 1, 3, 4, 5)))
+        check("batch request: a concurrent single request served alongside",
+              len(single) == 1 and np.allclose(single[0], expected[7], rtol=0, atol=1e-9))
+        r2 = a.infer({"batch": [{**cases[0][0], "noise": cases[0][1]}, 5]})["batch"]
+        check("batch request: an element that is not a map is refused alone",
+              len(r2) == 2 and np.allclose(r2[0]["actions"], expected[0], rtol=0, atol=1e-9) and "expected a map" in r2[1]["error"],
+              str(r2)[:200])
+        try:
+            a.infer({"batch": [], "prompt": "x"})
+            check("batch request: a malformed batch is refused", False, "answered")
+        except Exception as e:  # noqa: BLE001
+            check("batch request: a malformed batch is refused", "only the key 'batch'" in str(e), str(e)[:200])
+        b._ws.close()
+    finally:
+        rc = srv.stop()
+    log = batches(srv.text())
+    check("batch request: SIGTERM -> exit 0; the elements ran in batches of more than one", rc == 0
+          and not log.endswith("largest batch 1"), log)
+
+
 def test_faults(tmp, libero_args, cases, expected):
     srv = Server(tmp, "faults", libero_args + ["--max-message-bytes", "1000000"])
     check("faults: no warm-up on the CPU by default", "warm-up" not in srv.text(), srv.text()[-400:])
@@ -596,6 +638,7 @@ def main():
         cases = variants(16)
         expected = [pi0_run(libero_args, o, n, tmp, f"v{i}") for i, (o, n) in enumerate(cases)]
         test_load(tmp, libero_args, cases, expected)
+        test_batch(tmp, libero_args, cases, expected)
         test_faults(tmp, libero_args, cases, expected)
         test_haproxy(tmp, libero_args, cases, expected)
     except Exception as e:  # noqa: BLE001 - a crash of the test is a failure, with its reason
