@@ -250,6 +250,7 @@ static void *worker_main(void *arg) {
         e->stats.batches++;
         e->stats.batched_requests += n;
         if (n > e->stats.largest_batch) e->stats.largest_batch = n;
+        e->stats.batch_sizes[n]++;
         pthread_mutex_unlock(&e->mu);
 
         double model_ms = 0;

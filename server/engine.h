@@ -69,6 +69,7 @@ struct engine_job {
 typedef struct {
     uint64_t requests, errors, batches, batched_requests;
     int largest_batch;
+    uint64_t batch_sizes[257];       /* runs of each batch size (1..256) */
 } engine_stats;
 
 typedef struct engine engine;

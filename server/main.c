@@ -184,5 +184,10 @@ int main(int argc, char **argv) {
     pi0_policy_free(policy);
     srv_log("stopped: %llu requests (%llu errors) in %llu batches, largest batch %d", (unsigned long long)es.requests,
             (unsigned long long)es.errors, (unsigned long long)es.batches, es.largest_batch);
+    char hist[2048] = "";
+    size_t k = 0;
+    for (int n = 1; n <= 256 && k < sizeof hist - 32; n++)
+        if (es.batch_sizes[n]) k += (size_t)snprintf(hist + k, sizeof hist - k, " %d:%llu", n, (unsigned long long)es.batch_sizes[n]);
+    if (k) srv_log("batch sizes (size:runs):%s", hist);
     return 0;
 }

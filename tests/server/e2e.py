@@ -468,6 +468,19 @@ def test_batch(tmp, libero_args, cases, expected):
           and not log.endswith("largest batch 1"), log)
 
 
+def test_serve_bench(libero_args):
+    """bench/serve_bench.py as a smoke test (CPU, tiny model): 3 robots for 2 s, plain and with batch requests."""
+    for extra in ([], ["--batch", "2"]):
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "serve_bench.py"), "--server", SERVER,
+                            "--server-args", " ".join(libero_args + ["--max-batch", "4", "--batch-window-ms", "2"]),
+                            "--robots", "3", "--seconds", "2", "--image-size", "56", *extra], capture_output=True,
+                           text=True, timeout=300, env=ENV)
+        line = [l for l in p.stdout.splitlines() if l.startswith("serve_bench: 3 robots")]
+        check(f"serve_bench {' '.join(extra) or 'plain'}: runs, 0 errors, a batch-size histogram",
+              p.returncode == 0 and line and " 0 errors" in line[0] and "batch sizes (size:runs): " in p.stdout,
+              (line[0] if line else p.stdout[-500:] + p.stderr[-500:]))
+
+
 def test_faults(tmp, libero_args, cases, expected):
     srv = Server(tmp, "faults", libero_args + ["--max-message-bytes", "1000000"])
     check("faults: no warm-up on the CPU by default", "warm-up" not in srv.text(), srv.text()[-400:])
@@ -639,6 +652,7 @@ def main():
         expected = [pi0_run(libero_args, o, n, tmp, f"v{i}") for i, (o, n) in enumerate(cases)]
         test_load(tmp, libero_args, cases, expected)
         test_batch(tmp, libero_args, cases, expected)
+        test_serve_bench(libero_args)
         test_faults(tmp, libero_args, cases, expected)
         test_haproxy(tmp, libero_args, cases, expected)
     except Exception as e:  # noqa: BLE001 - a crash of the test is a failure, with its reason

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Serving benchmark: N robots, each a separate process with a fast websocket client, sending LIBERO / DROID / ALOHA
+observations back to back to one pi0-server for a fixed time; reports requests/s, latency p50 / p90 / p99 over all
+requests, the spread between robots, and the server's batch-size histogram (from its log). With --batch K each
+robot sends openpi's batch request {"batch": [K observations]} instead (samples/s counts the elements).
+
+  python3 bench/serve_bench.py --server build/pi0-server --server-args "--checkpoint DIR --tokenizer T --robot libero
+      --max-batch 64 --batch-window-ms 5 --backend cuda" --robots 8 --seconds 20 [--robot libero|droid|aloha]
+      [--batch K] [--image-size 224] [--csv FILE]
+
+Needs numpy, msgpack and websockets (the server tests' venv has them: build/venv-server). The server is started
+here on a free port and stopped (SIGTERM) at the end; its log is printed on failure. Observations carry images of
+--image-size (224: no resize on the server) and random states; every robot's first request is not timed (it may pay
+a graph capture). Prints one summary line per run, `serve_bench: ...`."""
+import argparse
+import multiprocessing as mp
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import msgpack
+import numpy as np
+import websockets.sync.client
+
+
+def pack_array(obj):   # openpi_client/msgpack_numpy.py's encoding
+    if isinstance(obj, np.ndarray):
+        return {b"__ndarray__": True, b"data": obj.tobytes(), b"dtype": obj.dtype.str, b"shape": obj.shape}
+    if isinstance(obj, np.generic):
+        return {b"__npgeneric__": True, b"data": obj.item(), b"dtype": obj.dtype.str}
+    return obj
+
+
+def observation(robot, rng, size):
+    img = lambda *s: rng.integers(0, 256, s, dtype=np.uint8)   # noqa: E731
+    if robot == "libero":
+        return {"observation/image": img(size, size, 3), "observation/wrist_image": img(size, size, 3),
+                "observation/state": rng.standard_normal(8), "prompt": "pick up the black bowl"}
+    if robot == "droid":
+        return {"observation/exterior_image_1_left": img(size, size, 3), "observation/wrist_image_left": img(size, size, 3),
+                "observation/joint_position": rng.standard_normal(7), "observation/gripper_position": rng.random(1),
+                "prompt": "open the drawer"}
+    return {"state": rng.standard_normal(14), "images": {k: img(3, size, size) for k in
+                                                          ("cam_high", "cam_left_wrist", "cam_right_wrist")}}
+
+
+def robot_main(idx, port, seconds, robot, batch, size, start, out):
+    rng = np.random.default_rng(idx)
+    obs = [observation(robot, rng, size) for _ in range(4)]
+    msgs = [msgpack.packb({"batch": [obs[(i + j) % 4] for j in range(batch)]} if batch else obs[i], default=pack_array)
+            for i in range(4)]
+    lat, errors = [], 0
+    with websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+        ws.recv()   # metadata
+        ws.send(msgs[0])
+        ws.recv()   # untimed: a first request may pay one-time costs
+        start.wait()
+        t_end, i = time.perf_counter() + seconds, 0
+        while time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            ws.send(msgs[i % 4])
+            reply = ws.recv()
+            lat.append(time.perf_counter() - t0)
+            if not isinstance(reply, bytes):   # an error frame
+                errors += 1
+                break
+            i += 1
+    out.put((idx, lat, errors))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--server-args", required=True)
+    ap.add_argument("--robots", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--robot", choices=("libero", "droid", "aloha"), default="libero")
+    ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--csv")
+    a = ap.parse_args()
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    srv = subprocess.Popen([a.server, "--host", "127.0.0.1", "--port", "0", *shlex.split(a.server_args)], stdout=log,
+                           stderr=subprocess.STDOUT)
+    port, deadline = None, time.time() + 600
+    while port is None and time.time() < deadline and srv.poll() is None:
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", open(log.name).read())
+        port = int(m.group(1)) if m else None
+        time.sleep(0.05)
+    if port is None:
+        print(open(log.name).read()[-3000:])
+        print("serve_bench: the server did not start")
+        return 1
+    start, out = mp.Event(), mp.Queue()
+    procs = [mp.Process(target=robot_main, args=(i, port, a.seconds, a.robot, a.batch, a.image_size, start, out))
+             for i in range(a.robots)]
+    for p in procs:
+        p.start()
+    time.sleep(1.0 + 0.05 * a.robots)   # every robot connected and through its first request
+    t0 = time.perf_counter()
+    start.set()
+    results = [out.get(timeout=a.seconds + 600) for _ in procs]
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    srv.send_signal(signal.SIGTERM)
+    rc = srv.wait(60)
+    text = open(log.name).read()
+    lat = np.array([x for _, l, _ in results for x in l]) * 1e3
+    errors = sum(e for _, _, e in results)
+    per = [len(l) / a.seconds for _, l, _ in results]
+    hist = re.findall(r"batch sizes \(size:runs\):(.*)", text)
+    n = len(lat) * max(a.batch, 1)
+    p50, p90, p99 = (np.percentile(lat, q) for q in (50, 90, 99)) if len(lat) else (0, 0, 0)
+    line = (f"serve_bench: {a.robots} robots ({a.robot}{f', batch requests of {a.batch}' if a.batch else ''}), {wall:.1f} s: "
+            f"{len(lat) / wall:.1f} requests/s, {n / wall:.1f} samples/s, p50 {p50:.1f} ms, p90 {p90:.1f} ms, "
+            f"p99 {p99:.1f} ms, p99/p50 {p99 / max(p50, 1e-9):.2f}, per robot {min(per):.1f}-{max(per):.1f} req/s, "
+            f"{errors} errors, server exit {rc}")
+    print(line)
+    print("serve_bench: batch sizes (size:runs):" + (hist[-1] if hist else " ?"))
+    if a.csv:
+        new = not os.path.exists(a.csv)
+        with open(a.csv, "a") as f:
+            if new:
+                f.write("robots,robot,batch_request,seconds,requests_per_s,samples_per_s,p50_ms,p90_ms,p99_ms,errors\n")
+            f.write(f"{a.robots},{a.robot},{a.batch},{wall:.2f},{len(lat) / wall:.2f},{n / wall:.2f},{p50:.2f},{p90:.2f},"
+                    f"{p99:.2f},{errors}\n")
+    if errors or rc != 0 or not len(lat):
+        print(text[-3000:])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
