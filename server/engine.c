@@ -23,6 +23,7 @@ struct engine {
     pthread_cond_t prep_cv, run_cv;
     engine_job *prep_head, *prep_tail, *run_head, *run_tail, *done_head, *done_tail;
     int n_run_queued, pending, stop;
+    int n_preparing;                 /* requests popped by a prepare thread and not yet queued for the worker or done */
     uint64_t seed;
     engine_stats stats;
     pthread_t prep[MAX_PREP_THREADS], worker;
@@ -143,6 +144,21 @@ static int prepare_one(engine *e, engine_job *j, msgnp_request *req, uint64_t se
     return 0;
 }
 
+/* A prepare thread is done with a request (queued, finished or split into elements): the worker may stop waiting. */
+static void prepared_one(engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->n_preparing--;
+    pthread_cond_signal(&e->run_cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Requests that have arrived and are not yet ready for the worker (call with mu held). */
+static int arriving(const engine *e) {
+    int n = e->n_preparing;
+    for (const engine_job *j = e->prep_head; j; j = j->next) n++;
+    return n;
+}
+
 static void queue_run(engine *e, engine_job *j) {
     pthread_mutex_lock(&e->mu);
     push(&e->run_head, &e->run_tail, j);
@@ -199,6 +215,7 @@ static void *prep_main(void *arg) {
         if (e->stop) { pthread_mutex_unlock(&e->mu); return NULL; }
         engine_job *j = pop(&e->prep_head, &e->prep_tail);
         uint64_t seed = splitmix(&e->seed);
+        e->n_preparing++;
         pthread_mutex_unlock(&e->mu);
 
         j->t_start = now_ms();
@@ -208,6 +225,7 @@ static void *prep_main(void *arg) {
         if (ok && req->n_batch) {   /* {"batch": [...]}: every element through the batcher on its own */
             prepare_batch(e, j, req);
             msgnp_request_free(req);
+            prepared_one(e);
             continue;
         }
         if (ok) ok = prepare_one(e, j, req, seed, err, sizeof err);
@@ -216,6 +234,7 @@ static void *prep_main(void *arg) {
         j->msg = NULL;
         if (ok) queue_run(e, j);
         else finish(e, j);
+        prepared_one(e);
     }
 }
 
@@ -230,14 +249,22 @@ static void *worker_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !e->run_head) pthread_cond_wait(&e->run_cv, &e->mu);
-        if (!e->stop && e->n_run_queued < max && e->p.batch_window_ms > 0) {
-            struct timespec ts; /* run_cv waits on CLOCK_MONOTONIC */
+        /* the batch: what is queued, plus what arrives within the window, plus (up to max_wait_ms) what has already
+         * arrived and is still being prepared: a fleet's requests come back together after a run, and taking the
+         * first few alone would split them into a small batch and a late one */
+        struct timespec t0, ts; /* run_cv waits on CLOCK_MONOTONIC */
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double wait_max = e->p.max_wait_ms < 0 ? 50 : e->p.max_wait_ms;
+        for (;;) {
+            if (e->stop || e->n_run_queued >= max) break;
             clock_gettime(CLOCK_MONOTONIC, &ts);
-            long long ns = ts.tv_nsec + (long long)(e->p.batch_window_ms * 1e6);
+            double el = (ts.tv_sec - t0.tv_sec) * 1e3 + (ts.tv_nsec - t0.tv_nsec) * 1e-6;
+            double until = el < e->p.batch_window_ms ? e->p.batch_window_ms : arriving(e) > 0 ? wait_max : 0;
+            if (el >= until) break;
+            long long ns = ts.tv_nsec + (long long)((until - el) * 1e6);
             ts.tv_sec += ns / 1000000000;
             ts.tv_nsec = ns % 1000000000;
-            while (!e->stop && e->n_run_queued < max)
-                if (pthread_cond_timedwait(&e->run_cv, &e->mu, &ts) != 0) break;
+            pthread_cond_timedwait(&e->run_cv, &e->mu, &ts);
         }
         if (e->stop) { pthread_mutex_unlock(&e->mu); break; }
         int n = 0;

@@ -31,6 +31,9 @@ typedef struct {
 typedef struct {
     int max_batch;                   /* requests per run, 1..backend max_batch; 0 = 1 */
     double batch_window_ms;          /* after the first request, wait this long for more (0 = take what is queued) */
+    double max_wait_ms;              /* and while requests that have arrived are still being decoded / prepared, wait
+                                        for them up to this long (0 = don't): they join the batch instead of making
+                                        the next one. Default (negative) 50 */
     int prepare_threads;             /* 0 = 2 */
     size_t max_objects;              /* msgpack objects per request (msgnp_limits); 0 = default */
     /* real-time chunking's defaults for requests that name no value (server options; LeRobot's RTCConfig defaults) */

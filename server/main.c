@@ -35,6 +35,8 @@ static const char usage[] =
     "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
+    "  --max-wait-ms T         and wait up to T ms for requests that have arrived and are still being prepared, so\n"
+    "                          that a fleet's requests, which come back together, make one batch (default 50; 0 off)\n"
     "  --rtc-horizon S, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight W\n"
     "                          real-time chunking's defaults for requests with \"rtc\" that name none (a LeRobot\n"
     "                          directory's rtc_config, else 10, linear, 10 as LeRobot's RTCConfig)\n"
@@ -70,7 +72,7 @@ int main(int argc, char **argv) {
     const char *checkpoint = NULL, *backend = "cpu";
     pi0_policy_params pp = {0};
     ws_params wp = {.port = 8000, .api_key = getenv("PI0_API_KEY")};
-    engine_params ep = {.max_batch = 1};
+    engine_params ep = {.max_batch = 1, .max_wait_ms = -1};
     long v, warmup = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -95,6 +97,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--warmup")) { if (parse_int(a, val, 0, 1, &warmup)) return 2; }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
+        else if (!strcmp(a, "--max-wait-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.max_wait_ms = (double)v; }
         else if (!strcmp(a, "--rtc-horizon")) { if (parse_int(a, val, 1, 4096, &v)) return 2; ep.rtc_horizon = (int)v; }
         else if (!strcmp(a, "--rtc-schedule")) {
             static const char *const names[] = {"zeros", "ones", "linear", "exp"};
