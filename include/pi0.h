@@ -160,6 +160,8 @@ void pi0_session_get_timing(const pi0_session *s, pi0_timing *t);
 void pi0_session_set_stage_timing(pi0_session *s, int on);
 /* Name of the backend the session runs on ("cpu", "cuda"). */
 const char *pi0_session_backend(const pi0_session *s);
+/* The session's device memory in use (by every process) and in all; PI0_ERR_UNSUPPORTED on the CPU backend. */
+pi0_status pi0_session_memory(const pi0_session *s, size_t *used, size_t *total);
 /* The processor it runs on ("NVIDIA H100 80GB HBM3, 132 SMs" / the CPU model) and the driver
  * ("CUDA driver 13.0", or "-" on the CPU); static strings owned by the session. */
 const char *pi0_session_device(const pi0_session *s);

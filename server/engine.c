@@ -30,6 +30,14 @@ struct engine {
     int n_prep, worker_started;
 };
 
+const double engine_lat_bounds[ENGINE_LAT_BUCKETS] = {5, 10, 15, 20, 30, 50, 75, 100, 150, 250, 500, 1000, 2500, 10000};
+
+static int lat_bucket(double ms) {
+    int b = 0;
+    while (b < ENGINE_LAT_BUCKETS && ms > engine_lat_bounds[b]) b++;
+    return b;
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -60,6 +68,10 @@ static void finish(engine *e, engine_job *chain) {
         next = j->next;
         e->stats.requests++;
         if (j->error) e->stats.errors++;
+        if (!j->error) {
+            e->stats.req_lat[lat_bucket(j->server_ms)]++;
+            e->stats.req_lat_sum += j->server_ms;
+        }
         engine_job *p = j->parent;
         if (p) {   /* an element: it waits in its request, which is done with its last element */
             j->next = NULL;
@@ -283,6 +295,10 @@ static void *worker_main(void *arg) {
         double model_ms = 0;
         int ok = actions && chunks && e->b.run(e->b.ctx, prepared, n, actions, chunks, &model_ms, err, sizeof err) == 0;
         double t_end = now_ms();
+        pthread_mutex_lock(&e->mu);
+        e->stats.run_lat[lat_bucket(model_ms)]++;
+        e->stats.run_lat_sum += model_ms;
+        pthread_mutex_unlock(&e->mu);
         for (int i = 0; i < n; i++) {
             engine_job *j = batch[i];
             e->b.release(j->prepared);
@@ -429,5 +445,7 @@ int engine_pending(engine *e) {
 void engine_get_stats(engine *e, engine_stats *s) {
     pthread_mutex_lock(&e->mu);
     *s = e->stats;
+    s->queued = e->n_run_queued;
+    s->preparing = arriving(e);
     pthread_mutex_unlock(&e->mu);
 }

@@ -26,6 +26,8 @@ typedef struct {
     int (*run)(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms, char *err,
                size_t errlen);
     void (*release)(void *prepared);
+    /* the device's memory in use and in all (GET /metrics); NULL or -1 = none (the CPU backend) */
+    int (*device_memory)(void *ctx, size_t *used, size_t *total);
 } srv_backend;
 
 typedef struct {
@@ -69,10 +71,19 @@ struct engine_job {
     int index, remaining;            /* the element's index; the elements (+ the prepare thread) still unfinished */
 };
 
+#define ENGINE_LAT_BUCKETS 14
+/* upper bounds of the latency buckets, ms (the last bucket, +Inf, is extra) */
+extern const double engine_lat_bounds[ENGINE_LAT_BUCKETS];
+
 typedef struct {
     uint64_t requests, errors, batches, batched_requests;
     int largest_batch;
     uint64_t batch_sizes[257];       /* runs of each batch size (1..256) */
+    /* latency histograms (Prometheus buckets, cumulative counts taken at read), ms: a request's server time (decode
+     * to reply, queueing included) and a batch's model time */
+    uint64_t req_lat[ENGINE_LAT_BUCKETS + 1], run_lat[ENGINE_LAT_BUCKETS + 1];
+    double req_lat_sum, run_lat_sum;
+    int queued, preparing;           /* at read: requests ready for the worker, and being decoded / prepared */
 } engine_stats;
 
 typedef struct engine engine;

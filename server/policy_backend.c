@@ -37,6 +37,12 @@ static int run(void *ctx, void *const *prepared, int n, double *actions, float *
 
 static void release(void *prepared) { pi0_prepared_free(prepared); }
 
+static int device_memory(void *ctx, size_t *used, size_t *total) {
+    pi0_policy_info info;
+    pi0_policy_get_info(ctx, &info);
+    return pi0_session_memory(info.session, used, total) == PI0_OK ? 0 : -1;
+}
+
 void policy_backend_init(srv_backend *b, pi0_policy *p) {
     pi0_policy_info info;
     pi0_model_info mi;
@@ -54,5 +60,6 @@ void policy_backend_init(srv_backend *b, pi0_policy *p) {
         .prepare = prepare,
         .run = run,
         .release = release,
+        .device_memory = device_memory,
     };
 }

@@ -27,6 +27,7 @@ struct conn {
     conn *next;                 /* the server's list of open websocket connections */
     char peer[96];
     int websocket, healthz;     /* what this wsi is */
+    char *metrics;              /* GET /metrics: the body to write */
     uint8_t *rx;                /* message being reassembled */
     size_t rx_len, rx_cap;      /* rx_cap counts in the server's pending bytes */
     int rx_open;                /* a message has begun and not ended (the close waits for its end) */
@@ -62,6 +63,79 @@ struct ws_server {
     lws_sorted_usec_list_t tick;
     int port;
 };
+
+/* appends printf output to a growing string (NULL after a failed allocation) */
+static void mcat(char **b, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void mcat(char **b, size_t *cap, const char *fmt, ...) {
+    if (!*b) return;
+    size_t len = strlen(*b);
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(*b + len, *cap - len, fmt, ap);
+        va_end(ap);
+        if (k < 0) { free(*b); *b = NULL; return; }
+        if (len + (size_t)k < *cap) return;
+        char *g = realloc(*b, *cap * 2 + (size_t)k);
+        if (!g) { free(*b); *b = NULL; return; }
+        *b = g;
+        *cap = *cap * 2 + (size_t)k;
+    }
+}
+
+static void mhist(char **b, size_t *cap, const char *name, const char *help, const uint64_t *buckets, double sum_ms) {
+    mcat(b, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < ENGINE_LAT_BUCKETS; i++) {
+        cum += buckets[i];
+        mcat(b, cap, "%s_bucket{le=\"%g\"} %llu\n", name, engine_lat_bounds[i] / 1e3, (unsigned long long)cum);
+    }
+    cum += buckets[ENGINE_LAT_BUCKETS];
+    mcat(b, cap, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name,
+         sum_ms / 1e3, name, (unsigned long long)cum);
+}
+
+/* GET /metrics: the server's counters in Prometheus text format (server/README.md lists them) */
+static char *metrics_text(ws_server *s) {
+    engine_stats es;
+    engine_get_stats(s->eng, &es);
+    int conns = 0;
+    for (conn *c = s->conns; c; c = c->next) conns += c->websocket;
+    size_t cap = 8192;
+    char *b = calloc(1, cap);
+    mcat(&b, &cap, "# HELP pi0_requests_total Requests answered (batch elements count one each).\n"
+                   "# TYPE pi0_requests_total counter\npi0_requests_total %llu\n", (unsigned long long)es.requests);
+    mcat(&b, &cap, "# HELP pi0_request_errors_total Requests answered with an error.\n"
+                   "# TYPE pi0_request_errors_total counter\npi0_request_errors_total %llu\n", (unsigned long long)es.errors);
+    mcat(&b, &cap, "# HELP pi0_batches_total Model runs.\n# TYPE pi0_batches_total counter\npi0_batches_total %llu\n",
+         (unsigned long long)es.batches);
+    mcat(&b, &cap, "# HELP pi0_batch_size Requests per model run.\n# TYPE pi0_batch_size histogram\n");
+    static const int le[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    uint64_t cum = 0, sum = 0;
+    for (int i = 0, n = 1; i < 9; i++) {
+        for (; n <= le[i]; n++) { cum += es.batch_sizes[n]; sum += (uint64_t)n * es.batch_sizes[n]; }
+        mcat(&b, &cap, "pi0_batch_size_bucket{le=\"%d\"} %llu\n", le[i], (unsigned long long)cum);
+    }
+    mcat(&b, &cap, "pi0_batch_size_bucket{le=\"+Inf\"} %llu\npi0_batch_size_sum %llu\npi0_batch_size_count %llu\n",
+         (unsigned long long)cum, (unsigned long long)sum, (unsigned long long)cum);
+    mcat(&b, &cap, "# HELP pi0_queue_depth Requests ready for the model and waiting for a run.\n# TYPE pi0_queue_depth gauge\n"
+                   "pi0_queue_depth %d\n", es.queued);
+    mcat(&b, &cap, "# HELP pi0_preparing Requests being decoded and prepared.\n# TYPE pi0_preparing gauge\npi0_preparing %d\n",
+         es.preparing);
+    mcat(&b, &cap, "# HELP pi0_connections Open websocket connections.\n# TYPE pi0_connections gauge\npi0_connections %d\n",
+         conns);
+    mhist(&b, &cap, "pi0_request_latency_seconds", "From a request's decoding to its reply, queueing included.", es.req_lat,
+          es.req_lat_sum);
+    mhist(&b, &cap, "pi0_model_latency_seconds", "The model call of a run.", es.run_lat, es.run_lat_sum);
+    if (s->b.device_memory) {
+        size_t used = 0, total = 0;
+        if (s->b.device_memory(s->b.ctx, &used, &total) == 0)
+            mcat(&b, &cap, "# HELP pi0_device_memory_bytes Device memory in use and in all (the GPU's).\n"
+                           "# TYPE pi0_device_memory_bytes gauge\npi0_device_memory_bytes{kind=\"used\"} %zu\n"
+                           "pi0_device_memory_bytes{kind=\"total\"} %zu\n", used, total);
+    }
+    return b;
+}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -355,6 +429,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         return 0;
 
     case LWS_CALLBACK_HTTP:
+        if (in && strcmp((const char *)in, "/metrics") == 0 && c && s) {   /* Prometheus text format, no API key */
+            uint8_t buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+            c->metrics = metrics_text(s);
+            if (!c->metrics || lws_add_http_common_headers(wsi, HTTP_STATUS_OK, "text/plain; version=0.0.4",
+                                                           (lws_filepos_t)strlen(c->metrics), &p, end) ||
+                lws_finalize_write_http_header(wsi, start, &p, end))
+                return 1;
+            lws_callback_on_writable(wsi);
+            return 0;
+        }
         if (in && strcmp((const char *)in, "/healthz") == 0) {
             uint8_t buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
             if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, "text/plain", 3, &p, end) ||
@@ -367,6 +451,16 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         }
         break;
     case LWS_CALLBACK_HTTP_WRITEABLE:
+        if (c && c->metrics) {
+            size_t n = strlen(c->metrics);
+            uint8_t *body = malloc(LWS_PRE + n + 1);
+            int w = body ? (memcpy(body + LWS_PRE, c->metrics, n), lws_write(wsi, body + LWS_PRE, n, LWS_WRITE_HTTP_FINAL)) : -1;
+            free(body);
+            free(c->metrics);
+            c->metrics = NULL;
+            if (w != (int)n) return 1;
+            return lws_http_transaction_completed(wsi) ? -1 : 0;
+        }
         if (c && c->healthz) {
             uint8_t body[LWS_PRE + 3];
             memcpy(body + LWS_PRE, "OK\n", 3);
@@ -435,6 +529,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         free(c->error);
         engine_job_free(c->done);
         free(c->chunk);
+        free(c->metrics);
         memset(c, 0, sizeof *c);
         return 0;
 

@@ -238,6 +238,12 @@ void pi0_session_get_timing(const pi0_session *s, pi0_timing *t) {
 }
 
 const char *pi0_session_backend(const pi0_session *s) { return s->be->name; }
+
+pi0_status pi0_session_memory(const pi0_session *s, size_t *used, size_t *total) {
+    if (!s || !used || !total) return pi0_fail(PI0_ERR_ARG, "pi0_session_memory: NULL argument");
+    if (!s->be->memory) return pi0_fail(PI0_ERR_UNSUPPORTED, "the %s backend has no device memory", s->be->name);
+    return s->be->memory(s->be, used, total);
+}
 const char *pi0_session_device(const pi0_session *s) { return s->be->device; }
 const char *pi0_session_driver(const pi0_session *s) { return s->be->driver; }
 

@@ -98,6 +98,8 @@ struct pi0_backend {
      * for products whose next op reads nothing before its inputs are ready but constants (weights, norm
      * factors): the expert's o before gate|up (bench/RESULTS.md L112). */
     void (*early_next)(pi0_backend *be, int on);
+    /* The device's memory in use and in all (for reports); NULL = the backend has no device memory (the CPU). */
+    pi0_status (*memory)(pi0_backend *be, size_t *used, size_t *total);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
     size_t (*elem_size)(int kind);

@@ -404,6 +404,17 @@ extern "C" void cuda_host_free(void *p) { cudaFreeHost(p); }
 
 static void cuda_early_next(pi0_backend *be, int on) { CTX(be)->early_next = on; }
 
+static pi0_status cuda_memory(pi0_backend *be, size_t *used, size_t *total) {
+    cuda_ctx *c = CTX(be);
+    size_t fr = 0, tot = 0;
+    cudaSetDevice(c->device);
+    cudaError_t e = cudaMemGetInfo(&fr, &tot);
+    if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "cudaMemGetInfo: %s", cudaGetErrorString(e));
+    *used = tot - fr;
+    *total = tot;
+    return PI0_OK;
+}
+
 static void cuda_range(pi0_backend *be, const char *name) {
     (void)be;
     if (name) nvtxRangePushA(name);
@@ -494,6 +505,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->run_graph = cuda_run_graph;
     be->destroy = cuda_destroy;
     be->range = cuda_range;
+    be->memory = cuda_memory;
     be->early_next = cuda_early_next;
     be->upload = cuda_upload;
     be->download = cuda_download;

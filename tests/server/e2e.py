@@ -461,6 +461,16 @@ def test_batch(tmp, libero_args, cases, expected):
         except Exception as e:  # noqa: BLE001
             check("batch request: a malformed batch is refused", "only the key 'batch'" in str(e), str(e)[:200])
         b._ws.close()
+        # GET /metrics (Prometheus text format): what the server served so far
+        resp = urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/metrics", timeout=10)
+        text = resp.read().decode()
+        m = dict(l.rsplit(" ", 1) for l in text.splitlines() if l and not l.startswith("#"))
+        ok = (resp.status == 200 and resp.headers.get("Content-Type", "").startswith("text/plain")
+              and m.get("pi0_requests_total") == "10" and m.get("pi0_request_errors_total") == "3"   # + the malformed one
+              and m.get("pi0_request_latency_seconds_count") == "7" and m.get('pi0_batch_size_bucket{le="+Inf"}') == m.get("pi0_batches_total")
+              and int(m.get('pi0_batch_size_bucket{le="1"}', -1)) < int(m.get("pi0_batches_total", 0))
+              and m.get("pi0_connections") == "0" and "pi0_queue_depth" in m and "pi0_model_latency_seconds_sum" in m)   # both closed
+        check("GET /metrics: counters, histograms and gauges of what was served", ok, text[:1500])
     finally:
         rc = srv.stop()
     log = batches(srv.text())
