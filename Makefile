@@ -152,7 +152,7 @@ fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fu
 $(BUILD)/fuzz/fuzz_image: tests/fuzz/fuzz_image.c tools/imagefile.c src/image.c src/util.c $(HDRS) tools/imagefile.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< tools/imagefile.c src/image.c src/util.c -o $@ -lturbojpeg -lspng -lm
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS)
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS) tests/fuzz/fuzz_arrays.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lzstd -lm
 fuzz: fuzz-build

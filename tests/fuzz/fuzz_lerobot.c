@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_arrays.h"
 #include "lerobot.h"
 
 static const char *KEYS[] = {"observation.images.top", "observation/images/top", "observation.images.wrist",
                              "observation.state", "observation/state", "observation.images.empty_camera_0",
                              "observation.images.other", "cam", "task"};
-static const pi0_dtype DTYPES[] = {PI0_DT_U8, PI0_DT_F32, PI0_DT_F64, PI0_DT_I32, PI0_DT_I64, PI0_DT_BOOL, PI0_DT_F16};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -29,23 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                           .ren_from = from, .ren_to = to,
                           .state = {.mode = LR_MEAN_STD, .n = 8, .lo = mean, .hi = stdv, .eps = 1e-8}};
     pi0_array a[6];
-    size_t n = (size_t)(data[0] >> 1) % 7, off = 1 + n * 6;
-    if (size < off) return 0;
-    const uint8_t *pool = data + off;
-    size_t left = size - off;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *h = data + 1 + i * 6;
-        a[i] = (pi0_array){.key = KEYS[h[0] % 9], .dtype = DTYPES[h[1] % 7], .ndim = h[2] % 5};
-        size_t count = 1, item = a[i].dtype == PI0_DT_F16 ? 2 : a[i].dtype == PI0_DT_F64 || a[i].dtype == PI0_DT_I64 ? 8
-                              : a[i].dtype == PI0_DT_U8 || a[i].dtype == PI0_DT_BOOL ? 1 : 4;
-        for (int d = 0; d < a[i].ndim; d++) {
-            a[i].shape[d] = d < 3 ? h[3 + d] % 40 : 3;
-            count *= (size_t)a[i].shape[d];
-        }
-        if (count * item > left) { a[i].ndim = 1; a[i].shape[0] = (int64_t)(left / item); count = left / item; }
-        a[i].data = pool;
-    }
-    pi0_observation obs = {.arrays = a, .n_arrays = (int)n};
+    int n = fuzz_arrays(data, size, KEYS, 9, 40, a);
+    pi0_observation obs = {.arrays = a, .n_arrays = n};
     static float images[3 * 16 * 16 * 3], state[32];
     uint8_t masks[3], tmask[8];
     int32_t tokens[8];

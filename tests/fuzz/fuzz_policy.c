@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_arrays.h"
 #include "policy.h"
 #include "robot.h"
 
@@ -13,7 +14,6 @@ static const char *KEYS[] = {"observation/image", "observation/wrist_image", "ob
                              "observation/exterior_image_1_left", "observation/wrist_image_left",
                              "observation/joint_position", "observation/gripper_position", "state", "images/cam_high",
                              "images/cam_low", "images/cam_left_wrist", "images/cam_right_wrist", "images/cam_x", "prompt"};
-static const pi0_dtype DTYPES[] = {PI0_DT_U8, PI0_DT_F32, PI0_DT_F64, PI0_DT_I32, PI0_DT_I64, PI0_DT_BOOL, PI0_DT_F16};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -29,23 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     /* observation: up to 6 array headers of 6 bytes (key, dtype, ndim, 3 dims), then the data */
     pi0_array a[6];
-    size_t n = (size_t)(data[0] >> 1) % 7, off = 1 + n * 6;
-    if (size < off) return 0;
-    const uint8_t *pool = data + off;
-    size_t left = size - off;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *h = data + 1 + i * 6;
-        a[i] = (pi0_array){.key = KEYS[h[0] % 14], .dtype = DTYPES[h[1] % 7], .ndim = h[2] % 5};
-        size_t count = 1, item = a[i].dtype == PI0_DT_F16 ? 2 : a[i].dtype == PI0_DT_F64 || a[i].dtype == PI0_DT_I64 ? 8
-                              : a[i].dtype == PI0_DT_U8 || a[i].dtype == PI0_DT_BOOL ? 1 : 4;
-        for (int d = 0; d < a[i].ndim; d++) {
-            a[i].shape[d] = d < 3 ? h[3 + d] % 20 : 3;
-            count *= (size_t)a[i].shape[d];
-        }
-        if (count * item > left) { a[i].ndim = 1; a[i].shape[0] = (int64_t)(left / item); count = left / item; }
-        a[i].data = pool;
-    }
-    pi0_observation obs = {.arrays = a, .n_arrays = (int)n};
+    int n = fuzz_arrays(data, size, KEYS, 14, 20, a);
+    pi0_observation obs = {.arrays = a, .n_arrays = n};
     for (int r = PI0_ROBOT_LIBERO; r <= PI0_ROBOT_ALOHA; r++) {
         robot_input in;
         if (robot_input_make((pi0_robot)r, &obs, &in) == PI0_OK) robot_input_free(&in);
