@@ -8,13 +8,15 @@ SAN     ?=
 WERROR  ?= $(if $(CI),-Werror,)
 COMMIT  := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -fopenmp -Wall -Wextra -Wshadow -Wno-unknown-pragmas $(WERROR) $(SAN) \
-           -Iinclude -Isrc -DPI0_COMMIT='"$(COMMIT)"'
+           -Iinclude -Isrc -DPI0_COMMIT='"$(COMMIT)"' -fPIC -fno-semantic-interposition
 # Debian libraries are linked statically when their archives exist, so the binaries also run on the
 # GPU machine (another distribution): jansson, zstd and libgomp.
 JANSSON_A := $(wildcard /usr/lib/x86_64-linux-gnu/libjansson.a)
 ZSTD_A  := $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a)
 GOMP_A  := $(shell f=$$($(CC) -print-file-name=libgomp.a); [ -f "$$f" ] && echo $$f)
-LDLIBS  += $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
+DEB_LIBS := $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd)
+LDLIBS  += $(DEB_LIBS) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
+SO_LIBS := -ljansson -lzstd -fopenmp -lm $(SAN)   # Debian's archives (jansson, gomp) are not position-independent: the .so links the shared ones
 
 # CUDA backend: built when nvcc is found (sm_90a: Hopper). cudart is linked statically, cuBLASLt from
 # /usr/local/cuda/lib64 (present on the GPU machine too).
@@ -23,9 +25,11 @@ CUDA_HOME ?= /usr/local/cuda
 ifneq ($(NVCC),)
 CU_SRC  := $(wildcard src/cuda/*.cu)
 CFLAGS  += -DPI0_HAVE_CUDA -I$(CUDA_HOME)/include
-LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++
+CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++
+LDLIBS  += $(CU_LIBS)
+SO_LIBS += $(CU_LIBS)
 NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
-           -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(if $(CI),-Werror all-warnings,)
+           -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter $(if $(CI),-Werror all-warnings,)
 endif
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
 PY      ?= /usr/bin/python3
@@ -46,18 +50,24 @@ HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 .SECONDARY:
 .PHONY: FORCE all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick lab lab-no-nvcc
 
-all: $(BUILD)/libpi0.a $(BUILD)/pi0 $(TEST_BIN)
+all: $(BUILD)/libpi0.a $(BUILD)/libpi0.so $(BUILD)/pi0 $(TEST_BIN)
 
-$(BUILD)/%.o: %.c $(HDRS)
+$(BUILD)/%.o: %.c $(HDRS) $(BUILD)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) $(HDRS)
+$(BUILD)/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) $(HDRS) $(BUILD)/flags.txt
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # the policy's float64 transforms must round like numpy: separate multiply and add, no FMA contraction
 $(BUILD)/src/policy.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o $(BUILD)/src/lerobot_pipeline.o: CFLAGS += -ffp-contract=off
+
+# every object is compiled again when the compiler flags change (the commit id aside: bench.c has its own rule), so
+# that a build folder from before a flag change (say -fPIC for the shared library) cannot link stale objects
+FLAGS_ID := $(CC) $(filter-out -DPI0_COMMIT%,$(CFLAGS)) | $(NVCC) $(NVFLAGS)
+$(BUILD)/flags.txt: FORCE
+	@mkdir -p $(BUILD); echo '$(FLAGS_ID)' | cmp -s - $@ || echo '$(FLAGS_ID)' > $@
 
 # the commit id is compiled into bench.c: rebuild it when HEAD moves
 $(BUILD)/commit.txt: FORCE
@@ -71,6 +81,15 @@ $(BUILD)/objs.txt: FORCE
 	@mkdir -p $(BUILD); echo '$(LIB_OBJ)' | cmp -s - $@ || echo '$(LIB_OBJ)' > $@
 $(BUILD)/libpi0.a: $(LIB_OBJ) $(BUILD)/objs.txt
 	rm -f $@ && ar rcs $@ $(LIB_OBJ)
+
+# The shared library (the Python package loads it): the same objects (all compiled -fPIC), the Debian archives
+# inside it with their symbols hidden, and only the functions of include/pi0.h exported (a version script made from it).
+$(BUILD)/libpi0.map: include/pi0.h
+	@mkdir -p $(dir $@)
+	(echo '{ global:'; grep -oE '[ *]pi0_[a-z0-9_]+\(' $< | tr -d '( *' | sort -u | sed 's/$$/;/'; echo 'local: *; };') > $@
+$(BUILD)/libpi0.so: $(LIB_OBJ) $(BUILD)/libpi0.map
+	$(CC) -shared -o $@ $(LIB_OBJ) -Wl,--version-script=$(BUILD)/libpi0.map -Wl,--exclude-libs,ALL -Wl,-soname,libpi0.so \
+	    $(SO_LIBS)
 
 # Image files in the CLI: TurboJPEG linked statically; libspng has no static archive in Debian, so its
 # shared library is copied next to the binary (build/lib, found through an $$ORIGIN rpath) and travels

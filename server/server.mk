@@ -17,11 +17,11 @@ SRV_CORE  := $(addprefix $(BUILD)/server/,msgnp.o engine.o ws.o)
 
 all: $(BUILD)/pi0-server $(BUILD)/tests/test_server
 
-$(BUILD)/server/%.o: server/%.c $(SRV_HDRS)
+$(BUILD)/server/%.o: server/%.c $(SRV_HDRS) $(BUILD)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iserver -c $< -o $@
 
-$(BUILD)/tests/server/%.o: tests/server/%.c $(SRV_HDRS) tests/server/wsclient.h tests/test.h
+$(BUILD)/tests/server/%.o: tests/server/%.c $(SRV_HDRS) tests/server/wsclient.h tests/test.h $(BUILD)/flags.txt
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iserver -Itests -c $< -o $@
 

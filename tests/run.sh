@@ -51,6 +51,8 @@ script tokenizer "$PYTHON" tests/tokenizer_check.py "$BUILD/pi0"
 [ -f tests/rtc_check.py ] && script rtc "$PYTHON" tests/rtc_check.py "$BUILD/pi0"
 # Orbax checkpoints written by orbax-checkpoint itself (pinned and newest, venvs from PyPI)
 [ -f tests/orbax/run.sh ] && script orbax sh tests/orbax/run.sh "$BUILD"
+# the Python package (pip install ./python, pytest): Policy / Model against the command line, bit for bit
+[ -f tests/python/run.sh ] && script python sh tests/python/run.sh "$BUILD"
 # pi0-server: protocol, openpi-client, load and faults
 [ -f tests/server/run.sh ] && script server sh tests/server/run.sh "$BUILD"
 echo "$total_pass passed, $total_fail failed"
