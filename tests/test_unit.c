@@ -2,6 +2,8 @@
  * round trip, config variants and consistency rules, gen-checkpoint output (openpi key layout,
  * tied-embedding alias, orphan lm_head), and engine properties the fixtures cannot show alone:
  * determinism across thread counts, batch = concatenation of single runs, seeded noise. */
+#include <omp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +203,38 @@ static int run(const char *model_dir, const char *inputs, int threads, int slice
     return ok;
 }
 
+/* A session made for 1 thread runs pi0_infer on another thread whose OpenMP default is 4 threads (a server worker,
+ * a Python thread): the session keeps its own count (its per-thread scratch is sized for it; the default once wrote
+ * past it) and gives the 1-thread result bit for bit. */
+struct other_thread { pi0_session *s; const pi0_inputs *in; float *out; int ok; };
+static void *other_thread_infer(void *arg) {
+    struct other_thread *o = arg;
+    omp_set_num_threads(4);
+    o->ok = pi0_infer(o->s, o->in, o->out) == PI0_OK;
+    return NULL;
+}
+
+static int run_on_other_thread(const char *model_dir, const char *inputs, float *out) {
+    pi0_model *m = NULL;
+    pi0_session *s = NULL;
+    pi0_tensors *t = NULL;
+    pi0_inputs_buf *ib = NULL;
+    pi0_inputs in;
+    struct other_thread o = {0};
+    pthread_t th;
+    if (pi0_model_load(&m, model_dir, &(pi0_model_params){.quiet = 1, .n_threads = 1}) == PI0_OK &&
+        pi0_tensors_open(&t, inputs) == PI0_OK && pi0_inputs_from_tensors(m, t, inputs, &in, &ib) == PI0_OK &&
+        pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in.batch}) == PI0_OK) {
+        o = (struct other_thread){.s = s, .in = &in, .out = out};
+        if (pthread_create(&th, NULL, other_thread_infer, &o) == 0) pthread_join(th, NULL);
+    }
+    pi0_session_free(s);
+    pi0_inputs_buf_free(ib);
+    pi0_tensors_free(t);
+    pi0_model_free(m);
+    return o.ok;
+}
+
 static void test_engine_properties(void) {
     static float a[2048], b[2048], c[2048];
     size_t na, nb, nc;
@@ -210,6 +244,8 @@ static void test_engine_properties(void) {
         snprintf(in, sizeof in, "%s/b2.in.safetensors", mods[v]);
         int ok = run(mods[v], in, 1, -1, 1, 0, a, &na) && run(mods[v], in, 2, -1, 1, 0, b, &nb);
         CHECK(ok && na == nb && !memcmp(a, b, na * sizeof(float)), "%s: 1 thread == 2 threads bit for bit", mods[v]);
+        CHECK(ok && run_on_other_thread(mods[v], in, b) && !memcmp(a, b, na * sizeof(float)),
+              "%s: a 1-thread session run from a thread whose OpenMP default is 4: the same bits", mods[v]);
         ok = run(mods[v], in, 0, 0, 1, 0, b, &nb) && run(mods[v], in, 0, 1, 1, 0, c, &nc);
         CHECK(ok && nb + nc == na && !memcmp(a, b, nb * sizeof(float)) && !memcmp(a + nb, c, nc * sizeof(float)),
               "%s: batch of 2 == two batches of 1 bit for bit", mods[v]);

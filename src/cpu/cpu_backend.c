@@ -19,6 +19,10 @@ typedef struct {
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
+/* Every parallel region runs the session's own thread count, whichever thread calls it: the per-thread scratch is
+ * sized for it, and OpenMP's default belongs to the calling thread (a server worker or a Python thread does not
+ * share the creating thread's setting; a larger default once wrote past the scratch). */
+#define NT (CTX(be)->n_threads)
 #define F(t) ((float *)(t).p)
 #define I(t) ((int32_t *)(t).p)
 
@@ -74,7 +78,7 @@ static void cpu_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, cons
                             const pi0_wt *pos, int R, int P) {
     (void)be;
     int G = R / P, T = G * G, Dv = (int)w->rows, CK = 3 * P * P;
-    #pragma omp parallel
+    #pragma omp parallel num_threads(NT)
     {
         float *patch = malloc((size_t)CK * sizeof(float)), *wr = malloc((size_t)CK * sizeof(float));
         #pragma omp for collapse(2) schedule(static)
@@ -103,7 +107,7 @@ static void cpu_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, cons
 
 static void cpu_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps) {
     (void)be;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *xr = F(x) + (size_t)r * D;
         float *o = F(out) + (size_t)r * D;
@@ -125,7 +129,7 @@ static float rms_inv(const float *x, int D, float eps) {
 
 static void cpu_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps) {
     (void)be;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *xr = F(x) + (size_t)r * D;
         float *o = F(out) + (size_t)r * D, inv = rms_inv(xr, D, eps);
@@ -135,7 +139,7 @@ static void cpu_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, i
 
 static void cpu_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps) {
     (void)be;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *xr = F(x) + (size_t)r * D, *m = F(mod) + (size_t)(r / rows_per_mod) * 3 * D;
         float *o = F(out) + (size_t)r * D, inv = rms_inv(xr, D, eps);
@@ -203,7 +207,7 @@ static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0
     int nblocks = (N + NB - 1) / NB;
     float *y = F(out);
     const float *xs = F(x);
-    #pragma omp parallel for schedule(dynamic, 1)
+    #pragma omp parallel for num_threads(NT) schedule(dynamic, 1)
     for (int nb = 0; nb < nblocks; nb++) {
         float *tile = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
         float *part = tile + (size_t)NB * KB;
@@ -228,9 +232,9 @@ static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0
     }
 }
 
-static void rope1(pt x, pt pos, int M, int heads, int hd) {
+static void rope1(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
     int half = hd / 2;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         float p = (float)I(pos)[r];
         for (int h = 0; h < heads; h++) {
@@ -251,7 +255,7 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
     const int32_t *qo = a->q_off, *ko = a->k_off;
     int total_q = qo[a->nseg];
-    #pragma omp parallel for collapse(2) schedule(dynamic, 8)
+    #pragma omp parallel for num_threads(NT) collapse(2) schedule(dynamic, 8)
     for (int r = 0; r < total_q; r++)
         for (int h = 0; h < H; h++) {
             float *sc = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
@@ -283,15 +287,14 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
 }
 
 static void cpu_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    (void)be;
-    rope1(q, pos, M, qh, hd);
-    if (k.p) rope1(k, pos, M, kh, hd);
+    rope1(be, q, pos, M, qh, hd);
+    if (k.p) rope1(be, k, pos, M, kh, hd);
 }
 
 static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
     (void)be;
     size_t n = (size_t)M * Fd;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (size_t i = 0; i < n; i++) F(out)[i] = gelu_tanh(F(g)[i]) * F(u)[i];
 }
 
@@ -314,7 +317,7 @@ static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_la
 static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {
     (void)be;
     int D = (int)table->cols;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int i = 0; i < n; i++) {
         float *o = F(out) + (size_t)I(rows)[i] * D;
         wrow(o, table, (int64_t)I(ids)[i] * D, D);
@@ -333,7 +336,7 @@ static void cpu_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, 
 static void cpu_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int D, int K, pt gate,
                              int gate_stride, int rows_per_gate) {
     cpu_linear(be, tmp, y, W, NULL, M, D, K, 0, EPI_STORE);
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *g = F(gate) + (size_t)(r / rows_per_gate) * gate_stride;
         for (int i = 0; i < D; i++) F(x)[(size_t)r * D + i] += g[i] * F(tmp)[(size_t)r * D + i];
@@ -342,7 +345,7 @@ static void cpu_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *
 
 static void cpu_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act) {
     (void)be;
-    #pragma omp parallel for schedule(static)
+    #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *vr = F(v) + (size_t)(r / rows_per_vec) * D;
         for (int i = 0; i < D; i++) {
@@ -410,8 +413,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     pi0_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
-    if (n_threads > 0) omp_set_num_threads(n_threads);
-    c->n_threads = omp_get_max_threads();
+    c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();   /* not omp_set_num_threads: the caller's */
     be->name = "cpu";
     cpu_describe(be->device, sizeof be->device, c->n_threads);
     snprintf(be->driver, sizeof be->driver, "-");
