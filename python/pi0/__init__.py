@@ -198,7 +198,9 @@ class Policy:
                  delta_actions: Optional[bool] = None, action_horizon: int = 0, max_token_len: int = 0,
                  quiet: bool = False):
         self._p = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()           # one run at a time (pi0_policy_run)
+        self._idle = threading.Condition()      # close() waits for the calls in flight (prepare runs unlocked)
+        self._users = 0
         if tokenizer is None:
             raise InputError("PI0_ERR_ARG", "tokenizer: the path of paligemma_tokenizer.model is required")
         if max_batch < 1 or steps < 1:
@@ -238,11 +240,14 @@ class Policy:
 
     # ---- life cycle ----
     def close(self) -> None:
-        """Frees the model and its session now (also done when the object is collected)."""
-        with self._lock:
-            if self._p:
-                lib.pi0_policy_free(self._p)
-                self._p = None
+        """Frees the model and its session now (also done when the object is collected). Calls in flight on other
+        threads finish first; later calls raise pi0.Error."""
+        with self._idle:
+            p, self._p = self._p, None
+            while self._users:
+                self._idle.wait()
+        if p:
+            lib.pi0_policy_free(p)
 
     def __enter__(self) -> "Policy":
         return self
@@ -255,10 +260,18 @@ class Policy:
             lib.pi0_policy_free(self._p)
             self._p = None
 
-    def _handle(self):
-        if not self._p:
-            raise Error("PI0_ERR_ARG", "the policy is closed")
-        return self._p
+    def _acquire(self):
+        with self._idle:
+            if not self._p:
+                raise Error("PI0_ERR_ARG", "the policy is closed")
+            self._users += 1
+            return self._p
+
+    def _release(self) -> None:
+        with self._idle:
+            self._users -= 1
+            if not self._users:
+                self._idle.notify_all()
 
     @property
     def backend(self) -> str:
@@ -368,9 +381,10 @@ class Policy:
         o.rtc = r
         return r
 
-    def _prepare(self, o: _Obs, what: str) -> ctypes.c_void_p:
+    @staticmethod
+    def _prepare(p, o: _Obs, what: str) -> ctypes.c_void_p:
         x = ctypes.c_void_p()
-        st = lib.pi0_policy_prepare(self._handle(), ctypes.byref(o.c), ctypes.byref(x))
+        st = lib.pi0_policy_prepare(p, ctypes.byref(o.c), ctypes.byref(x))
         if st != N.OK:
             raise _fail(st, what)
         return x
@@ -390,19 +404,22 @@ class Policy:
           max_guidance_weight, or prev_chunk (float32 [n, A], model space) instead of this policy's last chunk.
         """
         o = self._convert(obs, noise, seed, rtc, "observation")
-        x = self._prepare(o, "observation")
-        out = np.empty((self._H, self._D), np.float64)
-        tm = N.PolicyTiming()
-        chunk = np.empty((self._mH, self._A), np.float32)
+        p = self._acquire()
+        x = None
         try:
+            x = self._prepare(p, o, "observation")
+            out = np.empty((self._H, self._D), np.float64)
+            tm = N.PolicyTiming()
+            chunk = np.empty((self._mH, self._A), np.float32)
             with self._lock:
-                p = self._handle()
                 xs = (ctypes.c_void_p * 1)(x)
                 _check(lib.pi0_policy_run(p, xs, 1, out.ctypes.data, ctypes.byref(tm)), "inference")
                 _check(lib.pi0_policy_chunk(p, 0, chunk.ctypes.data))
                 self._chunk = chunk
         finally:
-            lib.pi0_prepared_free(x)
+            if x:
+                lib.pi0_prepared_free(x)
+            self._release()
         return {"actions": out, "policy_timing": {"infer_ms": tm.model_ms, "total_ms": tm.total_ms}}
 
     def infer_batch(self, observations: Sequence[Mapping], noise: Optional[np.ndarray] = None, *,
@@ -428,17 +445,19 @@ class Policy:
         convs = [self._convert(ob, None if nz is None else nz[b], None if seeds is None else seeds[b],
                                None if rtc is None else rtc[b], f"observation {b}") for b, ob in enumerate(observations)]
         xs = (ctypes.c_void_p * B)()
+        p = self._acquire()
         try:
             for b, o in enumerate(convs):
-                xs[b] = self._prepare(o, f"observation {b}")
+                xs[b] = self._prepare(p, o, f"observation {b}")
             out = np.empty((B, self._H, self._D), np.float64)
             tm = N.PolicyTiming()
             with self._lock:
-                _check(lib.pi0_policy_run(self._handle(), xs, B, out.ctypes.data, ctypes.byref(tm)), "inference")
+                _check(lib.pi0_policy_run(p, xs, B, out.ctypes.data, ctypes.byref(tm)), "inference")
         finally:
             for b in range(B):
                 if xs[b]:
                     lib.pi0_prepared_free(xs[b])
+            self._release()
         timing = {"infer_ms": tm.model_ms, "total_ms": tm.total_ms}
         return [{"actions": out[b], "policy_timing": dict(timing)} for b in range(B)]
 
@@ -451,19 +470,27 @@ class Policy:
         """Runs one synthetic batch so that the first real call does not pay one-time costs (CUDA module loading,
         graph capture); returns the milliseconds taken."""
         ms = ctypes.c_double()
-        with self._lock:
-            _check(lib.pi0_policy_warmup(self._handle(), batch, ctypes.byref(ms)), "warmup")
+        p = self._acquire()
+        try:
+            with self._lock:
+                _check(lib.pi0_policy_warmup(p, batch, ctypes.byref(ms)), "warmup")
+        finally:
+            self._release()
         return ms.value
 
     def save_inputs(self, obs: Mapping, path, noise=None, *, seed: Optional[int] = None) -> None:
         """Writes the model inputs the policy makes of `obs` (after every transform) as a safetensors file, the
         names of `pi0 infer --inputs`: for checking the transforms against another implementation."""
         o = self._convert(obs, noise, seed, None, "observation")
-        x = self._prepare(o, "observation")
+        p = self._acquire()
         try:
-            _check(lib.pi0_prepared_save(x, _path(path, "path")))
+            x = self._prepare(p, o, "observation")
+            try:
+                _check(lib.pi0_prepared_save(x, _path(path, "path")))
+            finally:
+                lib.pi0_prepared_free(x)
         finally:
-            lib.pi0_prepared_free(x)
+            self._release()
 
 
 def _model_info(m) -> Dict[str, Any]:

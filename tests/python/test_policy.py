@@ -266,3 +266,31 @@ def test_no_leak_over_1000_calls(ckpts):
         grown = rss_kb() - before
     # a prepared observation alone is ~60 KB here: one lost per call would be ~60 MB
     assert grown < 2048, f"RSS grew by {grown} KB over 1000 calls"
+
+
+def test_close_while_threads_run(ckpts):
+    """close() waits for the calls in flight; the threads' later calls raise pi0.Error, nothing crashes."""
+    rng = np.random.RandomState(16)
+    obs = {**observation("libero", rng), "prompt": "x"}
+    p = policy(ckpts, "pi0", "pi0_libero", steps=2)
+    done, errors, started = [0] * 4, [], threading.Barrier(5)
+
+    def work(i):
+        started.wait()
+        while True:
+            try:
+                p.infer(obs, seed=i + 1)
+                done[i] += 1
+            except pi0.Error as e:
+                errors.append(str(e))
+                return
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    started.wait()
+    time.sleep(0.3)
+    p.close()
+    for t in ts:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in ts)
+    assert errors == ["the policy is closed"] * 4 and sum(done) > 0
