@@ -54,7 +54,7 @@ def robot_main(idx, port, seconds, robot, batch, size, start, out):
     obs = [observation(robot, rng, size) for _ in range(4)]
     msgs = [msgpack.packb({"batch": [obs[(i + j) % 4] for j in range(batch)]} if batch else obs[i], default=pack_array)
             for i in range(4)]
-    lat, errors = [], 0
+    lat, split, errors = [], [], 0
     with websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
         ws.recv()   # metadata
         ws.send(msgs[0])
@@ -69,8 +69,11 @@ def robot_main(idx, port, seconds, robot, batch, size, start, out):
             if not isinstance(reply, bytes):   # an error frame
                 errors += 1
                 break
+            if not batch:   # the server's clocks, read after the timed round trip
+                r = msgpack.unpackb(reply)
+                split.append((r["server_timing"]["infer_ms"], r["policy_timing"]["infer_ms"]))
             i += 1
-    out.put((idx, lat, errors))
+    out.put((idx, lat, errors, split))
 
 
 def main():
@@ -111,9 +114,10 @@ def main():
     srv.send_signal(signal.SIGTERM)
     rc = srv.wait(60)
     text = open(log.name).read()
-    lat = np.array([x for _, l, _ in results for x in l]) * 1e3
-    errors = sum(e for _, _, e in results)
-    per = [len(l) / a.seconds for _, l, _ in results]
+    lat = np.array([x for _, l, _, _ in results for x in l]) * 1e3
+    errors = sum(e for _, _, e, _ in results)
+    per = [len(l) / a.seconds for _, l, _, _ in results]
+    split = [(x * 1e3, s, m) for _, l, _, sp in results for x, (s, m) in zip(l, sp)]
     hist = re.findall(r"batch sizes \(size:runs\):(.*)", text)
     n = len(lat) * max(a.batch, 1)
     p50, p90, p99 = (np.percentile(lat, q) for q in (50, 90, 99)) if len(lat) else (0, 0, 0)
@@ -123,6 +127,13 @@ def main():
             f"{errors} errors, server exit {rc}")
     print(line)
     print("serve_bench: batch sizes (size:runs):" + (hist[-1] if hist else " ?"))
+    if split:   # where a request's time goes (medians): the model run, the server around it, the rest of the trip
+        rtt, srv_ms, model = (np.median([t[k] for t in split]) for k in range(3))
+        out_srv = np.median([t[0] - t[1] for t in split])
+        in_srv = np.median([t[1] - t[2] for t in split])
+        print(f"serve_bench: split (medians): round trip {rtt:.2f} ms = model run {model:.2f} + server around it "
+              f"{in_srv:.2f} (server clock {srv_ms:.2f}) + outside the server's clock {out_srv:.2f} (transfer, decode, "
+              f"client)")
     if a.csv:
         new = not os.path.exists(a.csv)
         with open(a.csv, "a") as f:

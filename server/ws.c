@@ -204,6 +204,14 @@ static void drop_rx(ws_server *s, conn *c) {
     c->rx_len = c->rx_cap = 0;
 }
 
+/* Tells the engine how many connections could still send a request (engine_set_idle_clients): not those with one in
+ * the engine or a reply to send, nor those closing. Called after each change, on the service thread. */
+static void update_idle(ws_server *s) {
+    int n = 0;
+    for (const conn *c = s->conns; c; c = c->next) n += c->websocket && !c->busy && !c->done && !c->closing && !c->error;
+    engine_set_idle_clients(s->eng, n);
+}
+
 static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
     c->busy = 1;
     float *chunk = NULL;   /* the job's own copy of this connection's last chunk */
@@ -213,6 +221,7 @@ static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
         c->busy = 0;
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
     }
+    update_idle(s);   /* after the request is in the engine: the count errs towards waiting */
 }
 
 /* A whole message arrived. */
@@ -332,6 +341,7 @@ static int on_writeable(ws_server *s, conn *c) {
     engine_job *j = c->done;
     c->done = NULL;
     c->busy = 0;
+    update_idle(s);
     if ((j->error || !j->actions) && !j->n_items) {
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "%s", j->error ? j->error : "out of memory");
         engine_job_free(j);
@@ -499,6 +509,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->next = s->conns;
         s->conns = c;
         if (s->draining) conn_error(c, LWS_CLOSE_STATUS_GOINGAWAY, "the server is shutting down");
+        update_idle(s);
         lws_callback_on_writable(wsi);
         return 0;
 
@@ -521,6 +532,7 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (!c || !c->websocket) return 0;
         for (conn **pp = &s->conns; *pp; pp = &(*pp)->next)
             if (*pp == c) { *pp = c->next; break; }
+        update_idle(s);
         srv_log("conn %llu %s: %llu requests in %.1f s, %s%s", (unsigned long long)c->id, c->peer,
                 (unsigned long long)c->n_requests, (now_ms() - c->t_open) / 1e3, c->why,
                 c->busy ? " (a request was in flight; its reply is dropped)" : "");

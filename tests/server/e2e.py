@@ -258,6 +258,51 @@ def test_live(tmp, libero_args):
         check("live server: SIGTERM -> exit 0", srv.stop() == 0, on_fail=srv.text()[-1500:])
 
 
+def test_window(tmp, libero_args):
+    """The batch window ends as soon as no connection could add a request: one robot alone, or every connected robot
+    with its request in, runs at once; while another connection is idle, the window runs in full. The window here is
+    1.5 s (the tiny model runs in milliseconds), so the bounds cannot be met by chance on a slow machine."""
+    srv = Server(tmp, "window", libero_args + ["--max-batch", "8", "--batch-window-ms", "1500", "--max-wait-ms", "0"])
+    try:
+        rng = np.random.default_rng(9)
+        obs = libero_obs(rng)
+        a = client(srv.port)
+        a.infer(obs)   # untimed: one-time costs
+        t = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            a.infer(obs)
+            t.append(time.perf_counter() - t0)
+        check("window: a single robot's requests run at once (window 1500 ms)", max(t) < 0.75,
+              f"round trips {[round(x * 1e3) for x in t]} ms")
+        b = client(srv.port)   # connected and idle: it could send, so the window runs
+        t0 = time.perf_counter()
+        a.infer(obs)
+        t_idle = time.perf_counter() - t0
+        check("window: with another connection idle the window runs in full", t_idle >= 1.45,
+              f"round trip {t_idle * 1e3:.0f} ms")
+        done = []
+
+        def infer(c):
+            t0 = time.perf_counter()
+            c.infer(obs)
+            done.append(time.perf_counter() - t0)
+        ts = [threading.Thread(target=infer, args=(c,)) for c in (a, b)]
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        check("window: both connected robots' requests in -> they run without waiting out the window",
+              len(done) == 2 and max(done) < 0.75, f"round trips {[round(x * 1e3) for x in done]} ms")
+        a._ws.close()
+        b._ws.close()
+    finally:
+        rc = srv.stop()
+    hist = [l for l in srv.text().splitlines() if "batch sizes" in l]
+    check("window: server exit 0, the two concurrent requests ran as one batch of 2",
+          rc == 0 and bool(hist) and " 2:1" in hist[-1], hist[-1] if hist else srv.text()[-800:])
+
+
 def variants(n):
     rng = np.random.default_rng(11)
     return [({**libero_obs(rng), "prompt": f"task {i}"}, rng.standard_normal((H, A)).astype(np.float32)) for i in range(n)]
@@ -658,6 +703,7 @@ def main():
         test_lerobot_batched(tmp, robots["LeRobot"][0])
         test_live(tmp, libero_args)
         test_rtc(tmp, libero_args)
+        test_window(tmp, libero_args)
         cases = variants(16)
         expected = [pi0_run(libero_args, o, n, tmp, f"v{i}") for i, (o, n) in enumerate(cases)]
         test_load(tmp, libero_args, cases, expected)
