@@ -54,18 +54,20 @@ def robot_main(idx, port, seconds, robot, batch, size, start, out):
     obs = [observation(robot, rng, size) for _ in range(4)]
     msgs = [msgpack.packb({"batch": [obs[(i + j) % 4] for j in range(batch)]} if batch else obs[i], default=pack_array)
             for i in range(4)]
-    lat, split, errors = [], [], 0
+    lat, sent, split, errors = [], [], [], 0
     with websockets.sync.client.connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
         ws.recv()   # metadata
         ws.send(msgs[0])
         ws.recv()   # untimed: a first request may pay one-time costs
         start.wait()
-        t_end, i = time.perf_counter() + seconds, 0
+        t_start = time.perf_counter()
+        t_end, i = t_start + seconds, 0
         while time.perf_counter() < t_end:
             t0 = time.perf_counter()
             ws.send(msgs[i % 4])
             reply = ws.recv()
             lat.append(time.perf_counter() - t0)
+            sent.append(t0 - t_start)
             if not isinstance(reply, bytes):   # an error frame
                 errors += 1
                 break
@@ -73,7 +75,7 @@ def robot_main(idx, port, seconds, robot, batch, size, start, out):
                 r = msgpack.unpackb(reply)
                 split.append((r["server_timing"]["infer_ms"], r["policy_timing"]["infer_ms"]))
             i += 1
-    out.put((idx, lat, errors, split))
+    out.put((idx, lat, errors, split, sent))
 
 
 def main():
@@ -85,6 +87,9 @@ def main():
     ap.add_argument("--robot", choices=("libero", "droid", "aloha"), default="libero")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--settle-s", type=float, default=0,
+                    help="also report the requests sent after the first S seconds (the fleet's start transient: every "
+                         "robot sends at the same instant, and new batch sizes meet their first run)")
     ap.add_argument("--csv")
     a = ap.parse_args()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
@@ -114,10 +119,11 @@ def main():
     srv.send_signal(signal.SIGTERM)
     rc = srv.wait(60)
     text = open(log.name).read()
-    lat = np.array([x for _, l, _, _ in results for x in l]) * 1e3
-    errors = sum(e for _, _, e, _ in results)
-    per = [len(l) / a.seconds for _, l, _, _ in results]
-    split = [(x * 1e3, s, m) for _, l, _, sp in results for x, (s, m) in zip(l, sp)]
+    lat = np.array([x for _, l, _, _, _ in results for x in l]) * 1e3
+    errors = sum(e for _, _, e, _, _ in results)
+    per = [len(l) / a.seconds for _, l, _, _, _ in results]
+    split = [(x * 1e3, s, m) for _, l, _, sp, _ in results for x, (s, m) in zip(l, sp)]
+    steady = np.array([x for _, l, _, _, st in results for x, t in zip(l, st) if t >= a.settle_s]) * 1e3
     hist = re.findall(r"batch sizes \(size:runs\):(.*)", text)
     n = len(lat) * max(a.batch, 1)
     p50, p90, p99 = (np.percentile(lat, q) for q in (50, 90, 99)) if len(lat) else (0, 0, 0)
@@ -127,6 +133,12 @@ def main():
             f"{errors} errors, server exit {rc}")
     print(line)
     print("serve_bench: batch sizes (size:runs):" + (hist[-1] if hist else " ?"))
+    for w in re.findall(r"warm-up: every batch size .*", text):
+        print("serve_bench: server " + w)
+    if a.settle_s > 0 and len(steady):
+        s50, s99 = np.percentile(steady, 50), np.percentile(steady, 99)
+        print(f"serve_bench: sent after the first {a.settle_s:g} s: {len(steady)} requests, p50 {s50:.1f} ms, "
+              f"p99 {s99:.1f} ms, p99/p50 {s99 / max(s50, 1e-9):.2f}")
     if split:   # where a request's time goes (medians): the model run, the server around it, the rest of the trip
         rtt, srv_ms, model = (np.median([t[k] for t in split]) for k in range(3))
         out_srv = np.median([t[0] - t[1] for t in split])

@@ -44,7 +44,8 @@ static const char usage[] =
     "  --max-pending-bytes N   bytes all connections' incomplete requests may hold together; past it a request\n"
     "                          gets an error and close 1013, try again later (default 268435456)\n"
     "  --message-timeout-s T   refuse a request still incomplete after T seconds, close 1008 (default 30)\n"
-    "  --warmup 0|1            run synthetic batches (1 and --max-batch) before listening (default: 1 on cuda)\n";
+    "  --warmup 0|1|all        run synthetic batches before listening: 1 = of 1 and --max-batch, all = of every\n"
+    "                          size 1..--max-batch (default: 1 on cuda)\n";
 
 static ws_server *volatile g_server;
 
@@ -94,7 +95,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--steps")) { if (parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
         else if (!strcmp(a, "--action-horizon")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_horizon = (int)v; }
         else if (!strcmp(a, "--max-token-len")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.max_token_len = (int)v; }
-        else if (!strcmp(a, "--warmup")) { if (parse_int(a, val, 0, 1, &warmup)) return 2; }
+        else if (!strcmp(a, "--warmup")) {
+            if (!strcmp(val, "all")) warmup = 2;
+            else if (parse_int(a, val, 0, 1, &warmup)) return 2;
+        }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
         else if (!strcmp(a, "--max-wait-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.max_wait_ms = (double)v; }
@@ -138,7 +142,8 @@ int main(int argc, char **argv) {
     }
     /* The first inference of a CUDA process pays one-time costs (module loading, GEMM algorithm timing, graph
      * capture: 0.4-0.6 s on an H100): paid here, before robots connect, for B = 1 and the largest batch */
-    for (int bs = 1; warmup && bs <= ep.max_batch; bs = bs < ep.max_batch ? ep.max_batch : bs + 1) {
+    double warm_ms = 0;
+    for (int bs = 1; warmup && bs <= ep.max_batch; bs = warmup == 2 || bs == ep.max_batch ? bs + 1 : ep.max_batch) {
         double ms = 0;
         if ((st = pi0_policy_warmup(policy, bs, &ms)) != PI0_OK) {
             srv_log("%s (%s)", pi0_last_error(), pi0_status_str(st));
@@ -146,7 +151,9 @@ int main(int argc, char **argv) {
             return 1;
         }
         srv_log("warm-up: batch %d in %.1f ms", bs, ms);
+        warm_ms += ms;
     }
+    if (warmup == 2) srv_log("warm-up: every batch size 1..%d in %.1f s", ep.max_batch, warm_ms / 1e3);
     pi0_policy_info info;
     pi0_policy_get_info(policy, &info);
     /* real-time chunking's defaults: the options, else the policy's (a LeRobot directory's rtc_config) */

@@ -262,7 +262,12 @@ def test_window(tmp, libero_args):
     """The batch window ends as soon as no connection could add a request: one robot alone, or every connected robot
     with its request in, runs at once; while another connection is idle, the window runs in full. The window here is
     1.5 s (the tiny model runs in milliseconds), so the bounds cannot be met by chance on a slow machine."""
-    srv = Server(tmp, "window", libero_args + ["--max-batch", "8", "--batch-window-ms", "1500", "--max-wait-ms", "0"])
+    srv = Server(tmp, "window", libero_args + ["--max-batch", "8", "--batch-window-ms", "1500", "--max-wait-ms", "0",
+                                               "--warmup", "all"])
+    log = srv.text()
+    check("window: --warmup all ran every batch size 1..8 before listening",
+          all(f"warm-up: batch {b} in" in log for b in range(1, 9)) and "every batch size 1..8 in" in log
+          and log.index("every batch size") < log.index("listening on"), log[-600:])
     try:
         rng = np.random.default_rng(9)
         obs = libero_obs(rng)
