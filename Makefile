@@ -18,8 +18,15 @@ DEB_LIBS := $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-
 LDLIBS  += $(DEB_LIBS) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
 SO_LIBS := -ljansson -lzstd -fopenmp -lm $(SAN)   # Debian's archives (jansson, gomp) are not position-independent: the .so links the shared ones
 
-# CUDA backend: built when nvcc is found (sm_90a: Hopper). cudart is linked statically, cuBLASLt from
+# CUDA backend: built when nvcc is found, for every GPU generation from Ampere on (CUDA_ARCHS: SASS for each; CUDA_PTX:
+# PTX that newer GPUs compile at load time). Hopper (90a) runs its own kernels, the others the portable path
+# (README, GPU). Jetson: CUDA_ARCHS=87 (Orin) or 110 (Thor). cudart is linked statically, cuBLASLt from
 # /usr/local/cuda/lib64 (present on the GPU machine too).
+CUDA_ARCHS ?= 80 86 89 90a 100 120
+CUDA_PTX   ?= 80
+comma   := ,
+CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                $(if $(CUDA_PTX),-gencode arch=compute_$(CUDA_PTX)$(comma)code=compute_$(CUDA_PTX))
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= /usr/local/cuda
 ifneq ($(NVCC),)
@@ -28,7 +35,7 @@ CFLAGS  += -DPI0_HAVE_CUDA -I$(CUDA_HOME)/include
 CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++
 LDLIBS  += $(CU_LIBS)
 SO_LIBS += $(CU_LIBS)
-NVFLAGS ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
+NVFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
            -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter $(if $(CI),-Werror all-warnings,)
 endif
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
@@ -153,9 +160,12 @@ test:
 test-cuda: all
 	$(BUILD)/tests/test_cuda_ops
 	$(BUILD)/tests/test_cuda_e2e $(if $(FULL),--full $(FULL),)
+	PI0_CUDA_PATH=portable $(BUILD)/tests/test_cuda_ops
+	PI0_CUDA_PATH=portable $(BUILD)/tests/test_cuda_e2e $(if $(FULL),--full $(FULL),)
 
 debug:
-	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	    CUDA_ARCHS=90a CUDA_PTX= test   # the sanitizers do not reach device code: one GPU target is enough here
 
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
 # observations, LeRobot config.json + observations, OCDBT + zarr (Orbax checkpoints), JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt

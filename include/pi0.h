@@ -61,7 +61,8 @@ typedef struct {
 } pi0_model_params;
 
 /* Whether `backend` can run here, without loading anything: PI0_OK for the CPU; for CUDA, PI0_ERR_UNSUPPORTED when
- * this build has no CUDA backend, else an error unless device exists and is a Hopper GPU (the kernels are sm_90a).
+ * this build has no CUDA backend, else an error unless device exists, has compute capability 8.0 or later and this
+ * build carries code for it (Hopper runs its own kernels, other GPUs the portable path; README, GPU).
  * Cheap next to a model load: tools call it before expensive work (generating a checkpoint, say). */
 pi0_status pi0_backend_check(pi0_backend_kind backend, int device);
 

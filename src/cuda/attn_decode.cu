@@ -54,7 +54,7 @@ static size_t da_smem(int chunk, int rt) {
 }
 
 template <int RT>
-__global__ void __cluster_dims__(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
+__global__ void PI0_CLUSTER_DIMS(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
 decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
                    long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
                    float scale) {

@@ -42,16 +42,39 @@ static pi0_status check_device(int device) {
     return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
 }
 
-extern "C" pi0_status cuda_device_check(int device) {
-    pi0_status st = check_device(device);
-    if (st != PI0_OK) return st;
+// A kernel every build carries: whether this binary has code the device can run (its SASS, or PTX to compile).
+__global__ void probe_kernel(int *p) { if (p) *p = 0; }
+
+// The kernel path of a device (issue 42): Hopper's own kernels on compute capability 9.0, the portable ones on every
+// other GPU from 8.0 on, or everywhere with PI0_CUDA_PATH=portable (to test and time them on a Hopper GPU).
+static pi0_status device_path(int device, int *hopper) {
     cudaDeviceProp p;
     cudaError_t e = cudaGetDeviceProperties(&p, device);
     if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
-    if (p.major != 9)
-        return pi0_fail(PI0_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; this build runs on Hopper "
-                        "(9.0: H100, H200) only", device, p.name, p.major, p.minor);
+    if (p.major < 8)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 "
+                        "or later (Ampere, Ada, Hopper, Blackwell)", device, p.name, p.major, p.minor);
+    cudaFuncAttributes fa;
+    if ((e = cudaFuncGetAttributes(&fa, probe_kernel)) != cudaSuccess) {
+        cudaGetLastError();
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "CUDA device %d (%s, compute capability %d.%d): this build has no code for it "
+                        "(%s); rebuild with its architecture in CUDA_ARCHS (README, GPU)", device, p.name, p.major, p.minor,
+                        cudaGetErrorString(e));
+    }
+    const char *path = getenv("PI0_CUDA_PATH");
+    if (path && strcmp(path, "portable") && strcmp(path, "hopper"))
+        return pi0_fail(PI0_ERR_ARG, "PI0_CUDA_PATH=%s: expected portable or hopper", path);
+    if (path && !strcmp(path, "hopper") && p.major != 9)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "PI0_CUDA_PATH=hopper: CUDA device %d (%s) has compute capability %d.%d, not 9.0",
+                        device, p.name, p.major, p.minor);
+    *hopper = p.major == 9 && !(path && !strcmp(path, "portable"));
     return PI0_OK;
+}
+
+extern "C" pi0_status cuda_device_check(int device) {
+    pi0_status st = check_device(device);
+    int hopper;
+    return st != PI0_OK ? st : device_path(device, &hopper);
 }
 
 // ---- weights ----
@@ -451,6 +474,8 @@ static void cuda_destroy(pi0_backend *be) {
 extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     *out = NULL;
     pi0_status st = check_device(device);
+    int hopper = 0;
+    if (st == PI0_OK) st = device_path(device, &hopper);
     if (st != PI0_OK) return st;
     pi0_backend *be = (pi0_backend *)calloc(1, sizeof *be);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
@@ -467,6 +492,17 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->gateup = !(gu && !strcmp(gu, "0"));
     const char *flash = getenv("PI0_CUDA_FLASH");
     c->flash = flash && !strcmp(flash, "0") ? 0 : flash && !strcmp(flash, "mma") ? 2 : 1;
+    c->hopper = hopper;
+    if (!hopper) {   /* the portable path: none of the Hopper kernels (PDL, clusters, TMA, wgmma), no flash kernel (its
+                        shared memory exceeds Ada's 99 KB per block): cuBLASLt products and the plain kernels */
+        c->pdl = c->fused_small = c->gateup = c->flash = 0;
+        static int told;
+        int major = 0;
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+        if (major != 9 && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "pi0: warning: CUDA device %d is not a Hopper GPU: it runs the portable kernels, which so far "
+                            "have been tested on Hopper only (PI0_CUDA_PATH=portable)\n", device);
+    }
     c->gemms = gemm_cache_new();
     if (!c->gemms) { cuda_destroy(be); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     if (CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) ||
@@ -479,9 +515,11 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
         c->stage_cap = (size_t)1 << 20;
     else { c->stage = NULL; cudaGetLastError(); }   // no ring: direct copies
     CUDA_NOTE(c, cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device));
-    cuda_attention_setup(c);
-    cuda_gemv_setup(c);
-    cuda_gateup_setup(c);
+    if (hopper) {   /* the shared memory opt-ins of the Hopper kernels (more than other GPUs have) */
+        cuda_attention_setup(c);
+        cuda_gemv_setup(c);
+        cuda_gateup_setup(c);
+    }
     if (c->err) {
         st = report(c);
         cuda_destroy(be);

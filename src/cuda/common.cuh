@@ -14,6 +14,28 @@
 extern "C" {
 #include "../backend.h"
 #include "../util.h"
+
+// Instructions of one GPU generation (issue 42's portable path): the backend is compiled for several targets (the
+// Makefile's CUDA_ARCHS); a helper whose instruction the target lacks traps there, and the runtime dispatch (backend.cu:
+// the Hopper kernels only on compute capability 9.0) never launches a kernel that reaches one. PI0_SM90: clusters,
+// mbarrier transactions, bulk and tensor copies, st.async, stmatrix (compute capability 9.0 and later); PI0_SM90A:
+// wgmma and setmaxnreg (the sm_90a target itself: not on Blackwell).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define PI0_SM90(...) __trap()
+#else
+#define PI0_SM90(...) __VA_ARGS__
+#endif
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PI0_SM90A(...) __trap()
+#else
+#define PI0_SM90A(...) __VA_ARGS__
+#endif
+// a kernel's thread-block cluster shape: an attribute the older targets refuse (their copy of the kernel is never run)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define PI0_CLUSTER_DIMS(x, y, z)
+#else
+#define PI0_CLUSTER_DIMS(x, y, z) __cluster_dims__(x, y, z)
+#endif
 #include "testing.h"
 }
 
@@ -58,6 +80,8 @@ struct cuda_ctx {
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax;
                                // =mma: the prefix on the mma.sync kernel instead of the wgmma one)
     int gateup;                // gateup.cu's product for the prefix MLP (PI0_CUDA_GATEUP=0: cuBLASLt + gelu * up pass)
+    int hopper;                // the Hopper kernels may run (compute capability 9.0 and not PI0_CUDA_PATH=portable);
+                               // else the portable path: cuBLASLt products, no PDL, clusters, TMA or wgmma
     int capturing;
     int untuned;               // a GEMM met during capture had no timed algorithm (gemm.cu tune): no graph
     int early_next;            // backend.h early_next: few-row products trigger their dependent at entry
@@ -85,8 +109,17 @@ static inline int cdiv(long long a, long long b) { return (int)((a + b - 1) / b)
 // its dependent may start while the product's own predecessor still runs. That dependent may then read only
 // constants before its wait.
 // A kernel launched without the attribute (cuBLASLt) simply starts after its predecessor completes.
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+// Before compute capability 9.0 there is no PDL (backend.cu never asks for it there): both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 
 // Every kernel prefers the largest shared memory carveout (228 KB of the SM's 256 KB), so the SM never has to
 // drain to change its L1 / shared memory split between two kernels: the overlap that PDL allows (the next

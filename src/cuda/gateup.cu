@@ -68,9 +68,9 @@ template <int BN> struct gu_cfg {
 template <int BN> __device__ __forceinline__ void gu_mma(float (&d)[BN / 2], uint64_t da, uint64_t db, int acc);
 #define GU_MMA(BN, ACC, ...)                                                                                     \
     template <> __device__ __forceinline__ void gu_mma<BN>(float (&d)[BN / 2], uint64_t da, uint64_t db, int acc) { \
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"                                                      \
+        PI0_SM90A(asm volatile("{ .reg .pred p; setp.ne.b32 p, %2, 0;\n"                                                      \
                      "wgmma.mma_async.sync.aligned.m64n" #BN "k16.f32.bf16.bf16 {" ACC "}, %0, %1, p, 1, 1, 0, 0; }" \
-                     : "+l"(da), "+l"(db), "+r"(acc), __VA_ARGS__);                                                \
+                     : "+l"(da), "+l"(db), "+r"(acc), __VA_ARGS__));                                                \
     }
 GU_MMA(136, GU_A17, WG_D32(d, 0), WG_D32(d, 32), GU_D4(d, 64))
 GU_MMA(152, GU_A19, WG_D32(d, 0), WG_D32(d, 32), WG_D8(d, 64), GU_D4(d, 72))

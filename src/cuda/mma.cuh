@@ -66,62 +66,68 @@ __device__ __forceinline__ void quad_sumsq(const uint4 (&xv)[4][2], float &s0, f
 
 // ---- mbarrier (shared memory) and the bulk copy that completes on one ----
 __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+    PI0_SM90(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory"));
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {   // arrive + expect `bytes`
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+    PI0_SM90(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory"));
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+    PI0_SM90(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory"));
 }
 __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
     for (unsigned done = 0; !done;)
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done) : "r"(smem_u32(b)), "r"(parity) : "memory");
+        PI0_SM90(asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_u32(b)), "r"(parity) : "memory"));
 }
 // `bytes` (a multiple of 16) from global to shared memory, counted on mbarrier b.
 __device__ __forceinline__ void bulk_copy(void *smem, const void *gmem, unsigned bytes, uint64_t *b) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory");
+    PI0_SM90(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory"));
 }
 // The same for data read once per pass (the denoise's weight stream): the lines are marked evict-first in L2,
 // so the stream replaces its own earlier lines rather than what is reused (the KV cache, activations).
 __device__ __forceinline__ void bulk_copy_stream(void *smem, const void *gmem, unsigned bytes, uint64_t *b) {
-    asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+    PI0_SM90(asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
                  "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], pol; }"
-                 ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory");
+                 ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes), "r"(smem_u32(b)) : "memory"));
 }
 
 // ---- thread-block clusters ----
 // Arrive without ordering (a fence such as fence.mbarrier_init orders what must be seen) / wait (acquire).
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { PI0_SM90(asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory")); }
+__device__ __forceinline__ void cluster_wait() { PI0_SM90(asm volatile("barrier.cluster.wait.aligned;" ::: "memory")); }
 // v into block `rank` of the cluster, at the address that p has in this block, counted (complete_tx, 4 bytes)
 // on that block's mbarrier at the address of b (st.async).
 __device__ __forceinline__ void st_async_f32(float *p, unsigned rank, float v, uint64_t *b) {
-    unsigned ra, rb;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(ra), "f"(v), "r"(rb)
-                 : "memory");
+    PI0_SM90({
+        unsigned ra, rb;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(ra), "f"(v), "r"(rb)
+                     : "memory");
+    });
 }
 __device__ __forceinline__ void st_async_f32x2(float *p, unsigned rank, float v0, float v1, uint64_t *b) {   // 8 bytes
-    unsigned ra, rb;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(ra),
-                 "f"(v0), "f"(v1), "r"(rb) : "memory");
+    PI0_SM90({
+        unsigned ra, rb;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(ra),
+                     "f"(v0), "f"(v1), "r"(rb) : "memory");
+    });
 }
 __device__ __forceinline__ void st_async_f32x4(float *p, unsigned rank, float4 v, uint64_t *b) {   // 16 bytes
-    unsigned ra, rb;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(ra),
-                 "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rb) : "memory");
+    PI0_SM90({
+        unsigned ra, rb;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(rank));
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(b)), "r"(rank));
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(ra),
+                     "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(rb) : "memory");
+    });
 }
 
 // Makes mbarrier initialisation visible to the asynchronous proxy (the tensor copies that complete on them).
-__device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void fence_barrier_init() { PI0_SM90(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory")); }
 
 // ---- wgmma (sm_90a): warpgroup (4 warps, 128 threads) matrix products, both operands in shared memory ----
 // Operand tiles are K-major (k contiguous: A as [m][k], B as [n][k]) rows of 64 bf16 (128 bytes) in the 128-byte
@@ -135,9 +141,9 @@ __device__ __forceinline__ uint64_t wg_desc(const void *smem) {
     return (uint64_t)((smem_u32(smem) & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) |
            (1ull << 62);
 }
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wg_fence() { PI0_SM90A(asm volatile("wgmma.fence.sync.aligned;" ::: "memory")); }
+__device__ __forceinline__ void wg_commit() { PI0_SM90A(asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory")); }
+template <int N> __device__ __forceinline__ void wg_wait() { PI0_SM90A(asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory")); }
 // Keeps the compiler from moving reads of accumulator registers above wg_wait (they change asynchronously).
 template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N]) {
 #pragma unroll
@@ -150,12 +156,12 @@ template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N]) {
                     "+f"(d[i + 6]), "+f"(d[i + 7])
 #define WG_D32(d, i) WG_D8(d, i), WG_D8(d, i + 8), WG_D8(d, i + 16), WG_D8(d, i + 24)
 __device__ __forceinline__ void wg_ss_64x64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+    PI0_SM90A(asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
                  "%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0; }"
                  : WG_D32(d, 0)
-                 : "l"(da), "l"(db), "r"(acc));
+                 : "l"(da), "l"(db), "r"(acc)));
 }
 
 // D (64 x 256) += A . B with A from registers (per warp the mma.sync A fragment of its 16 rows: the accumulator
@@ -174,51 +180,51 @@ __device__ __forceinline__ uint64_t wg_desc_mn(const void *smem, unsigned slab) 
     return (wg_desc(smem) & ~(0x3FFFull << 16)) | ((uint64_t)(slab >> 4) << 16);
 }
 __device__ __forceinline__ void wg_rs_64x256_t(float (&d)[128], const uint32_t (&a)[4], uint64_t db) {
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
+    PI0_SM90A(asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_R128 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1; }"
                  : WG_D128(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)));
 }
 
 // ---- tensor copies (TMA, cp.async.bulk.tensor): a box of a 2-D tensor map into shared memory ----
 // Box at (x, y) = (inner coordinate, row) of the map, counted (complete_tx) on mbarrier b; out-of-range elements
 // arrive as zeros and count.
 __device__ __forceinline__ void tma_load_2d(void *smem, const void *map, int x, int y, uint64_t *b) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(b)) : "memory");
+    PI0_SM90(asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y), "r"(smem_u32(b)) : "memory"));
 }
 // The same for the weight stream, its lines marked evict-first in L2 (as bulk_copy_stream).
 __device__ __forceinline__ void tma_load_2d_stream(void *smem, const void *map, int x, int y, uint64_t *b) {
-    asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+    PI0_SM90(asm volatile("{ .reg .b64 pol; createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
                  "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
                  "[%0], [%1, {%2, %3}], [%4], pol; }" ::"r"(smem_u32(smem)), "l"(map), "r"(x), "r"(y),
-                 "r"(smem_u32(b)) : "memory");
+                 "r"(smem_u32(b)) : "memory"));
 }
 // A box of a 4-D tensor map (coordinates innermost first), counted on mbarrier b like tma_load_2d.
 __device__ __forceinline__ void tma_load_4d(void *smem, const void *map, int c0, int c1, int c2, int c3, uint64_t *b) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-                 "[%6];" ::"r"(smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(b)) : "memory");
+    PI0_SM90(asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+                 "[%6];" ::"r"(smem_u32(smem)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(b)) : "memory"));
 }
 // Shared memory to the box at (x, y) of a 2-D tensor map (elements outside the map are not written), as one bulk
 // group; the writes to shared memory before it need fence_proxy_async first.
 __device__ __forceinline__ void tma_store_2d(const void *map, const void *smem, int x, int y) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map), "r"(x), "r"(y),
-                 "r"(smem_u32(smem)) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    PI0_SM90(asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map), "r"(x), "r"(y),
+                 "r"(smem_u32(smem)) : "memory"));
+    PI0_SM90(asm volatile("cp.async.bulk.commit_group;" ::: "memory"));
 }
 // This thread's stores have read their shared memory (it may be rewritten) / have completed.
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait_read() { PI0_SM90(asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory")); }
+__device__ __forceinline__ void tma_store_wait() { PI0_SM90(asm volatile("cp.async.bulk.wait_group 0;" ::: "memory")); }
+__device__ __forceinline__ void fence_proxy_async() { PI0_SM90(asm volatile("fence.proxy.async.shared::cta;" ::: "memory")); }
 // Warp-group register reallocation (setmaxnreg): a producer warpgroup gives registers to the consumers.
-template <int R> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
-template <int R> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R> __device__ __forceinline__ void regs_dec() { PI0_SM90A(asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R))); }
+template <int R> __device__ __forceinline__ void regs_inc() { PI0_SM90A(asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R))); }
 // Four (x4) or one (x1) 8 x 8 b16 matrices in the mma accumulator layout (lane l: row l / 4, columns 2 (l % 4), + 1
 // as a bf16 pair), written transposed: lane 8 i + r gives the shared-memory address of row r of matrix i.
 __device__ __forceinline__ void stsm_x4_t(const void *p, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_u32(p)), "r"(r0),
-                 "r"(r1), "r"(r2), "r"(r3) : "memory");
+    PI0_SM90(asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_u32(p)), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3) : "memory"));
 }
 __device__ __forceinline__ void stsm_x1_t(const void *p, uint32_t r0) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};" ::"r"(smem_u32(p)), "r"(r0) : "memory");
+    PI0_SM90(asm volatile("stmatrix.sync.aligned.m8n8.x1.trans.shared.b16 [%0], {%1};" ::"r"(smem_u32(p)), "r"(r0) : "memory"));
 }
