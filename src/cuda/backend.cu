@@ -71,6 +71,8 @@ static pi0_status device_path(int device, int *hopper) {
     return PI0_OK;
 }
 
+extern "C" int cuda_backend_hopper(const pi0_backend *be) { return CTX(be)->hopper; }
+
 extern "C" pi0_status cuda_device_check(int device) {
     pi0_status st = check_device(device);
     int hopper;

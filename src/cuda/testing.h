@@ -17,6 +17,9 @@ long cuda_gemv_wg_launches(void);
 long cuda_flash_wg_launches(void);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
+/* 1 when the backend runs the Hopper kernels, 0 on the portable path (another GPU, or PI0_CUDA_PATH=portable): the op
+ * tests then check that no Hopper kernel ran. */
+int cuda_backend_hopper(const pi0_backend *be);
 /* Graph replays (cuda_run_graph with a cached graph) in this process: the e2e tests check that they ran. */
 long cuda_graph_replays(void);
 /* The tests: the next graph capture in this process (any context or thread) fails, through CUDA, at its capture
