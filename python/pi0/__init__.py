@@ -163,6 +163,19 @@ def _key_bytes(key: str) -> bytes:
     return b
 
 
+class _Closing:
+    """`with pi0.Policy(...) as p:` closes the engine's objects at the end of the block."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class _Obs:
     """One observation converted for pi0_policy_prepare; holds every buffer the C structures point into."""
     __slots__ = ("c", "keep", "rtc")
@@ -175,7 +188,7 @@ class _Obs:
 _RTC_KEYS = ("executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk")
 
 
-class Policy:
+class Policy(_Closing):
     """A served policy in-process: openpi's observation dict in, its result dict out (docs/python.md).
 
     checkpoint: openpi's PyTorch conversion, an Orbax checkpoint (params/) or a LeRobot policy directory.
@@ -248,12 +261,6 @@ class Policy:
                 self._idle.wait()
         if p:
             lib.pi0_policy_free(p)
-
-    def __enter__(self) -> "Policy":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __del__(self):
         if getattr(self, "_p", None):
@@ -504,7 +511,7 @@ def _model_info(m) -> Dict[str, Any]:
             "action_expert": llm(mi.action_expert)}
 
 
-class Model:
+class Model(_Closing):
     """The model alone, on model-level inputs (docs/formats.md 2), as `pi0 infer`: for users who do their own
     preprocessing. infer returns the normalised actions float32 [B, H, A].
 
@@ -538,12 +545,6 @@ class Model:
             if self._m:
                 lib.pi0_model_free(self._m)
                 self._m = None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __del__(self):
         if getattr(self, "_s", None):
