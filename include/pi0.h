@@ -38,6 +38,11 @@ typedef enum {
 
 /* Static name of a status ("PI0_ERR_SHAPE"). */
 const char *pi0_status_str(pi0_status st);
+
+/* The layout version of this header's structures and enums, raised whenever one changes: bindings that restate the
+ * structures (the Python package) compare it with the library's before they use it. */
+#define PI0_ABI_VERSION 1
+int pi0_abi_version(void);
 /* Detail message of the last failure on this thread ("" if none). Valid until the next call. */
 const char *pi0_last_error(void);
 

@@ -23,13 +23,13 @@ def build_library():
             raise SystemExit(f"pi0-engine: PI0_LIBRARY_FILE={prebuilt} does not exist")
         return prebuilt
     if not os.path.isfile(os.path.join(REPO, "Makefile")):
-        raise SystemExit(f"pi0-engine: {REPO} has no Makefile: install from the repository (pip install ./python), "
-                         "or set PI0_LIBRARY_FILE to a built libpi0.so")
+        raise SystemExit(f"pi0-engine: {REPO} has no Makefile: pip built the package from a copy of python/ (pip older "
+                         "than 21.3 does; upgrade pip), or from an sdist; or set PI0_LIBRARY_FILE to a built libpi0.so")
     build = os.environ.get("PI0_BUILD_DIR", "build")
     target = os.path.join(build, "libpi0.so")
     jobs = str(max(1, min(os.cpu_count() or 1, 16)))
     try:
-        subprocess.run(["make", "-C", REPO, "-j" + jobs, target], check=True)
+        subprocess.run(["make", "-C", REPO, "-j" + jobs, "BUILD=" + build, target], check=True)
     except (OSError, subprocess.CalledProcessError) as e:
         raise SystemExit(f"pi0-engine: building {target} with the repository's Makefile failed ({e}); run "
                          "tools/install-deps.sh first (the README's first command)") from None

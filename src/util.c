@@ -43,6 +43,8 @@ void pi0_assert_fail(const char *expr, const char *file, int line) {
     abort();
 }
 
+int pi0_abi_version(void) { return PI0_ABI_VERSION; }
+
 const char *pi0_status_str(pi0_status st) {
     switch (st) {
     case PI0_OK: return "PI0_OK";

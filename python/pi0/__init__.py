@@ -17,6 +17,8 @@ arguments, files and shapes) with the library's message.
 """
 import ctypes
 import json
+import operator
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -64,6 +66,33 @@ def _bad(message: str) -> InputError:
     return InputError("PI0_ERR_SHAPE", message)
 
 
+def _int(x: Any, what: str, lo: int, hi: int) -> int:
+    """An integer lo..hi (no float truncation, no wrap-around in the C types), or InputError naming `what`."""
+    try:
+        v = operator.index(x)
+    except TypeError:
+        raise InputError("PI0_ERR_ARG", f"{what}: expected an integer, found {type(x).__name__} {x!r:.40}") from None
+    if not lo <= v <= hi:
+        raise InputError("PI0_ERR_ARG", f"{what}: expected {lo}..{hi}, found {v}")
+    return v
+
+
+def _float(x: Any, what: str) -> float:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise InputError("PI0_ERR_ARG", f"{what}: expected a number, found {type(x).__name__} {x!r:.40}")
+    return float(x)
+
+
+def _utf8(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError("PI0_ERR_FORMAT", f"{what}: not encodable as UTF-8 ({e.reason})") from None
+
+
+_INT32 = 2 ** 31 - 1
+
+
 def _str(b: Optional[bytes]) -> Optional[str]:
     return None if b is None else b.decode("utf-8", "replace")
 
@@ -80,8 +109,12 @@ def _backend(name: str, device: int) -> int:
 
 def backend_available(backend: str = "cuda", device: int = 0) -> Tuple[bool, str]:
     """Whether `backend` ("cpu" or "cuda") can run here, without loading a model; (False, the reason) otherwise.
-    CUDA needs a library built with nvcc found and a Hopper GPU at `device`."""
-    st = lib.pi0_backend_check(_backend(backend, device), device)
+    CUDA needs a library built with nvcc found and a GPU of compute capability 8.0 or later at `device`."""
+    try:
+        kind = _backend(backend, _int(device, "device", 0, 1024))
+    except InputError as e:
+        return False, e.message
+    st = lib.pi0_backend_check(kind, device)
     return (True, "") if st == N.OK else (False, _fail(st).message)
 
 
@@ -89,7 +122,6 @@ def _path(p, what: str) -> bytes:
     if isinstance(p, bytes):
         return p
     try:
-        import os
         return os.fsencode(p)
     except TypeError:
         raise InputError("PI0_ERR_ARG", f"{what}: expected a path, found {type(p).__name__}") from None
@@ -101,8 +133,10 @@ def _opt_bytes(s: Optional[str]) -> Optional[bytes]:
 
 def _model_params(backend: str, device: int, threads: int, action_horizon: int, max_token_len: int,
                   quiet: bool) -> N.ModelParams:
-    return N.ModelParams(backend=_backend(backend, device), n_threads=threads, device=device, quiet=int(quiet),
-                         action_horizon=action_horizon or 0, max_token_len=max_token_len or 0)
+    device = _int(device, "device", 0, 1024)
+    return N.ModelParams(backend=_backend(backend, device), n_threads=_int(threads, "threads", 0, 4096), device=device,
+                         quiet=int(bool(quiet)), action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
+                         max_token_len=_int(max_token_len or 0, "max_token_len", 0, 4096))
 
 
 # numpy dtypes the library reads as they are (native byte order only: dict lookups of '>f4' miss)
@@ -112,16 +146,26 @@ _DTYPES = {np.dtype(np.uint8): N.DT_U8, np.dtype(np.float32): N.DT_F32, np.dtype
 _DTYPE_WORDS = "uint8, float16, float32, float64, int32, int64 or bool"
 
 
-def _c_array(key: str, value: Any) -> np.ndarray:
-    """An observation value as an array the library can read: the same object when it already is one."""
-    a = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if a.dtype not in _DTYPES or not a.flags.c_contiguous:
-        if a.dtype.kind in "biuf" and a.dtype.newbyteorder("=") in _DTYPES:   # another byte order, or strided
-            a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("="))
+def _c_array(key: str, value: Any) -> Union[np.ndarray, str]:
+    """An observation value as an array the library can read (the same object when it already is one), or why it
+    cannot be one: such a value is left out, as openpi ignores keys its transforms do not read, and the reason is
+    given if the policy turns out to need the key."""
+    if isinstance(value, np.ndarray):
+        a = value
+    else:
+        try:
+            a = np.asarray(value)
+        except (TypeError, ValueError) as e:
+            return f"a {type(value).__name__} that is no numeric array ({e})"
+    if a.dtype not in _DTYPES or not (a.flags.c_contiguous and a.flags.aligned):
+        if a.dtype.kind in "biuf" and a.dtype.newbyteorder("=") in _DTYPES:   # another byte order, strided, unaligned
+            if a.ndim > 4:
+                return f"{a.ndim} dimensions {list(a.shape)}, at most 4"
+            a = np.require(a, dtype=a.dtype.newbyteorder("="), requirements="CA")
         else:
-            raise _bad(f"observation '{key}': dtype {a.dtype} is not one the engine reads ({_DTYPE_WORDS})")
+            return f"dtype {a.dtype}, which the engine does not read ({_DTYPE_WORDS})"
     if a.ndim > 4:
-        raise _bad(f"observation '{key}': {a.ndim} dimensions {list(a.shape)}, at most 4")
+        return f"{a.ndim} dimensions {list(a.shape)}, at most 4"
     return a
 
 
@@ -143,9 +187,12 @@ def _prompt_text(key: str, v: Any) -> Optional[str]:
 
 
 def _floats(x: Any, what: str, shape: Tuple[int, ...]) -> np.ndarray:
-    """float32 C-contiguous (the same object when it already is) of the given shape. The library refuses
+    """float32 C-contiguous and aligned (the same object when it already is) of the given shape. The library refuses
     non-finite values itself, with the index."""
-    a = np.ascontiguousarray(x, dtype=np.float32)
+    try:
+        a = np.require(x, dtype=np.float32, requirements="CA")
+    except (TypeError, ValueError) as e:
+        raise _bad(f"{what}: expected float32 numbers of shape {list(shape)} ({e})") from None
     if a.shape != shape:
         raise _bad(f"{what}: expected shape {list(shape)}, found {list(a.shape)}")
     return a
@@ -157,7 +204,7 @@ _KEYS: Dict[str, bytes] = {}   # observation keys encoded once (a robot sends th
 def _key_bytes(key: str) -> bytes:
     b = _KEYS.get(key)
     if b is None:
-        b = key.encode("utf-8")
+        b = _utf8(key, "observation key")
         if len(_KEYS) < 4096:
             _KEYS[key] = b
     return b
@@ -178,11 +225,12 @@ class _Closing:
 
 class _Obs:
     """One observation converted for pi0_policy_prepare; holds every buffer the C structures point into."""
-    __slots__ = ("c", "keep", "rtc")
+    __slots__ = ("c", "keep", "rtc", "skipped")
 
     def __init__(self):
         self.keep = []
         self.rtc = None
+        self.skipped = {}
 
 
 _RTC_KEYS = ("executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk")
@@ -196,7 +244,7 @@ class Policy(_Closing):
       delta actions, default prompt and norm-stats asset; or robot ("libero" | "droid" | "aloha") without one. A
       LeRobot directory takes neither: its own processor files say it all.
     tokenizer: PaliGemma's SentencePiece model (paligemma_tokenizer.model); required.
-    backend: "auto" (CUDA when this library has it and a Hopper GPU is at `device`, else the CPU), "cpu", "cuda".
+    backend: "auto" (CUDA when this library has it and a usable GPU is at `device`, else the CPU), "cpu", "cuda".
     max_batch: observations per infer_batch; steps: flow-matching steps; threads: CPU threads (0 = all cores).
     asset_id, default_prompt, delta_actions (None = the config's), action_horizon, max_token_len: as `pi0 run`.
 
@@ -216,12 +264,12 @@ class Policy(_Closing):
         self._users = 0
         if tokenizer is None:
             raise InputError("PI0_ERR_ARG", "tokenizer: the path of paligemma_tokenizer.model is required")
-        if max_batch < 1 or steps < 1:
-            raise InputError("PI0_ERR_ARG", f"max_batch and steps must be >= 1, found {max_batch} and {steps}")
+        max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
         pp = N.PolicyParams(
             model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet),
             config=_opt_bytes(config), robot=_opt_bytes(robot), tokenizer=_path(tokenizer, "tokenizer"),
-            asset_id=_opt_bytes(asset_id), default_prompt=_opt_bytes(default_prompt),
+            asset_id=_opt_bytes(asset_id),
+            default_prompt=None if default_prompt is None else _utf8(default_prompt, "default_prompt"),
             delta_actions=0 if delta_actions is None else (1 if delta_actions else -1),
             max_batch=max_batch, num_steps=steps)
         p = ctypes.c_void_p()
@@ -292,6 +340,7 @@ class Policy(_Closing):
         o = _Obs()
         keep = o.keep
         arrays: List[Tuple[bytes, np.ndarray]] = []
+        skipped: Dict[str, str] = {}
         found = {"prompt": None, "noise": None}
         top = ("prompt", "noise", self._task_key)
 
@@ -301,12 +350,14 @@ class Policy(_Closing):
                     raise _bad(f"{what}: key {k!r} of '{prefix}': keys must be strings")
                 key = prefix + k
                 if type(v) is np.ndarray and v.dtype.kind not in "USO" and not (level == 0 and k in top):
-                    arrays.append((_key_bytes(key), _c_array(key, v)))   # the common case, first
+                    add(key, v)   # the common case, first
                 elif level == 0 and (k == "prompt" or k == self._task_key):
+                    if v is None:   # None: no prompt (the default prompt, else "Prompt is required")
+                        continue
                     if found["prompt"] is not None:
                         raise _bad(f"{key}: the prompt comes once (as 'prompt'" +
                                    (" or as 'task')" if self._task_key else ")"))
-                    found["prompt"] = _prompt_text(key, v) or ""
+                    found["prompt"] = _prompt_text(key, v)
                 elif level == 0 and k == "noise":
                     found["noise"] = v
                 elif type(v) is dict or isinstance(v, Mapping):
@@ -318,9 +369,17 @@ class Policy(_Closing):
                 elif isinstance(v, np.ndarray) and v.dtype.kind in "USO":
                     continue
                 else:
-                    arrays.append((_key_bytes(key), _c_array(key, v)))
+                    add(key, v)
+
+        def add(key: str, v: Any) -> None:
+            a = _c_array(key, v)
+            if isinstance(a, str):
+                skipped[key] = a
+            else:
+                arrays.append((_key_bytes(key), a))
 
         walk(obs, "", 0)
+        o.skipped = skipped
         c = N.Observation()
         if arrays:
             ca = (N.Array * len(arrays))()
@@ -333,23 +392,21 @@ class Policy(_Closing):
             keep.append(arrays)
             c.arrays, c.n_arrays = ca, len(arrays)
         if found["prompt"] is not None:
-            pb = found["prompt"].encode("utf-8")
+            pb = _utf8(found["prompt"], "prompt")
             keep.append(pb)
             c.prompt = pb
         if noise is not None and found["noise"] is not None:
             raise _bad(f"{what}: noise given twice (the argument and the observation's 'noise')")
         nz = noise if noise is not None else found["noise"]
         if nz is not None:
-            a = np.asarray(nz)
+            a = nz if isinstance(nz, np.ndarray) else _floats(nz, f"{what}: noise", np.shape(nz))
             if a.ndim == 3 and a.shape[0] == 1:
                 a = a[0]
             a = _floats(a, f"{what}: noise", (self._mH, self._A))
             keep.append(a)
             c.noise = a.ctypes.data
         if seed is not None:
-            if not 0 <= int(seed) < 2 ** 64:
-                raise InputError("PI0_ERR_ARG", f"seed: expected 0 <= seed < 2**64, found {seed}")
-            c.seed = int(seed)
+            c.seed = _int(seed, "seed", 0, 2 ** 64 - 1)
         if rtc is not None:
             c.rtc = ctypes.pointer(self._rtc_request(rtc, o, what))
         o.c = c
@@ -362,25 +419,26 @@ class Policy(_Closing):
             if k not in _RTC_KEYS:
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc: unknown key '{k}' (expected {', '.join(_RTC_KEYS)})")
         hz, sched, maxw = self._rtc_defaults
-        r = N.RtcRequest(delay=int(rtc.get("inference_delay", 0)), horizon=int(rtc.get("execution_horizon", hz)),
-                         schedule=sched, max_weight=float(rtc.get("max_guidance_weight", maxw)))
+        r = N.RtcRequest(delay=_int(rtc.get("inference_delay", 0), f"{what}: rtc.inference_delay", 0, 4096),
+                         horizon=_int(rtc.get("execution_horizon", hz), f"{what}: rtc.execution_horizon", 0, 4096),
+                         schedule=sched, max_weight=_float(rtc.get("max_guidance_weight", maxw),
+                                                           f"{what}: rtc.max_guidance_weight"))
         if "schedule" in rtc:
-            s = str(rtc["schedule"]).lower()
+            s = rtc["schedule"].lower() if isinstance(rtc["schedule"], str) else None
             if s not in N.SCHEDULES:
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc.schedule: expected ZEROS, ONES, LINEAR or EXP, found {rtc['schedule']!r}")
             r.schedule = N.SCHEDULES.index(s)
+        executed = _int(rtc.get("executed", 0), f"{what}: rtc.executed", 0, self._mH)
         if rtc.get("prev_chunk") is not None:
-            prev = np.asarray(rtc["prev_chunk"])
+            prev = rtc["prev_chunk"]
+            prev = prev if isinstance(prev, np.ndarray) else _floats(prev, f"{what}: rtc.prev_chunk", np.shape(prev))
             if prev.ndim != 2 or prev.shape[1] != self._A or prev.shape[0] > self._mH:
                 raise _bad(f"{what}: rtc.prev_chunk: expected shape [0..{self._mH}, {self._A}], found {list(prev.shape)}")
             prev = _floats(prev, f"{what}: rtc.prev_chunk", prev.shape)
         else:
-            executed = int(rtc.get("executed", 0))
             chunk = self._chunk
             if chunk is None:   # the first chunk has nothing to guide towards: unguided, as the server does
                 prev = np.zeros((0, self._A), np.float32)
-            elif not 0 <= executed <= self._mH:
-                raise InputError("PI0_ERR_ARG", f"{what}: rtc.executed {executed}: the previous chunk has {self._mH} rows")
             else:
                 prev = chunk[executed:]
         o.keep.append(prev)
@@ -393,7 +451,11 @@ class Policy(_Closing):
         x = ctypes.c_void_p()
         st = lib.pi0_policy_prepare(p, ctypes.byref(o.c), ctypes.byref(x))
         if st != N.OK:
-            raise _fail(st, what)
+            e = _fail(st, what)
+            for key, why in o.skipped.items():   # "missing 'state'" when state came as something unreadable
+                if f"'{key}'" in e.message:
+                    e = type(e)(e.status, f"{e.message} ('{key}' was given as {why})")
+            raise e
         return x
 
     # ---- inference ----
@@ -445,10 +507,11 @@ class Policy(_Closing):
         if noise is not None:
             nz = _floats(noise, "noise", (B, self._mH, self._A))
         for name, v in (("seeds", seeds), ("rtc", rtc)):
-            if v is not None and len(v) != B:
-                raise InputError("PI0_ERR_ARG", f"infer_batch: {name} has {len(v)} entries for {B} observations")
-        if rtc is not None and any(r is not None and r.get("prev_chunk") is None for r in rtc):
-            raise InputError("PI0_ERR_ARG", "infer_batch: rtc of a batch element needs its prev_chunk")
+            if v is not None and (not isinstance(v, Sequence) or isinstance(v, (str, bytes)) or len(v) != B):
+                raise InputError("PI0_ERR_ARG", f"infer_batch: {name}: expected a list of {B} entries, one per observation")
+        if rtc is not None and any(r is not None and (not isinstance(r, Mapping) or r.get("prev_chunk") is None)
+                                   for r in rtc):
+            raise InputError("PI0_ERR_ARG", "infer_batch: rtc of a batch element: a dict with its prev_chunk, or None")
         convs = [self._convert(ob, None if nz is None else nz[b], None if seeds is None else seeds[b],
                                None if rtc is None else rtc[b], f"observation {b}") for b, ob in enumerate(observations)]
         xs = (ctypes.c_void_p * B)()
@@ -460,6 +523,7 @@ class Policy(_Closing):
             tm = N.PolicyTiming()
             with self._lock:
                 _check(lib.pi0_policy_run(p, xs, B, out.ctypes.data, ctypes.byref(tm)), "inference")
+                self._chunk = None   # a batch is no robot's chunk: rtc `executed` runs unguided after it
         finally:
             for b in range(B):
                 if xs[b]:
@@ -477,6 +541,7 @@ class Policy(_Closing):
         """Runs one synthetic batch so that the first real call does not pay one-time costs (CUDA module loading,
         graph capture); returns the milliseconds taken."""
         ms = ctypes.c_double()
+        batch = _int(batch, "warmup: batch", 1, self._max_batch)
         p = self._acquire()
         try:
             with self._lock:
@@ -522,8 +587,7 @@ class Model(_Closing):
                  steps: int = 10, action_horizon: int = 0, max_token_len: int = 0, quiet: bool = False):
         self._m = self._s = None
         self._lock = threading.Lock()
-        if max_batch < 1 or steps < 1:
-            raise InputError("PI0_ERR_ARG", f"max_batch and steps must be >= 1, found {max_batch} and {steps}")
+        max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
         mp = _model_params(backend, device, threads, action_horizon, max_token_len, quiet)
         m = ctypes.c_void_p()
         _check(lib.pi0_model_load(ctypes.byref(m), _path(checkpoint, "checkpoint"), ctypes.byref(mp)))
@@ -559,30 +623,33 @@ class Model(_Closing):
     def infer(self, images: np.ndarray, state: np.ndarray, tokens: np.ndarray,
               token_mask: Optional[np.ndarray] = None, image_masks: Optional[np.ndarray] = None,
               noise: Optional[np.ndarray] = None, seed: int = 0, rtc: Optional[Mapping] = None) -> np.ndarray:
-        """images float32 [B, N, R, R, 3] in [-1, 1]; state float32 [B, A] (normalised, zero-padded; π0.5 ignores
-        it); tokens int32 [B, L] and token_mask [B, L] (None = all real); image_masks [B, N] (None = all present);
+        """images float32 [B, N, R, R, 3] in [-1, 1]; state float32 [B, A] (normalised, zero-padded; π0.5 does not
+        read it, but it must be given); tokens int32 [B, L] and token_mask [B, L] (None = all real); image_masks [B, N] (None = all present);
         noise float32 [B, H, A] (None = N(0, 1) drawn from seed). rtc (real-time chunking, LeRobot's form):
         {"prev": float32 [B, H, A] the leftover in model space, "weights": [B, H] prefix weights in [0, 1]
         (Model.prefix_weights), "max_weight": a number or [B]}. Returns the actions float32 [B, H, A].
         Arrays of the right dtype and layout are read in place; others are converted (a copy)."""
         i = self.info
         N_, R, A, H = i["n_cameras"], i["image_size"], i["action_dim"], i["action_horizon"]
-        images = np.ascontiguousarray(images, dtype=np.float32)
+        images = _floats(images, "images", np.shape(images))
         if images.ndim != 5 or images.shape[1:] != (N_, R, R, 3):
             raise _bad(f"images: expected shape [B, {N_}, {R}, {R}, 3], found {list(images.shape)}")
         B = images.shape[0]
         if not 1 <= B <= self.max_batch:
             raise InputError("PI0_ERR_ARG", f"images: batch {B}, the model's session holds 1..{self.max_batch}")
         state = _floats(state, "state", (B, A))
-        tokens = np.asarray(tokens)
+        tokens = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
         if tokens.ndim != 2 or tokens.shape[0] != B or tokens.dtype.kind not in "iu":
             raise _bad(f"tokens: expected integers of shape [{B}, L], found {tokens.dtype} {list(tokens.shape)}")
-        tokens = np.ascontiguousarray(tokens, dtype=np.int32)
+        if tokens.size and (tokens.min() < 0 or tokens.max() > _INT32):
+            raise _bad(f"tokens: ids must be 0..{_INT32}, found {tokens.min()}..{tokens.max()}")
+        tokens = np.require(tokens, dtype=np.int32, requirements="CA")
         L = tokens.shape[1]
         token_mask = np.ones((B, L), np.uint8) if token_mask is None else self._mask(token_mask, "token_mask", (B, L))
         keep = [images, state, tokens, token_mask]
         c = N.Inputs(batch=B, images=images.ctypes.data, state=state.ctypes.data, tokens=tokens.ctypes.data,
-                     token_mask=token_mask.ctypes.data, n_tokens=L, seed=int(seed))
+                     token_mask=token_mask.ctypes.data, n_tokens=L,
+                     seed=_int(seed, "seed", 0, 2 ** 64 - 1))
         if image_masks is not None:
             im = self._mask(image_masks, "image_masks", (B, N_))
             keep.append(im)
@@ -597,7 +664,8 @@ class Model(_Closing):
                 raise InputError("PI0_ERR_ARG", "rtc: expected {'prev': [B, H, A], 'weights': [B, H], 'max_weight'}")
             prev = _floats(rtc["prev"], "rtc prev", (B, H, A))
             w = _floats(rtc["weights"], "rtc weights", (B, H))
-            mw = np.ascontiguousarray(np.broadcast_to(np.asarray(rtc.get("max_weight", 10.0), np.float32), (B,)))
+            mw = rtc.get("max_weight", 10.0)
+            mw = _floats(np.full(B, _float(mw, "rtc max_weight")) if np.ndim(mw) == 0 else mw, "rtc max_weight", (B,))
             keep += [prev, w, mw]
             c.rtc, c.rtc_prev, c.rtc_weights, c.rtc_max_weights = N.RTC_LEROBOT, prev.ctypes.data, w.ctypes.data, mw.ctypes.data
         out = np.empty((B, H, A), np.float32)
@@ -618,14 +686,20 @@ class Model(_Closing):
         """Milliseconds of the last infer: total, and vision / prefill / denoise where stage timing is on (always on
         the CPU backend)."""
         t = N.Timing()
-        lib.pi0_session_get_timing(self._s, ctypes.byref(t))
+        with self._lock:
+            if not self._s:
+                raise Error("PI0_ERR_ARG", "the model is closed")
+            lib.pi0_session_get_timing(self._s, ctypes.byref(t))
         return {"vision_ms": t.vision_ms, "prefill_ms": t.prefill_ms, "denoise_ms": t.denoise_ms, "total_ms": t.total_ms}
 
     @staticmethod
     def prefix_weights(horizon_rows: int, delay: int, execution_horizon: int, leftover: int,
                        schedule: str = "linear") -> np.ndarray:
         """LeRobot's real-time-chunking prefix weights of `horizon_rows` action rows (float32 [H])."""
-        s = schedule.lower()
+        s = schedule.lower() if isinstance(schedule, str) else None
+        horizon_rows = _int(horizon_rows, "horizon_rows", 1, 4096)
+        delay, execution_horizon = _int(delay, "delay", 0, 4096), _int(execution_horizon, "execution_horizon", 0, 4096)
+        leftover = _int(leftover, "leftover", 0, 4096)
         if s not in N.SCHEDULES:
             raise InputError("PI0_ERR_ARG", f"schedule: expected zeros, ones, linear or exp, found {schedule!r}")
         w = np.empty(horizon_rows, np.float32)
@@ -650,7 +724,9 @@ class Tokenizer:
 
     def encode(self, text: str) -> List[int]:
         """Plain SentencePiece ids (no BOS / EOS), like spm_encode --output_format=id."""
-        b = text.encode("utf-8")
+        if not isinstance(text, str):
+            raise InputError("PI0_ERR_ARG", f"encode: expected a str, found {type(text).__name__}")
+        b = _utf8(text, "text")
         n = ctypes.c_size_t()
         cap = len(b) + 16
         while True:
@@ -666,13 +742,16 @@ class Tokenizer:
         state discretised into the prompt; state = the normalised state values) or "raw" (LeRobot's π0). Returns
         (tokens int32 [max_len], mask bool [max_len]), right-padded or truncated."""
         fmts = {"pi0": N.PROMPT_PI0, "pi05": N.PROMPT_PI05, "raw": N.PROMPT_RAW}
+        if not isinstance(text, str) or "\0" in text:
+            raise InputError("PI0_ERR_ARG", "prompt: expected a str without NUL characters")
+        max_len = _int(max_len, "max_len", 1, 4096)
         if fmt not in fmts:
             raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r}")
         st = None if state is None else np.ascontiguousarray(state, dtype=np.float64).ravel()
         tokens = np.zeros(max_len, np.int32)
         mask = np.zeros(max_len, np.uint8)
         nv = ctypes.c_int()
-        _check(lib.pi0_tokenize_prompt(self._t, text.encode("utf-8"), fmts[fmt],
+        _check(lib.pi0_tokenize_prompt(self._t, _utf8(text, "prompt"), fmts[fmt],
                                        None if st is None else st.ctypes.data, 0 if st is None else st.size, max_len,
                                        tokens.ctypes.data, mask.ctypes.data, ctypes.byref(nv)))
         return tokens, mask.view(np.bool_)

@@ -9,6 +9,7 @@ import os
 from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t, c_uint8, c_uint64, c_void_p
 
 LIBRARY_ENV = "PI0_LIBRARY"
+ABI_VERSION = 1   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
 
 
 class ModelParams(Structure):
@@ -92,6 +93,7 @@ PROMPT_PI0, PROMPT_PI05, PROMPT_RAW = 0, 1, 2
 _VP = c_void_p
 _SIGNATURES = {
     "pi0_status_str": (c_char_p, [c_int]),
+    "pi0_abi_version": (c_int, []),
     "pi0_last_error": (c_char_p, []),
     "pi0_backend_check": (c_int, [c_int, c_int]),
     "pi0_model_load": (c_int, [POINTER(_VP), c_char_p, POINTER(ModelParams)]),
@@ -127,7 +129,7 @@ _SIGNATURES = {
 def library_path():
     """The libpi0.so this package loads: $PI0_LIBRARY, else the one installed inside the package."""
     env = os.environ.get(LIBRARY_ENV)
-    return env if env else os.path.join(os.path.dirname(os.path.abspath(__file__)), "libpi0.so")
+    return os.path.abspath(env) if env else os.path.join(os.path.dirname(os.path.abspath(__file__)), "libpi0.so")
 
 
 def load():
@@ -145,6 +147,10 @@ def load():
         except AttributeError as e:
             raise ImportError(f"pi0: {path} has no function {name}: it is older than this package; rebuild it") from e
         fn.restype, fn.argtypes = res, args
+    found = lib.pi0_abi_version()
+    if found != ABI_VERSION:
+        raise ImportError(f"pi0: {path} has structure layout version {found}, this package restates version "
+                          f"{ABI_VERSION}: install the package and the library from the same checkout")
     return lib
 
 

@@ -21,6 +21,7 @@ def test_struct_layouts(tmp_path):
             lines.append(f'printf("{cname}.{f} %zu\\n", offsetof({cname}, {f}));')
     lines.append('printf("enums %d %d %d %d %d\\n", (int)PI0_ERR_UNSUPPORTED, (int)PI0_BACKEND_CUDA, (int)PI0_DT_F64, '
                  '(int)PI0_RTC_LEROBOT, (int)PI0_PROMPT_RAW);')
+    lines.append('printf("abi %d\\n", PI0_ABI_VERSION);')
     lines.append("return 0; }")
     src, exe = tmp_path / "abi.c", tmp_path / "abi"
     src.write_text("\n".join(lines))
@@ -32,3 +33,5 @@ def test_struct_layouts(tmp_path):
         for f, _ in cls._fields_:
             assert int(c[f"{cname}.{f}"]) == getattr(cls, f).offset, f"{cname}.{f}"
     assert c["enums"] == f"{len(N.STATUS_NAMES) - 1} {N.BACKEND_CUDA} {N.DT_F64} {N.RTC_LEROBOT} {N.PROMPT_RAW}"
+    # the header, the binding and the library loaded agree on the layout version
+    assert int(c["abi"]) == N.ABI_VERSION == N.lib.pi0_abi_version()

@@ -294,3 +294,68 @@ def test_close_while_threads_run(ckpts):
         t.join(timeout=60)
     assert not any(t.is_alive() for t in ts)
     assert errors == ["the policy is closed"] * 4 and sum(done) > 0
+
+
+def test_review_cases(ckpts):
+    """Unused keys of any kind are ignored, as openpi does; prompt None is no prompt; odd argument types raise
+    pi0.InputError; a key the policy needs but got in an unreadable form is named with the reason; after a batch the
+    kept RTC chunk is gone (the next `executed` request runs unguided)."""
+    rng = np.random.RandomState(17)
+    obs = {**observation("libero", rng), "prompt": "x"}
+    noise = rng.randn(H, A).astype(np.float32)
+    with policy(ckpts, "pi0", "pi0_libero", max_batch=2, default_prompt="open the drawer") as p:
+        base = p.infer(obs, noise)["actions"]
+        odd = {"camera_names": ["high", "low"], "depth": np.zeros((4, 4), np.int16), "blob": object(),
+               "ragged": [[1, 2], [3]], "five_d": np.zeros((1, 1, 1, 1, 1), np.float32), "c": 1j}
+        assert np.array_equal(p.infer({**obs, **odd}, noise)["actions"], base)
+        dflt = p.infer({**obs, "prompt": "open the drawer"}, noise)["actions"]
+        assert np.array_equal(p.infer({**obs, "prompt": None}, noise)["actions"], dflt)
+        with pytest.raises(pi0.InputError, match=r"'observation/state' was given as dtype int16"):
+            p.infer({**obs, "observation/state": np.zeros(8, np.int16)}, noise)
+        for kw in ({"seed": 1.5}, {"seed": "12"}, {"seed": -1}, {"seed": 2 ** 64},
+                   {"rtc": {"inference_delay": None}}, {"rtc": {"inference_delay": 2 ** 32}},
+                   {"rtc": {"executed": -3}}, {"rtc": {"max_guidance_weight": "a"}}, {"rtc": {"schedule": 3}},
+                   {"rtc": {"prev_chunk": [["a"] * A]}}):
+            with pytest.raises(pi0.InputError):
+                p.infer(obs, noise, **kw)
+        for bad in ({"\ud800": np.zeros(3)}, {"prompt": "\ud800"}):
+            with pytest.raises(pi0.InputError, match="UTF-8"):
+                p.infer({**obs, **bad}, noise)
+        with pytest.raises(pi0.InputError):
+            p.infer(obs, "abc")
+        with pytest.raises(pi0.InputError):
+            p.infer_batch([obs, obs], seeds=5)
+        with pytest.raises(pi0.InputError):
+            p.infer_batch([obs, obs], rtc=[[1], None])
+        with pytest.raises(pi0.InputError):
+            p.warmup("a")
+        p.infer(obs, noise)
+        p.infer_batch([obs, obs], np.stack([noise, noise]))
+        assert p.last_chunk() is None
+        assert np.array_equal(p.infer(obs, noise, rtc={"executed": 1})["actions"], base)   # unguided
+    ok, why = pi0.backend_available("tpu")
+    assert not ok and "backend" in why
+
+
+def test_model_after_close_and_misaligned(tmp_path):
+    from test_model import FIX   # noqa: F401  (the fixtures folder)
+    import os
+    t = read_st(os.path.join(FIX, "tiny-pi0", "b1.in.safetensors"))
+    with pi0.Model(os.path.join(FIX, "tiny-pi0"), backend="cpu") as m:
+        want = m.infer(t["images"], t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"])
+        buf = np.zeros(t["images"].nbytes + 4, np.uint8)   # a misaligned float32 view: converted, same result
+        mis = np.frombuffer(buf.data, dtype=np.float32, count=t["images"].size, offset=1).reshape(t["images"].shape)
+        mis[...] = t["images"]
+        assert not mis.flags.aligned
+        got = m.infer(mis, t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"])
+        assert np.array_equal(got, want)
+        for kw in ({"seed": -1}, {"seed": None}, {"tokens": t["tokens"].astype(np.int64) + 2 ** 32}):
+            args = {"images": t["images"], "state": t["state"], "tokens": t["tokens"], **kw}
+            with pytest.raises(pi0.InputError):
+                m.infer(**args)
+    with pytest.raises(pi0.Error, match="closed"):
+        m.timing()
+    with pytest.raises(pi0.InputError):
+        pi0.Model.prefix_weights(-1, 0, 1, 1)
+    with pytest.raises(pi0.InputError):
+        pi0.Tokenizer(TOKENIZER).encode(b"bytes")
