@@ -21,7 +21,8 @@ case "$BUILD" in
     *debug*) lib_build=build; san=1 ;;
     *) lib_build=$BUILD; san= ;;
 esac
-PI0_BUILD_DIR=$lib_build "$V/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python \
+# (MAKEFLAGS unset: under `make debug` it carries the sanitizer build's variables into pip's make of the regular library)
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL PI0_BUILD_DIR=$lib_build "$V/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python \
     >>"$log" 2>&1 || fail "pip install ./python failed"
 export PI0_TEST_BUILD="$BUILD" OMP_WAIT_POLICY=PASSIVE
 if [ -n "$san" ]; then
