@@ -240,6 +240,10 @@ static int run_workload(bench_opts *o, const workload *w) {
     printf("%-14s %-7s %-4s %-5s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %10.2f %10.2f %10.2f\n", w->name, scale,
            pi0_session_backend(s), graph ? "on" : "off", B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis,
            pre, den);
+    size_t used = 0, total = 0;   /* the footprint on a GPU this process has to itself (README, GPU: 12 GB cards) */
+    if (pi0_session_memory(s, &used, &total) == PI0_OK)
+        printf("  device memory in use after %s: %.2f GB of %.2f GB (every process on the device)\n", w->name, used / 1e9,
+               total / 1e9);
     if (o->csv) {
         char date[32];
         time_t now = time(NULL);
