@@ -96,10 +96,10 @@ void engine_free(engine *e);
 int engine_submit(engine *e, uint64_t conn_id, uint8_t *msg, size_t len, float *chunk);
 /* Every finished job, oldest first (NULL when none); free each with engine_job_free. */
 engine_job *engine_take_done(engine *e);
-/* How many connections could still send a request: open, not closing, with no request in the engine and no reply
- * waiting to go out. 0 ends the batch window at once (no request can join); the websocket layer updates it after each
- * change, decreasing only after its request is submitted, so the count errs towards waiting. Never called: -1,
- * the window always runs. */
+/* How many connections could send a request soon: open, not closing, with no request in the engine (one whose reply
+ * waits to go out counts). 0, with nothing being prepared and no finished job untaken, ends the batch window at once:
+ * no request can join. The websocket layer recomputes it after every event. Never called: -1, the window always
+ * runs. */
 void engine_set_idle_clients(engine *e, int n);
 void engine_job_free(engine_job *j);
 /* Jobs submitted and not yet taken. */

@@ -97,7 +97,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-token-len")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.max_token_len = (int)v; }
         else if (!strcmp(a, "--warmup")) {
             if (!strcmp(val, "all")) warmup = 2;
-            else if (parse_int(a, val, 0, 1, &warmup)) return 2;
+            else if (strcmp(val, "0") && strcmp(val, "1")) {
+                fprintf(stderr, "pi0-server: --warmup: expected 0, 1 or all, got '%s'\n", val);
+                return 2;
+            } else warmup = val[0] - '0';
         }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }

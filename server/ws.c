@@ -204,11 +204,16 @@ static void drop_rx(ws_server *s, conn *c) {
     c->rx_len = c->rx_cap = 0;
 }
 
-/* Tells the engine how many connections could still send a request (engine_set_idle_clients): not those with one in
- * the engine or a reply to send, nor those closing. Called after each change, on the service thread. */
+/* Tells the engine how many connections could send a request soon (engine_set_idle_clients): every open one except
+ * those whose request is in the engine, those closing or refused, and all of them while the server drains. A
+ * connection whose reply is waiting to go out counts: its robot answers as soon as it has it (the engine also waits
+ * while finished jobs have not been taken). Recomputed after every event on the service thread (callback_events). */
 static void update_idle(ws_server *s) {
+    if (!s || !s->eng) return;   /* lws_context_destroy closes connections after the engine is gone */
     int n = 0;
-    for (const conn *c = s->conns; c; c = c->next) n += c->websocket && !c->busy && !c->done && !c->closing && !c->error;
+    if (!s->draining)
+        for (const conn *c = s->conns; c; c = c->next)
+            n += c->websocket && (!c->busy || c->done) && !c->closing && !c->error;
     engine_set_idle_clients(s->eng, n);
 }
 
@@ -221,7 +226,6 @@ static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
         c->busy = 0;
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
     }
-    update_idle(s);   /* after the request is in the engine: the count errs towards waiting */
 }
 
 /* A whole message arrived. */
@@ -341,7 +345,6 @@ static int on_writeable(ws_server *s, conn *c) {
     engine_job *j = c->done;
     c->done = NULL;
     c->busy = 0;
-    update_idle(s);
     if ((j->error || !j->actions) && !j->n_items) {
         conn_error(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "%s", j->error ? j->error : "out of memory");
         engine_job_free(j);
@@ -429,7 +432,26 @@ static void peer_name(struct lws *wsi, char *out, size_t cap) {
     snprintf(out, cap, "%s%s%s", fwd[0] ? fwd : ip, fwd[0] ? " via " : "", fwd[0] ? ip : "");
 }
 
+static int callback_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+
+/* Every event, then the engine's count of connections that could send (update_idle): one place, so that no path that
+ * opens, submits, answers, refuses or closes a connection can leave the count stale. */
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    int r = callback_event(wsi, reason, user, in, len);
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED: case LWS_CALLBACK_RECEIVE: case LWS_CALLBACK_SERVER_WRITEABLE:
+    case LWS_CALLBACK_CLOSED: case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
+        struct lws_context *ctx = lws_get_context(wsi);
+        update_idle(ctx ? lws_context_user(ctx) : NULL);
+        break;
+    }
+    default:
+        break;
+    }
+    return r;
+}
+
+static int callback_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     struct lws_context *ctx = lws_get_context(wsi);
     ws_server *s = ctx ? lws_context_user(ctx) : NULL;
     conn *c = user;
@@ -509,7 +531,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         c->next = s->conns;
         s->conns = c;
         if (s->draining) conn_error(c, LWS_CLOSE_STATUS_GOINGAWAY, "the server is shutting down");
-        update_idle(s);
         lws_callback_on_writable(wsi);
         return 0;
 
@@ -532,7 +553,6 @@ static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *use
         if (!c || !c->websocket) return 0;
         for (conn **pp = &s->conns; *pp; pp = &(*pp)->next)
             if (*pp == c) { *pp = c->next; break; }
-        update_idle(s);
         srv_log("conn %llu %s: %llu requests in %.1f s, %s%s", (unsigned long long)c->id, c->peer,
                 (unsigned long long)c->n_requests, (now_ms() - c->t_open) / 1e3, c->why,
                 c->busy ? " (a request was in flight; its reply is dropped)" : "");

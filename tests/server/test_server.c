@@ -450,7 +450,7 @@ static void test_encode(void) {
  * Prompt "slow": the run takes 400 ms. A missing state is refused at prepare. */
 
 typedef struct { double v; int slow; } fake_prep;
-static volatile int g_runs, g_largest;
+static volatile int g_runs, g_largest, g_started;
 
 static int fake_prepare(void *ctx, const pi0_observation *obs, void **out, char *err, size_t errlen) {
     (void)ctx;
@@ -473,6 +473,7 @@ static int fake_prepare(void *ctx, const pi0_observation *obs, void **out, char 
 static int fake_run(void *ctx, void *const *prep, int n, double *actions, float *chunks, double *model_ms, char *err,
                     size_t errlen) {
     (void)ctx; (void)err; (void)errlen;
+    __atomic_add_fetch(&g_started, 1, __ATOMIC_SEQ_CST);
     if (chunks) memset(chunks, 0, (size_t)n * 3 * 4 * sizeof(float));
     int slow = 0;
     for (int i = 0; i < n; i++) {
@@ -855,6 +856,65 @@ static void test_limits(void) {
     stop(&l);
 }
 
+/* A robot of the fleet test: waits (if `after_run`) until a run has started, 100 ms more (inside that 400 ms run),
+ * then connects and sends 5 slow requests back to back. */
+typedef struct { int port; int after_run; int ok; } fleet_robot;
+static void *fleet_robot_main(void *arg) {
+    fleet_robot *r = arg;
+    for (int i = 0; r->after_run && i < 5000 && __atomic_load_n(&g_started, __ATOMIC_SEQ_CST) == r->after_run - 1; i++)
+        usleep(1000);
+    if (r->after_run) usleep(100 * 1000);
+    int fd = client(r->port);
+    mp m;
+    request(&m, 1, "slow");
+    r->ok = fd >= 0;
+    for (int i = 0; i < 5 && r->ok; i++) {
+        uint8_t *d = NULL;
+        size_t n;
+        r->ok = ws_send(fd, 2, m.sb.data, m.sb.size) == 0 && ws_recv(fd, &d, &n) == 2;
+        free(d);
+    }
+    msgpack_sbuffer_destroy(&m.sb);
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+/* The batch window's early end (engine_set_idle_clients) must not split a fleet: two robots out of phase (the second
+ * sends while the first's 400 ms run goes on) still meet in batches of 2, because a robot whose reply is on its way
+ * counts as one that will send (before that rule, all 10 requests ran alone). And a server stopped while a client has
+ * sent half a message shuts down cleanly (the early-end bookkeeping once ran after the engine was freed: SIGSEGV). */
+static void test_window_fleet(void) {
+    live l;
+    engine_params e = {.max_batch = 2, .batch_window_ms = 100, .max_wait_ms = 0};
+    ws_params wp = {.host = "127.0.0.1", .port = 0, .drain_s = 5};
+    char err[256];
+    if (ws_server_create(&l.s, &wp, &FAKE, &e, err, sizeof err) != PI0_OK) { report("fleet: server starts", 0); return; }
+    l.port = ws_server_port(l.s);
+    pthread_create(&l.th, NULL, serve, l.s);
+    fleet_robot a = {l.port, 0, 0}, b = {l.port, __atomic_load_n(&g_started, __ATOMIC_SEQ_CST) + 1, 0};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, fleet_robot_main, &a);
+    pthread_create(&tb, NULL, fleet_robot_main, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    engine_stats es;
+    ws_server_get_stats(l.s, &es);
+    stop(&l);
+    printf("fleet: batch sizes 1:%llu 2:%llu\n", (unsigned long long)es.batch_sizes[1], (unsigned long long)es.batch_sizes[2]);
+    CHECK(a.ok && b.ok && es.batch_sizes[2] >= 3, "fleet: two robots out of phase meet in batches of 2 (sizes 1:%llu 2:%llu)",
+          (unsigned long long)es.batch_sizes[1], (unsigned long long)es.batch_sizes[2]);
+    if (start(&l, NULL, 2, 100, 0) != 0) { report("fleet: server starts", 0); return; }
+    int fd = client(l.port);
+    mp m;
+    request(&m, 1, NULL);
+    int sent = fd >= 0 && ws_send_frame(fd, 2, 0, m.sb.data, 5) == 0;   /* a first fragment, never finished */
+    msgpack_sbuffer_destroy(&m.sb);
+    usleep(100 * 1000);
+    stop(&l);   /* a crash here ends the test binary without its summary line */
+    report("fleet: stopped with half a message received: clean shutdown", sent);
+    if (fd >= 0) close(fd);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with the server's log lines on stderr */
     test_decode_good();
@@ -862,5 +922,6 @@ int main(void) {
     test_encode();
     test_live();
     test_limits();
+    test_window_fleet();
     return test_summary("test_server");
 }
