@@ -181,6 +181,23 @@ static void want_wg(const char *op, const char *shape, int M, long before) {
     if (M > 16 && M <= 64) hopper_ran("the warpgroup kernel", op, shape, before, cuda_gemv_wg_launches(), 0);
 }
 
+/* gemv.cu's few-row shapes: up to 16 bf16 rows, K a multiple of 1024 up to 8192, N and the weight's row stride
+ * multiples of 8 (the pair layouts: pairs of a multiple of 8 columns) */
+static int gemv_shape(int M, int N, int K, int ldw) {
+    return M >= 1 && M <= 16 && K % 1024 == 0 && K <= 8192 && N % 8 == 0 && ldw % 8 == 0;
+}
+
+/* In its shapes (`fits`), `launches` of gemv.cu's few-row kernels ran (either path: the portable kernel on the
+ * portable path); else none did (a silent fallback to cuBLASLt would pass the value check without testing the kernel).
+ * `before` is cuda_gemv_launches() before the op. */
+static void want_gemv(const char *op, const char *shape, int fits, long before, long launches) {
+    long now = cuda_gemv_launches();
+    if (fits)
+        CHECK(now == before + launches, "%s %s: %ld launches of gemv.cu's few-row kernel (%s path), want %ld", op, shape,
+              now - before, hopper ? "Hopper" : "portable", launches);
+    else CHECK(now == before, "%s %s: gemv.cu's few-row kernel ran outside its shapes", op, shape);
+}
+
 static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
     hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)K)) : mkw(N, kcols, 1.0f / sqrtf((float)K), 0);
     hwt b = mkw(N, 1, 0.1f, 0);
@@ -192,12 +209,13 @@ static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_
     set_rand(&x, 1.0f);
     if (epi == EPI_ADD) set_rand(&y, 1.0f); else poison(&y);
     cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
-    long n0 = cuda_gemv_wg_launches();
+    long n0 = cuda_gemv_wg_launches(), p0 = cuda_gemv_launches();
     gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, k0, epi);
     char shape[80];
     snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s%s", f32 == 3 ? "f32w" : f32 == 2 ? "f32c" : f32 ? "f32" : "bf16", M, N, K, k0,
              ename(epi), bias ? "+b" : "");
     if (!f32) want_wg("linear", shape, M, n0);
+    if (!f32) want_gemv("linear", shape, gemv_shape(M, N, K, kcols) && k0 % 8 == 0, p0, 1);
     compare("linear", shape, &y, (size_t)N, bound);
     rel(&x); rel(&y);
     free_wts(ar, ws, 2);
@@ -215,11 +233,12 @@ static void t_linear_gated(int M, int N, int K, int per) {
     set_rand(&mod, 0.5f);
     poison(&tmp);
     cpu->linear_gated(cpu, x.c, tmp.c, y.c, &W.w, M, N, K, pt_at(cpu, mod.c, 2 * (size_t)N), 3 * N, per);
-    long n0 = cuda_gemv_wg_launches();
+    long n0 = cuda_gemv_wg_launches(), p0 = cuda_gemv_launches();
     gpu->linear_gated(gpu, x.g, tmp.g, y.g, &W.w, M, N, K, pt_at(gpu, mod.g, 2 * (size_t)N), 3 * N, per);
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d N=%d K=%d rows/gate=%d", M, N, K, per);
     want_wg("linear_gated", shape, M, n0);
+    want_gemv("linear_gated", shape, gemv_shape(M, N, K, K), p0, 1);
     compare("linear_gated", shape, &x, (size_t)N, 8e-3);
     rel(&x); rel(&tmp); rel(&y); rel(&mod);
     free_wts(ar, ws, 1);
@@ -248,15 +267,19 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
     char shape[80];
     snprintf(shape, sizeof shape, "M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
-    long n0 = cuda_gemv_wg_launches();
+    long n0 = cuda_gemv_wg_launches(), p0 = cuda_gemv_launches();
     gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
     if (hd % 64 == 0) want_wg("qkv", shape, M, n0);
+    /* the RoPE split epilogue: whole heads, half-heads of a multiple of 8 columns */
+    want_gemv("qkv", shape, gemv_shape(M, nq + 2 * nkv, K, K) && hd % 16 == 0 && nq % hd == 0 && nkv % hd == 0, p0, 1);
     rel(&pos);
     cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
     n0 = cuda_gemv_wg_launches();
+    p0 = cuda_gemv_launches();
     long g0 = cuda_gateup_launches();
     gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
     if (F % 32 == 0 && K % 8 == 0) want_wg("mlp_up", shape, M, n0);
+    want_gemv("mlp_up", shape, gemv_shape(M, 2 * F, K, K) && F % 8 == 0, p0, 1);
     /* 136 rows and more: gateup.cu (F % 64, K % 8) */
     if (M >= 136 && F % 64 == 0 && K % 8 == 0) hopper_ran("gateup.cu", "mlp_up", shape, g0, cuda_gateup_launches(), 1);
     compare("qkv.q", shape, &oq, (size_t)nq, 8e-3);
@@ -348,12 +371,14 @@ static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
     else { pc.w = pg.w = &nw.w; }
     char shape[80];
     snprintf(shape, sizeof shape, "%s M=%d K=%d q=%d kv=%d", ada ? "adarms" : "rms", M, K, nq, nkv);
-    long n0 = cuda_gemv_wg_launches();
+    long n0 = cuda_gemv_wg_launches(), p0 = cuda_gemv_launches();
     cpu->qkv(cpu, oq.c, ok.c, ov.c, x.c, &pj, M, K, pos.c, hd, &pc);
     gpu->qkv(gpu, oq.g, ok.g, ov.g, x.g, &pj, M, K, pos.g, hd, &pg);
     cpu->mlp_up(cpu, og.c, ot.c, x.c, &L, M, F, K, &pc);
     gpu->mlp_up(gpu, og.g, ot.g, x.g, &L, M, F, K, &pg);
     if (M > 16 && M <= 64) hopper_ran("the warpgroup kernel", "norm+qkv/mlp_up", shape, n0, cuda_gemv_wg_launches(), 2);
+    /* the norm folded into the few-row kernels: K = 1024, and a free X row for adaRMS's shift */
+    want_gemv("norm+qkv/mlp_up", shape, gemv_shape(M, nq + 2 * nkv, K, K) && K == 1024 && !(ada && M > 15), p0, 2);
     compare("norm+qkv.q", shape, &oq, (size_t)nq, 8e-3);
     compare("norm+qkv.k", shape, &ok, (size_t)nkv, 8e-3);
     compare("norm+qkv.v", shape, &ov, (size_t)nkv, 8e-3);
@@ -690,7 +715,9 @@ static const rope_case ROPE[] = {
 
 #define N_OF(t) (sizeof t / sizeof t[0])
 
-typedef enum { ATT_ANY, ATT_FLASH_WG } attn_path;   /* ATT_FLASH_WG: the wgmma flash kernel must run (hd 256 MQA) */
+/* ATT_FLASH_WG: the wgmma flash kernel must run (hd 256 MQA); ATT_DECODE: the decode kernel must run (either path:
+ * Hopper's cluster kernel or the portable one) */
+typedef enum { ATT_ANY, ATT_FLASH_WG, ATT_DECODE } attn_path;
 typedef struct {
     const char *name;
     int nseg;
@@ -722,11 +749,11 @@ static const attn_case ATTN[] = {
     {"flash-mqa-waves", 3, NULL, NULL, 400, 400, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "more than a wave of blocks: the 32-key tiles"},
     {"flash-mqa-waves-ramp", 3, NULL, NULL, 400, 400, 8, 1, 256, 0, 0, 0, 6.0f, ATT_FLASH_WG, "the same, a late-moving maximum"},
     {"flash-suffix-waves", 20, NULL, NULL, 51, 300, 8, 1, 256, 1, 1, 0, 0, ATT_ANY, "more than a wave, with a suffix"},
-    {"suffix-tail-pi0", 1, SEGS(11), SEGS(799), 0, 0, 8, 1, 256, 0, 1, 11, 0, ATT_ANY, "B = 1: suffix K/V after the cache (π0)"},
-    {"suffix-tail-pi05", 1, SEGS(10), SEGS(978), 0, 0, 8, 1, 256, 0, 0, 10, 0, ATT_ANY, "B = 1: suffix K/V after the cache (π0.5)"},
-    {"suffix-tail-h50", 1, SEGS(51), SEGS(839), 0, 0, 8, 1, 256, 0, 1, 51, 0, ATT_ANY, "408 query rows: 26 row tiles"},
-    {"suffix-tail-33", 1, SEGS(33), SEGS(821), 0, 0, 8, 1, 256, 0, 1, 33, 0, ATT_ANY, "17 row tiles, 2 per block: the last block's second tile is empty"},
-    {"decode-short", 1, SEGS(3), SEGS(40), 0, 0, 8, 1, 256, 0, 1, 3, 0, ATT_ANY, "key chunks past the keys"},
+    {"suffix-tail-pi0", 1, SEGS(11), SEGS(799), 0, 0, 8, 1, 256, 0, 1, 11, 0, ATT_DECODE, "B = 1: suffix K/V after the cache (π0)"},
+    {"suffix-tail-pi05", 1, SEGS(10), SEGS(978), 0, 0, 8, 1, 256, 0, 0, 10, 0, ATT_DECODE, "B = 1: suffix K/V after the cache (π0.5)"},
+    {"suffix-tail-h50", 1, SEGS(51), SEGS(839), 0, 0, 8, 1, 256, 0, 1, 51, 0, ATT_DECODE, "408 query rows: 26 row tiles"},
+    {"suffix-tail-33", 1, SEGS(33), SEGS(821), 0, 0, 8, 1, 256, 0, 1, 33, 0, ATT_DECODE, "17 row tiles, 2 per block: the last block's second tile is empty"},
+    {"decode-short", 1, SEGS(3), SEGS(40), 0, 0, 8, 1, 256, 0, 1, 3, 0, ATT_DECODE, "key chunks past the keys"},
     {"flash-mqa-odd", 3, SEGS(1, 17, 130), SEGS(1, 17, 130), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "partial row and key tiles, one query row"},
     {"flash-mqa-cross", 2, SEGS(5, 200), SEGS(200, 40), 0, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "fewer or more queries than keys"},
     {"flash-mqa-tiles", 3, NULL, SEGS(64, 128, 193), 200, 0, 8, 1, 256, 0, 0, 0, 0, ATT_FLASH_WG, "1, 2 (whole) and 4 key tiles of 64"},
@@ -743,8 +770,11 @@ static void run_attn_case(const attn_case *c) {
     int q[64], k[64];
     PI0_ASSERT(c->nseg <= 64);
     for (int i = 0; i < c->nseg; i++) { q[i] = c->nq ? c->nq[i] : c->uq; k[i] = c->nk ? c->nk[i] : c->uk; }
-    long n0 = cuda_flash_wg_launches();
+    long n0 = cuda_flash_wg_launches(), d0 = cuda_decode_attention_launches();
     t_attention_ramp(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->kramp);
+    if (c->path == ATT_DECODE)
+        CHECK(cuda_decode_attention_launches() > d0, "attention %s: the decode kernel (%s path) did not run", c->name,
+              hopper ? "Hopper" : "portable");
     if (c->path == ATT_FLASH_WG) hopper_ran("the wgmma flash kernel", "attention", c->name, n0, cuda_flash_wg_launches(), 0);
     else if (!hopper) hopper_ran("the wgmma flash kernel", "attention", c->name, n0, cuda_flash_wg_launches(), 0);
 }

@@ -9,6 +9,7 @@
 
 #include <nvtx3/nvToolsExt.h>   // header-only NVTX v3: a no-op unless a profiler injects itself
 
+#include "attention.cuh"
 #include "common.cuh"
 
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
@@ -67,7 +68,20 @@ static pi0_status device_path(int device, int *hopper) {
     if (path && !strcmp(path, "hopper") && p.major != 9)
         return pi0_fail(PI0_ERR_UNSUPPORTED, "PI0_CUDA_PATH=hopper: CUDA device %d (%s) has compute capability %d.%d, not 9.0",
                         device, p.name, p.major, p.minor);
-    *hopper = p.major == 9 && !(path && !strcmp(path, "portable"));
+    /* The Hopper kernels exist only in sm_90a code. A build without it (CUDA_ARCHS lacking 90a) runs on a Hopper GPU
+       from compute_80 PTX, where those kernels are compiled as traps: the probe kernel's PTX version says which. */
+    int has_sm90a = fa.ptxVersion >= 90;
+    if (path && !strcmp(path, "hopper") && !has_sm90a)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "PI0_CUDA_PATH=hopper: this build has no sm_90a code (the device runs it from "
+                        "compute_%d PTX); rebuild with 90a in CUDA_ARCHS (README, GPU)", fa.ptxVersion);
+    *hopper = p.major == 9 && has_sm90a && !(path && !strcmp(path, "portable"));
+    if (p.major == 9 && !has_sm90a && !path) {
+        static int told;
+        if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "pi0: warning: CUDA device %d (%s) is a Hopper GPU but this build has no sm_90a code (it runs "
+                            "from compute_%d PTX): it runs the slower portable kernels; rebuild with 90a in CUDA_ARCHS\n",
+                    device, p.name, fa.ptxVersion);
+    }
     return PI0_OK;
 }
 
@@ -465,6 +479,8 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->tune_buf);
         cudaFree(c->fused);
         cudaFree(c->workspace);
+        cudaFree(c->pscratch);
+        cudaFree(c->pcounters);
         cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -497,7 +513,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->hopper = hopper;
     if (!hopper) {   /* the portable path: none of the Hopper kernels (PDL, clusters, TMA, wgmma), no flash kernel (its
                         shared memory exceeds Ada's 99 KB per block): cuBLASLt products and the plain kernels */
-        c->pdl = c->fused_small = c->gateup = c->flash = 0;
+        c->pdl = c->gateup = c->flash = 0;   // (fused_small: gemv.cu's portable kernel)
         static int told;
         int major = 0;
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -521,6 +537,9 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
         cuda_attention_setup(c);
         cuda_gemv_setup(c);
         cuda_gateup_setup(c);
+    } else if (c->fused_small) {   /* the portable few-row kernels */
+        cuda_p_setup(c);
+        cuda_decode_attention_p_setup(c, device);
     }
     if (c->err) {
         st = report(c);
