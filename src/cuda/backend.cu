@@ -9,7 +9,6 @@
 
 #include <nvtx3/nvToolsExt.h>   // header-only NVTX v3: a no-op unless a profiler injects itself
 
-#include "attention.cuh"
 #include "common.cuh"
 
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
@@ -479,8 +478,6 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->tune_buf);
         cudaFree(c->fused);
         cudaFree(c->workspace);
-        cudaFree(c->pscratch);
-        cudaFree(c->pcounters);
         cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -513,7 +510,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->hopper = hopper;
     if (!hopper) {   /* the portable path: none of the Hopper kernels (PDL, clusters, TMA, wgmma), no flash kernel (its
                         shared memory exceeds Ada's 99 KB per block): cuBLASLt products and the plain kernels */
-        c->pdl = c->gateup = c->flash = 0;   // (fused_small: gemv.cu's portable kernel)
+        c->pdl = c->fused_small = c->gateup = c->flash = 0;
         static int told;
         int major = 0;
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -537,9 +534,6 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
         cuda_attention_setup(c);
         cuda_gemv_setup(c);
         cuda_gateup_setup(c);
-    } else if (c->fused_small) {   /* the portable few-row kernels */
-        cuda_p_setup(c);
-        cuda_decode_attention_p_setup(c, device);
     }
     if (c->err) {
         st = report(c);

@@ -73,12 +73,7 @@ struct cuda_ctx {
     int pdl;                   // programmatic dependent launch for cuda_launch (PI0_CUDA_PDL=0 turns it off)
     const void *carved[CUDA_MAX_CARVED];   // kernels whose shared memory carveout is set (cuda_prefer_smem)
     int ncarved;
-    int fused_small;           // the few-row kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt); on the
-                               // portable path gemv.cu's portable kernel (decode attention is Hopper's only)
-    float *pscratch;           // the portable path's partial sums (gemv.cu, attn_decode.cu: CUDA_P_SCRATCH bytes) and
-    unsigned *pcounters;       // counters (CUDA_P_COUNTERS, zero between launches), shared: those kernels run one
-                               // after the other (no PDL on the portable path)
-    int dap_ok;                // the portable decode attention kernel's shared memory fits the device
+    int fused_small;           // the few-row kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
     int sms;                   // streaming multiprocessors of the device
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
@@ -284,8 +279,6 @@ int cuda_gemv_ok(const gemv_args *a, int nt);
 // per block / 8: 1, 2, 4, 8) is 0 for the default choice (the lab sets it).
 int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt);
 void cuda_gemv_setup(cuda_ctx *c);
-int cuda_p_setup(cuda_ctx *c);   // the portable path's scratch and counters (0 and the error noted if it fails)
-enum { CUDA_P_SCRATCH = 4 << 20, CUDA_P_COUNTERS = 4096 };
 struct CUtensorMap_st;
 // A 2-D bf16 tensor map (rows x cols, row stride ld elements) for boxes of box_rows x 64 with the 128-byte swizzle
 // (the wgmma operand layout, mma.cuh); 0 if the driver refuses it.

@@ -95,63 +95,6 @@ __device__ __forceinline__ float rope_inv_freq(const gemv_args &a, int col) {
     return a.epi == GEMV_QKV_ROPE ? (float)pow(10000.0, -2.0 * (col % a.hd) / a.hd) : 0.0f;
 }
 
-// The X side of the few-row layout (both kernels): lane (g, c) of warp w holds X rows g and g + 8 at 4 x 8 columns
-// k = kw + 32 u .. + 8 (kw = 128 w + 8 c, within the block's 1024 columns); padded rows stay zero.
-// NORM: the lane's factors a (x + x a), read before the PDL wait.
-template <bool NORM>
-__device__ __forceinline__ void gemv_norm_a(const gemv_args &a, int kw, float (&na)[4][8]) {
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-#pragma unroll
-        for (int h = 0; NORM && h < 2; h++) {
-            float4 p = __ldg((const float4 *)(a.norm_a + kw + 32 * u + 4 * h));
-            na[u][4 * h] = p.x; na[u][4 * h + 1] = p.y; na[u][4 * h + 2] = p.z; na[u][4 * h + 3] = p.w;
-        }
-}
-// Zeroes xv, and puts the adaRMS shift b (NORM with norm_b) in row srow = M: constants, before the PDL wait.
-template <bool NORM>
-__device__ __forceinline__ void gemv_x_shift(const gemv_args &a, int kw, int g, int srow, uint4 (&xv)[4][2]) {
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
-        if (NORM && (srow == g || srow == g + 8)) {
-            const float4 *bp = (const float4 *)(a.norm_b + kw + 32 * u);
-            float4 p0 = __ldg(bp), p1 = __ldg(bp + 1);
-            uint4 b = make_uint4(f2_to_bf2(p0.x, p0.y), f2_to_bf2(p0.z, p0.w), f2_to_bf2(p1.x, p1.y), f2_to_bf2(p1.z, p1.w));
-            if (srow == g) xv[u][0] = b;
-            else xv[u][1] = b;
-        }
-    }
-}
-// The X rows at columns kb + kw .. (after the PDL wait); NORM: the warp's sums of x^2 of rows g, g + 8 go to nss[warp]
-// (read after the MMAs), and the rows become x * (1 + a).
-template <bool NORM>
-__device__ __forceinline__ void gemv_x_load(const gemv_args &a, int kb, int kw, int g, int c, int warp, const float (&na)[4][8],
-                                            uint4 (&xv)[4][2], float (*nss)[16]) {
-    const bool x0ok = g < a.M, x1ok = g + 8 < a.M;
-    const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
-    const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        if (x0ok) xv[u][0] = __ldcg((const uint4 *)(xp0 + 32 * u));
-        if (x1ok) xv[u][1] = __ldcg((const uint4 *)(xp1 + 32 * u));
-    }
-    if (NORM) {
-        float s0, s1;
-        quad_sumsq(xv, s0, s1);
-        if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int h = 0; h < 4; h++) {
-                float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
-                float a0 = na[u][2 * h], a1 = na[u][2 * h + 1];
-                if (x0ok) u4_set(xv[u][0], h, f2_to_bf2(fmaf(f0.x, a0, f0.x), fmaf(f0.y, a1, f0.y)));
-                if (x1ok) u4_set(xv[u][1], h, f2_to_bf2(fmaf(f1.x, a0, f1.x), fmaf(f1.y, a1, f1.y)));
-            }
-    }
-}
-
 // Block (x, y): output rows of row block x (tile_row), K columns [1024 y, 1024 y + 1024).
 // Shared memory: W rows (R x 1024 bf16, row stride GEMV_LDS bytes: 64 bytes of padding put rows g and
 // g + 1 in different bank halves, so the 16-byte reads of a warp are conflict-free), later reused for
@@ -208,7 +151,13 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     // pi0-libero 11.7 -> 11.3 ms, the other workloads unchanged (q|k|v's kernel also went from 162 to 158
     // registers, which lets decode attention's blocks share its SMs)
     float na[4][8];
-    gemv_norm_a<NORM>(a, kw, na);
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int h = 0; NORM && h < 2; h++) {
+            float4 p = __ldg((const float4 *)(a.norm_a + kw + 32 * u + 4 * h));
+            na[u][4 * h] = p.x; na[u][4 * h + 1] = p.y; na[u][4 * h + 2] = p.z; na[u][4 * h + 3] = p.w;
+        }
     if (threadIdx.x == 0) {   // rows past N only in the last row block (pair layouts need N % 2P == 0)
         int valid = a.pair ? R : min(R, a.N - b * R);
         mbar_init(&bar, 1);
@@ -223,15 +172,46 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
         bulk_copy_stream(Ws + threadIdx.x * GEMV_LDS, a.w + (size_t)nrow * a.ldw + kb, GEMV_KC * 2, &bar);
     const float inv_freq = rope_inv_freq(a, tile_row<NT>(a, b, 0) + threadIdx.x % (R / 2));   // this thread's column
     // X rows g and g + 8, this lane's 4 x 8 k; padded rows stay zero, except the adaRMS shift's row M (NORM)
+    const bool x0ok = g < a.M, x1ok = g + 8 < a.M;
     const int srow = NORM && a.norm_b ? a.M : -1;
     uint4 xv[4][2];
-    gemv_x_shift<NORM>(a, kw, g, srow, xv);
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        xv[u][0] = xv[u][1] = make_uint4(0, 0, 0, 0);
+        if (NORM && (srow == g || srow == g + 8)) {
+            const float4 *bp = (const float4 *)(a.norm_b + kw + 32 * u);
+            float4 p0 = __ldg(bp), p1 = __ldg(bp + 1);
+            uint4 b = make_uint4(f2_to_bf2(p0.x, p0.y), f2_to_bf2(p0.z, p0.w), f2_to_bf2(p1.x, p1.y), f2_to_bf2(p1.z, p1.w));
+            if (srow == g) xv[u][0] = b;
+            else xv[u][1] = b;
+        }
+    }
     if (a.early) pdl_trigger();
     pdl_wait();
     LAB_STAMP(1);
     if (!a.early) pdl_trigger();
     // ---- activations ----
-    gemv_x_load<NORM>(a, kb, kw, g, c, warp, na, xv, nss);
+    const bf16 *xp0 = a.x + (size_t)(x0ok ? g : 0) * a.ldx + kb + kw;
+    const bf16 *xp1 = a.x + (size_t)(x1ok ? g + 8 : 0) * a.ldx + kb + kw;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        if (x0ok) xv[u][0] = __ldcg((const uint4 *)(xp0 + 32 * u));
+        if (x1ok) xv[u][1] = __ldcg((const uint4 *)(xp1 + 32 * u));
+    }
+    if (NORM) {   // sums of x^2 of rows g, g + 8 over this warp's slice (read after the MMAs); x * (1 + a)
+        float s0, s1;
+        quad_sumsq(xv, s0, s1);
+        if (c == 0) { nss[warp][g] = s0; nss[warp][g + 8] = s1; }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                float2 f0 = bf2_to_f2(u4_get(xv[u][0], h)), f1 = bf2_to_f2(u4_get(xv[u][1], h));
+                float a0 = na[u][2 * h], a1 = na[u][2 * h + 1];
+                if (x0ok) u4_set(xv[u][0], h, f2_to_bf2(fmaf(f0.x, a0, f0.x), fmaf(f0.y, a1, f0.y)));
+                if (x1ok) u4_set(xv[u][1], h, f2_to_bf2(fmaf(f1.x, a0, f1.x), fmaf(f1.y, a1, f1.y)));
+            }
+    }
     float yold[4] = {0, 0, 0, 0};   // the residual that GEMV_ADD adds, read now rather than after the product
     if (a.epi == GEMV_ADD || a.epi == GEMV_GATED_ADD)
 #pragma unroll
@@ -350,143 +330,6 @@ template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
     else launch<NT, false>(c, a);
 }
 
-
-// ---- the portable few-row kernel (compute capability 8.0 on; issue 42) ----
-// The products and epilogues of gemv_kernel without clusters, TMA, mbarriers or PDL, for every GPU on the portable
-// path. Block (x, y) owns the same R = 8 NT output rows and K columns [1024 y, 1024 y + 1024) as above, and each lane
-// computes the same MMAs; it loads its weight fragments (16 bytes of row 8 t + g at its columns, what the lane reads
-// from shared memory above) straight from global memory into registers, all 4 NT of them before the X rows, marked
-// evict-first (ld.global.cs), so that the weight stream leaves the KV cache and the activations in L2. The 8 warps'
-// sums are added in shared memory in a fixed order. K slices (gridDim.y > 1): each block stores its rows' partial
-// sums (fp32) in a workspace; the last block of its row block to arrive (a counter per row block, which that block
-// resets for the next launch) adds the slices in slice order, so the result does not depend on which block is last.
-// Launched only without PDL (the portable path has none), so no two launches share the counters at once.
-
-template <int NT, bool NORM>
-__global__ void __launch_bounds__(GW * 32) gemv_p_kernel(gemv_args a, float *ws, unsigned *counters) {
-    constexpr int R = 8 * NT;
-    __shared__ __align__(16) float red[GW * NT * 4 * 32];   // the warps' sums [GW][NT][4][32]
-    __shared__ float tot[17 * R];                            // the block's rows, and the shift's product (row M)
-    __shared__ float nss[GW][16];
-    __shared__ int last;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, b = blockIdx.x;
-    const int ks = gridDim.y, rank = blockIdx.y, kb = rank * GEMV_KC, kw = warp * (GEMV_KC / GW) + 8 * c;
-    uint4 wv[4][NT];
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-        const int row = tile_row<NT>(a, b, t) + g;   // rows past N only in the last row block (N % 8 == 0: whole tiles)
-        const bf16 *wp = a.w + (size_t)(row < a.N ? row : 0) * a.ldw + kb + kw;
-#pragma unroll
-        for (int u = 0; u < 4; u++) wv[u][t] = row < a.N ? __ldcs((const uint4 *)(wp + 32 * u)) : make_uint4(0, 0, 0, 0);
-    }
-    float na[4][8];
-    gemv_norm_a<NORM>(a, kw, na);
-    const int srow = NORM && a.norm_b ? a.M : -1;
-    uint4 xv[4][2];
-    gemv_x_shift<NORM>(a, kw, g, srow, xv);
-    pdl_wait();   // (a no-op without PDL)
-    gemv_x_load<NORM>(a, kb, kw, g, c, warp, na, xv, nss);
-    float acc[NT][4];
-#pragma unroll
-    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            mma_bf16(acc[t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, wv[u][t].x, wv[u][t].y);
-            mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, wv[u][t].z, wv[u][t].w);
-        }
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) red[((warp * NT + t) * 4 + i) * 32 + lane] = acc[t][i];
-    __syncthreads();
-    float r0 = 1.0f, r1 = 1.0f;   // NORM (one slice): r of rows g and g + 8 of this thread's fragments
-    if (NORM) {
-        float s0 = 0, s1 = 0;
-#pragma unroll
-        for (int w = 0; w < GW; w++) { s0 += nss[w][g]; s1 += nss[w][g + 8]; }
-        r0 = rsqrtf(s0 * (1.0f / GEMV_KC) + a.eps);
-        r1 = rsqrtf(s1 * (1.0f / GEMV_KC) + a.eps);
-    }
-    // fragment (t, i, l) is row (l >> 2) (+ 8 for i >= 2), column 8 t + 2 (l & 3) + (i & 1); the 8 warps in order
-    float *part = ws + ((size_t)b * ks + rank) * 16 * R;   // K slices: this block's partial sums [16][R]
-    for (int o = threadIdx.x; o < NT * 128; o += GW * 32) {
-        int t = o >> 7, i = (o >> 5) & 3, l = o & 31, m = (l >> 2) + (i >= 2 ? 8 : 0), j = 8 * t + 2 * (l & 3) + (i & 1);
-        if (m >= a.M && m != srow) continue;
-        float sum = 0;
-#pragma unroll
-        for (int w = 0; w < GW; w++) sum += red[((w * NT + t) * 4 + i) * 32 + l];
-        if (NORM && m < a.M) sum *= i >= 2 ? r1 : r0;   // (o % 32 is this thread's lane)
-        if (ks == 1) tot[m * R + j] = sum;
-        else __stcg(part + m * R + j, sum);
-    }
-    if (ks > 1) {   // the last block of the row block adds the slices in order
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(&counters[b], 1u) == (unsigned)ks - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        const float *all = ws + (size_t)b * ks * 16 * R;
-        for (int o = threadIdx.x; o < a.M * R; o += GW * 32) {
-            float sum = 0;
-            for (int r = 0; r < ks; r++) sum += __ldcg(all + (size_t)r * 16 * R + o);
-            tot[o] = sum;
-        }
-        if (threadIdx.x == 0) counters[b] = 0;
-    }
-    __syncthreads();
-    auto total = [&](int m, int j) { return srow >= 0 ? tot[m * R + j] + tot[srow * R + j] : tot[m * R + j]; };
-    if (!a.pair) {
-        for (int o = threadIdx.x; o < a.M * R; o += GW * 32) {
-            int m = o / R, j = o % R, n = b * R + j;
-            if (n >= a.N) continue;
-            float v[1] = {total(m, j)}, y1[1] = {0.0f};
-            if (a.epi == GEMV_ADD || a.epi == GEMV_GATED_ADD) y1[0] = __bfloat162float(a.y[(size_t)m * a.ldy + n]);
-            gemv_put<1>(a, m, n, v, y1);
-        }
-    } else {
-        const int half = R / 2, n0 = tile_row<NT>(a, b, 0);
-        for (int o = threadIdx.x; o < a.M * half; o += GW * 32) {
-            int m = o / half, j = o % half;
-            const float p = a.epi == GEMV_QKV_ROPE ? (float)a.pos[m] : 0.0f, fr[1] = {rope_inv_freq(a, n0 + j)};
-            float x1[1] = {total(m, j)}, x2[1] = {total(m, half + j)};
-            gemv_put_pair<1>(a, m, n0 + j, x1, x2, p, fr);
-        }
-    }
-}
-
-static long p_launches;   // few-row launches, either kernel (atomic: contexts may run on several threads)
-extern "C" long cuda_gemv_launches(void) { return __atomic_load_n(&p_launches, __ATOMIC_RELAXED); }
-
-template <int NT, bool NORM>
-static void launch_p(cuda_ctx *c, const gemv_args &a) {
-    cuda_launch(c, gemv_p_kernel<NT, NORM>, dim3(cdiv(a.N, 8 * NT), a.K / GEMV_KC), dim3(GW * 32), 0, a, c->pscratch,
-                c->pcounters);
-}
-template <int NT> static void launch_p(cuda_ctx *c, const gemv_args &a) {
-    if (a.norm_a) launch_p<NT, true>(c, a);
-    else launch_p<NT, false>(c, a);
-}
-
-// Output rows per block on the portable path: 8 (NT = 1: 16 weight registers per lane, the most blocks), 16 for the
-// pair layouts (a block holds both halves of its pairs).
-static int pick_nt_p(const gemv_args *a) {
-    int ks = a->K / GEMV_KC, nt = a->pair ? 2 : 1;
-    if (cdiv(a->N, 8 * nt) > CUDA_P_COUNTERS || (ks > 1 && (size_t)cdiv(a->N, 8 * nt) * ks * 16 * 8 * nt * 4 > CUDA_P_SCRATCH))
-        return 0;
-    return cuda_gemv_ok(a, nt) ? nt : 0;
-}
-
-// The portable path's scratch and counters (zeroed once; each last block resets its counter).
-int cuda_p_setup(cuda_ctx *c) {
-    if (CUDA_NOTE(c, cudaMalloc(&c->pscratch, CUDA_P_SCRATCH)) ||
-        CUDA_NOTE(c, cudaMalloc(&c->pcounters, CUDA_P_COUNTERS * sizeof(unsigned))) ||
-        CUDA_NOTE(c, cudaMemset(c->pcounters, 0, CUDA_P_COUNTERS * sizeof(unsigned))))
-        return 0;
-    return 1;
-}
 
 // ---- 17 to 64 rows (the 50-step horizon: M = 51; B = 2 at 10-11) on the warpgroup MMA ----
 // At 51 rows the kernel above would hold 4 row tiles of X in registers and run them after the whole weight slice
@@ -706,8 +549,9 @@ static int gemv_wg_ok(const gemv_args *a) {
     return 1;
 }
 
-static long wg_launches;   // (atomic: contexts may run on several threads)
+static long wg_launches, few_launches;   // (atomic: contexts may run on several threads)
 extern "C" long cuda_gemv_wg_launches(void) { return __atomic_load_n(&wg_launches, __ATOMIC_RELAXED); }
+extern "C" long cuda_gemv_launches(void) { return __atomic_load_n(&few_launches, __ATOMIC_RELAXED); }
 
 static int gemv_wg(cuda_ctx *c, const gemv_args *a) {
     wgv_split s = wgv_shape(a, c->sms);
@@ -766,17 +610,6 @@ int cuda_gemv(cuda_ctx *c, const gemv_args *args, int nt) {
     gemv_args e = *args;
     e.early = c->early_next;
     const gemv_args *a = &e;
-    if (!c->hopper) {   // the portable kernel, up to 16 rows (more: cuBLASLt)
-        if (a->M > 16 || !c->pscratch) return 0;
-        if (!nt) nt = pick_nt_p(a);
-        if (!nt || !cuda_gemv_ok(a, nt)) return 0;
-        if (nt == 1) launch_p<1>(c, *a);
-        else if (nt == 2) launch_p<2>(c, *a);
-        else if (nt == 4) launch_p<4>(c, *a);
-        else return 0;
-        __atomic_add_fetch(&p_launches, 1, __ATOMIC_RELAXED);
-        return 1;
-    }
     if (a->M > 16) return gemv_wg_ok(a) && gemv_wg(c, a);
     if (!nt) nt = pick_nt(a);
     if (!nt || !cuda_gemv_ok(a, nt)) return 0;
@@ -785,6 +618,6 @@ int cuda_gemv(cuda_ctx *c, const gemv_args *args, int nt) {
     else if (nt == 4) launch<4>(c, *a);
     else if (nt == 8) launch<8>(c, *a);
     else return 0;
-    __atomic_add_fetch(&p_launches, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&few_launches, 1, __ATOMIC_RELAXED);
     return 1;
 }

@@ -13,10 +13,9 @@ extern "C" {
 pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 /* Launches of gemv.cu's warpgroup kernel (17 to 64 rows) in this process: the op tests check that it ran. */
 long cuda_gemv_wg_launches(void);
-/* Launches of gemv.cu's few-row kernels (up to 16 rows: Hopper's, or the portable one on the portable path) in this
- * process. */
+/* Launches of gemv.cu's few-row kernel (up to 16 rows, Hopper) in this process. */
 long cuda_gemv_launches(void);
-/* Launches of attn_decode.cu's decode kernels (Hopper's cluster kernel, or the portable one) in this process. */
+/* Launches of attn_decode.cu's decode kernel (Hopper's cluster kernel) in this process. */
 long cuda_decode_attention_launches(void);
 /* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
 long cuda_flash_wg_launches(void);
