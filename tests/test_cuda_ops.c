@@ -711,7 +711,8 @@ static const rope_case ROPE[] = {
 
 #define N_OF(t) (sizeof t / sizeof t[0])
 
-/* ATT_FLASH_WG: the wgmma flash kernel must run (hd 256 MQA); ATT_DECODE: the decode kernel must (both: Hopper path) */
+/* ATT_FLASH_WG: the wgmma flash kernel must run (hd 256 MQA; Hopper path); ATT_DECODE: the decode kernel must run (either
+ * path: Hopper's cluster kernel or the portable one) */
 typedef enum { ATT_ANY, ATT_FLASH_WG, ATT_DECODE } attn_path;
 typedef struct {
     const char *name;
@@ -767,8 +768,9 @@ static void run_attn_case(const attn_case *c) {
     for (int i = 0; i < c->nseg; i++) { q[i] = c->nq ? c->nq[i] : c->uq; k[i] = c->nk ? c->nk[i] : c->uk; }
     long n0 = cuda_flash_wg_launches(), d0 = cuda_decode_attention_launches();
     t_attention_ramp(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->kramp);
-    if (c->path == ATT_DECODE) hopper_ran("the decode kernel", "attention", c->name, d0, cuda_decode_attention_launches(), 0);
-    else if (!hopper) hopper_ran("the decode kernel", "attention", c->name, d0, cuda_decode_attention_launches(), 0);
+    if (c->path == ATT_DECODE)
+        CHECK(cuda_decode_attention_launches() > d0, "attention %s: the decode kernel (%s path) did not run", c->name,
+              hopper ? "Hopper" : "portable");
     if (c->path == ATT_FLASH_WG) hopper_ran("the wgmma flash kernel", "attention", c->name, n0, cuda_flash_wg_launches(), 0);
     else if (!hopper) hopper_ran("the wgmma flash kernel", "attention", c->name, n0, cuda_flash_wg_launches(), 0);
 }

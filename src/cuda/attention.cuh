@@ -6,6 +6,7 @@
 int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
                           const bf16 *v2, int g, int nq, const pi0_attn *a, int n1);
 void cuda_decode_attention_setup(cuda_ctx *c);
+void cuda_decode_attention_p_setup(cuda_ctx *c, int device);   // the portable path
 // attn_flash_wg.cu: the prefix's g segments on the wgmma kernel (returns 0 when the tensor maps cannot be made)
 int cuda_flash_wg(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int g, int rows, int nk, float sl2);
 void cuda_flash_wg_setup(cuda_ctx *c);

@@ -53,35 +53,17 @@ static size_t da_smem(int chunk, int rt) {
            32 * rt * 4 + (size_t)DA_SPLIT * da_recv(rt) * 4;
 }
 
+// One block's part of decode attention (both kernels): rows [r0, r0 + 16 RT) against key chunk x ([x chunk, x chunk +
+// chunk)): the K/V chunk and Q rows to shared memory, S, the chunk's row maxima m and sums l (ml[0..NR), ml[NR..2NR)),
+// and the unnormalised O = P V in o (warp w: head-dim columns [16 w, 16 w + 16)). Pointers already at the segment.
 template <int RT>
-__global__ void PI0_CLUSTER_DIMS(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
-decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
-                   long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
-                   float scale) {
-    constexpr int NR = 16 * RT, RECV = da_recv(RT);
-    extern __shared__ __align__(16) unsigned char da_sm[];
-    bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + NR * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
-    bf16 *Ps = Vs + (size_t)chunk * DA_LD;
-    float *wmx = (float *)(Ps + NR * (chunk + 8)), *wsum = wmx + DA_WARPS * NR;   // [warp][row]
-    float *ml = wsum + DA_WARPS * NR;                 // m[NR], l[NR]
-    float *recv = ml + 2 * NR;                        // [DA_SPLIT][m NR | l NR | O NR x DA_OC]
-    __shared__ __align__(8) uint64_t rbar;
-    LAB_STAMPS
-    LAB_STAMP(0);
+__device__ __forceinline__ void da_chunk(float (&o)[RT][2][4], bf16 *Qs, bf16 *Ks, bf16 *Vs, bf16 *Ps, float *wmx,
+                                         float *wsum, float *ml, const bf16 *q, const bf16 *kc, const bf16 *vc,
+                                         const bf16 *k2, const bf16 *v2, int rows, int H, int n1, int tail, int block0,
+                                         int chunk, float scale, int x, int r0 LAB_STAMP_PARAMS) {
+    constexpr int NR = 16 * RT;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
-    q += blockIdx.z * sq;   // segment z of a batch of equal segments
-    out += blockIdx.z * sq;
-    kc += blockIdx.z * sk;
-    vc += blockIdx.z * sk;
-    if (k2) { k2 += blockIdx.z * s2; v2 += blockIdx.z * s2; }
-    if (tid == 0) {   // the other DA_SPLIT - 1 blocks' parts arrive on rbar (st.async)
-        mbar_init(&rbar, 1);
-        fence_barrier_init();
-        mbar_expect_tx(&rbar, (DA_SPLIT - 1) * RECV * 4);
-    }
-    __syncthreads();
-    cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
-    const int x = blockIdx.x, r0 = blockIdx.y * NR, t0 = x * chunk, nvis = n1 - tail, early = tail > 0 ? nvis : 0;
+    const int t0 = x * chunk, nvis = n1 - tail, early = tail > 0 ? nvis : 0;
     const int ldP = chunk + 8, ntiles = chunk / 8;
     // K/V chunk rows: with a tail, the cached prefix rows before the wait, the rest after; rows past n1 are zeros
     for (int pass = 0; pass < 2; pass++) {
@@ -189,7 +171,6 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
         ml[NR + tid] = l;
     }
     // O = P V: warp w takes head-dim columns [16 w, 16 w + 16) = 2 n-tiles, for every row tile
-    float o[RT][2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < DA_MAX_CHUNK / 16; kk++) {
         if (kk >= chunk / 16) break;
@@ -204,6 +185,40 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
             mma16816(o[r][1], pa, vb[2], vb[3]);
         }
     }
+}
+
+template <int RT>
+__global__ void PI0_CLUSTER_DIMS(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
+decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
+                   long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
+                   float scale) {
+    constexpr int NR = 16 * RT, RECV = da_recv(RT);
+    extern __shared__ __align__(16) unsigned char da_sm[];
+    bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + NR * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
+    bf16 *Ps = Vs + (size_t)chunk * DA_LD;
+    float *wmx = (float *)(Ps + NR * (chunk + 8)), *wsum = wmx + DA_WARPS * NR;   // [warp][row]
+    float *ml = wsum + DA_WARPS * NR;                 // m[NR], l[NR]
+    float *recv = ml + 2 * NR;                        // [DA_SPLIT][m NR | l NR | O NR x DA_OC]
+    __shared__ __align__(8) uint64_t rbar;
+    LAB_STAMPS
+    LAB_STAMP(0);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    q += blockIdx.z * sq;   // segment z of a batch of equal segments
+    out += blockIdx.z * sq;
+    kc += blockIdx.z * sk;
+    vc += blockIdx.z * sk;
+    if (k2) { k2 += blockIdx.z * s2; v2 += blockIdx.z * s2; }
+    if (tid == 0) {   // the other DA_SPLIT - 1 blocks' parts arrive on rbar (st.async)
+        mbar_init(&rbar, 1);
+        fence_barrier_init();
+        mbar_expect_tx(&rbar, (DA_SPLIT - 1) * RECV * 4);
+    }
+    __syncthreads();
+    cluster_arrive_relaxed();   // every rbar is initialised when the cluster wait below returns
+    const int x = blockIdx.x, r0 = blockIdx.y * NR;
+    float o[RT][2][4] = {};
+    da_chunk<RT>(o, Qs, Ks, Vs, Ps, wmx, wsum, ml, q, kc, vc, k2, v2, rows, H, n1, tail, block0, chunk, scale, x,
+                 r0 LAB_STAMP_ARGS);
     // merge: block r finishes columns [r DA_OC, r DA_OC + DA_OC) of the rows; every block pushes its (m, l) and
     // its O columns there (st.async: no cluster barrier, whose wait grew under the next product's weight stream)
     LAB_STAMP(5);
@@ -251,8 +266,106 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
     LAB_WRITE(da_prof_buf, da_prof_n, da_prof_cap, 0);
 }
 
-static long da_launches;   // (atomic: contexts may run on several threads)
+// ---- the portable kernel (compute capability 8.0 on; issue 42): no cluster ----
+// The same blocks (RT = 1) with key chunks of at most DAP_CHUNK keys, so that a block's shared memory (~80 KB) fits
+// every GPU from Ampere on (Ada and consumer Blackwell: 99 KB); gridDim.x chunks. Each block stores its rows' m, l
+// and unnormalised O (fp32) in the portable path's scratch; the last block of a row tile to arrive (a counter per row
+// tile and segment, which it resets) merges the chunks in chunk order, as the cluster's merge does.
+enum { DAP_CHUNK = 64, DAP_MAXS = 16 };   // keys per chunk, chunks (up to 1024 keys)
+static size_t dap_smem(void) { return (size_t)(16 + 2 * DAP_CHUNK) * DA_LD * 2 + (size_t)16 * (DAP_CHUNK + 8) * 2 + 2 * DA_WARPS * 16 * 4 + 32 * 4; }
+
+__global__ void __launch_bounds__(DA_THREADS)
+decode_attn_p_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
+                     long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
+                     float scale, float *ws, unsigned *counters) {
+    constexpr int NR = 16, PART = 2 * NR + NR * DA_HD;   // a block's part: m, l, O (floats)
+    extern __shared__ __align__(16) unsigned char da_sm[];
+    bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + NR * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
+    bf16 *Ps = Vs + (size_t)chunk * DA_LD;
+    float *wmx = (float *)(Ps + NR * (chunk + 8)), *wsum = wmx + DA_WARPS * NR, *ml = wsum + DA_WARPS * NR;
+    __shared__ int last;
+    LAB_STAMPS
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
+    q += blockIdx.z * sq;
+    out += blockIdx.z * sq;
+    kc += blockIdx.z * sk;
+    vc += blockIdx.z * sk;
+    if (k2) { k2 += blockIdx.z * s2; v2 += blockIdx.z * s2; }
+    const int x = blockIdx.x, r0 = blockIdx.y * NR, S = gridDim.x, tile = blockIdx.z * gridDim.y + blockIdx.y;
+    float o[1][2][4] = {};
+    da_chunk<1>(o, Qs, Ks, Vs, Ps, wmx, wsum, ml, q, kc, vc, k2, v2, rows, H, n1, tail, block0, chunk, scale, x,
+                r0 LAB_STAMP_ARGS);
+    float *part = ws + ((size_t)tile * S + x) * PART;
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+        const int col = warp * 16 + n * 8 + 2 * c;
+        __stcg((float2 *)(part + 2 * NR + g * DA_HD + col), make_float2(o[0][n][0], o[0][n][1]));
+        __stcg((float2 *)(part + 2 * NR + (g + 8) * DA_HD + col), make_float2(o[0][n][2], o[0][n][3]));
+    }
+    __syncthreads();   // ml complete
+    if (tid < 2 * NR) __stcg(part + tid, ml[tid]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&counters[tile], 1u) == (unsigned)S - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // the merge: per row the chunks' weights e_r = exp(m_r - M) and L = sum e_r l_r (S <= DAP_MAXS, unrolled, so the
+    // loads go out together), then every output sum_r e_r O_r / L, four columns per item
+    const float *all = ws + (size_t)tile * S * PART;
+    float *we = wmx;   // [NR][DAP_MAXS] weights, then [NR] L (the softmax scratch is free now)
+    if (tid < NR) {
+        float m[DAP_MAXS], M = -INFINITY, L = 0;
+#pragma unroll
+        for (int r = 0; r < DAP_MAXS; r++) {
+            m[r] = r < S ? __ldcg(all + (size_t)r * PART + tid) : -INFINITY;
+            M = fmaxf(M, m[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < DAP_MAXS; r++) {   // a chunk with no visible key has m = -inf and O = 0
+            float e = m[r] == -INFINITY ? 0.0f : expf(m[r] - M);
+            L += r < S ? e * __ldcg(all + (size_t)r * PART + NR + tid) : 0.0f;
+            we[tid * DAP_MAXS + r] = e;
+        }
+        we[NR * DAP_MAXS + tid] = L;
+    }
+    __syncthreads();
+    for (int i = tid; i < NR * DA_HD / 4; i += DA_THREADS) {
+        const int row = i / (DA_HD / 4), col = (i % (DA_HD / 4)) * 4;
+        if (r0 + row >= rows) continue;
+        float4 acc = make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int r = 0; r < DAP_MAXS; r++)
+            if (r < S) {
+                const float e = we[row * DAP_MAXS + r];
+                const float4 v = __ldcg((const float4 *)(all + (size_t)r * PART + 2 * NR + row * DA_HD + col));
+                acc.x += e * v.x; acc.y += e * v.y; acc.z += e * v.z; acc.w += e * v.w;
+            }
+        const float L = we[NR * DAP_MAXS + row];
+        bf16 *o4 = out + (size_t)(r0 + row) * DA_HD + col;
+        *(__nv_bfloat162 *)o4 = __floats2bfloat162_rn(L > 0 ? acc.x / L : 0.0f, L > 0 ? acc.y / L : 0.0f);
+        *(__nv_bfloat162 *)(o4 + 2) = __floats2bfloat162_rn(L > 0 ? acc.z / L : 0.0f, L > 0 ? acc.w / L : 0.0f);
+    }
+    if (tid == 0) counters[tile] = 0;
+}
+
+static long da_launches;   // either kernel (atomic: contexts may run on several threads)
 extern "C" long cuda_decode_attention_launches(void) { return __atomic_load_n(&da_launches, __ATOMIC_RELAXED); }
+
+static int decode_attention_p(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
+                              const bf16 *v2, int g, int nq, const pi0_attn *a, int n1) {
+    int rows = nq * a->heads, nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail, tiles = cdiv(rows, 16);
+    int S = cdiv(nk, DAP_CHUNK), chunk = (cdiv(nk, S) + 15) / 16 * 16;
+    if (!c->dap_ok || S > DAP_MAXS || (long long)g * tiles > CUDA_P_COUNTERS ||
+        (size_t)g * tiles * S * (2 * 16 + 16 * DA_HD) * 4 > CUDA_P_SCRATCH)
+        return 0;
+    if (g > 1 && (long long)g * tiles * S > 2 * c->sms) return 0;   // batches: flash or GEMM attention (as on Hopper)
+    long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
+    cuda_launch(c, decode_attn_p_kernel, dim3(S, tiles, g), dim3(DA_THREADS), dap_smem(), out, q, k, v, k2, v2, sq, sk, s2,
+                rows, a->heads, nk, tail, a->block0, chunk, a->scale, c->pscratch, c->pcounters);
+    __atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED);
+    return 1;
+}
 
 // Launches decode attention for g equal segments when it applies (returns 1), else returns 0: nq queries and n1
 // source-1 keys each, packed one after the other (q, out: nq rows apart; k, v: n1 rows; k2, v2: nq rows). With a
@@ -262,10 +375,11 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
                             const bf16 *v2, int g, int nq, const pi0_attn *a, int n1) {
     int rows = nq * a->heads, nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail;
     int chunk = (cdiv(nk, DA_SPLIT) + 15) / 16 * 16;
-    if (!c->fused_small || a->kv_heads != 1 || a->head_dim != DA_HD || (k2 && a->tail) || rows > 16 * 64 || nk < 1 ||
-        chunk > DA_MAX_CHUNK || g < 1 || g > 65535 ||
+    if ((c->hopper ? !c->fused_small : !c->dap_ok) || a->kv_heads != 1 || a->head_dim != DA_HD || (k2 && a->tail) || rows > 16 * 64 || nk < 1 ||
+        (c->hopper && chunk > DA_MAX_CHUNK) || g < 1 || g > 65535 ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
+    if (!c->hopper) return decode_attention_p(c, out, q, k, v, k2, v2, g, nq, a, n1);
     // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
     // blocks (~145 KB of shared memory, one per SM) are latency-bound: at B = 64 (1536 blocks) even the GEMM path
     // was faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; bench/RESULTS.md L70), and
@@ -281,6 +395,20 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
                     q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);
     __atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED);
     return 1;
+}
+
+// The portable kernel's scratch (counters zeroed once; each last block resets its own) and shared memory opt-in, where
+// the device has that much (c->dap_ok; else GEMM attention). Failures are noted (cuda_backend_create reports them).
+void cuda_decode_attention_p_setup(cuda_ctx *c, int device) {
+    int most = 0;
+    cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if ((size_t)most < dap_smem()) return;
+    if (CUDA_NOTE(c, cudaMalloc(&c->pscratch, CUDA_P_SCRATCH)) ||
+        CUDA_NOTE(c, cudaMalloc(&c->pcounters, CUDA_P_COUNTERS * sizeof(unsigned))) ||
+        CUDA_NOTE(c, cudaMemset(c->pcounters, 0, CUDA_P_COUNTERS * sizeof(unsigned))) ||
+        CUDA_NOTE(c, cudaFuncSetAttribute(decode_attn_p_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dap_smem())))
+        return;
+    c->dap_ok = 1;
 }
 
 void cuda_decode_attention_setup(cuda_ctx *c) {   // the opt-in for more than 48 KB of shared memory (per device)

@@ -9,6 +9,7 @@
 
 #include <nvtx3/nvToolsExt.h>   // header-only NVTX v3: a no-op unless a profiler injects itself
 
+#include "attention.cuh"
 #include "common.cuh"
 
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line) {
@@ -478,6 +479,8 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->tune_buf);
         cudaFree(c->fused);
         cudaFree(c->workspace);
+        cudaFree(c->pscratch);
+        cudaFree(c->pcounters);
         cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -534,7 +537,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
         cuda_attention_setup(c);
         cuda_gemv_setup(c);
         cuda_gateup_setup(c);
-    }
+    } else if (!(small && !strcmp(small, "0")))
+        cuda_decode_attention_p_setup(c, device);
     if (c->err) {
         st = report(c);
         cuda_destroy(be);

@@ -74,6 +74,9 @@ struct cuda_ctx {
     const void *carved[CUDA_MAX_CARVED];   // kernels whose shared memory carveout is set (cuda_prefer_smem)
     int ncarved;
     int fused_small;           // the few-row kernels of gemv.cu / decode attention (PI0_CUDA_SMALL=0: cuBLASLt)
+    int dap_ok;                // the portable path's decode attention kernel (attn_decode.cu; PI0_CUDA_SMALL=0: off)
+    float *pscratch;           // its partial results (CUDA_P_SCRATCH bytes) and counters (CUDA_P_COUNTERS, zero
+    unsigned *pcounters;       // between launches)
     int sms;                   // streaming multiprocessors of the device
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
@@ -279,6 +282,7 @@ int cuda_gemv_ok(const gemv_args *a, int nt);
 // per block / 8: 1, 2, 4, 8) is 0 for the default choice (the lab sets it).
 int cuda_gemv(cuda_ctx *c, const gemv_args *a, int nt);
 void cuda_gemv_setup(cuda_ctx *c);
+enum { CUDA_P_SCRATCH = 8 << 20, CUDA_P_COUNTERS = 4096 };
 struct CUtensorMap_st;
 // A 2-D bf16 tensor map (rows x cols, row stride ld elements) for boxes of box_rows x 64 with the 128-byte swizzle
 // (the wgmma operand layout, mma.cuh); 0 if the driver refuses it.

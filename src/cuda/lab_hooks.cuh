@@ -18,6 +18,9 @@ enum { LAB_NS = 10 };   // stamps per block; a record: 4 words (block, grid size
 // the kernel's stamps: thread 0 notes both clocks
 #define LAB_STAMPS unsigned long long lab_pg[LAB_NS], lab_pc[LAB_NS];
 #define LAB_STAMP(i) do { if (threadIdx.x == 0) { lab_pg[i] = lab_gtimer(); lab_pc[i] = clock64(); } } while (0)
+// a device function that stamps for its kernel: its parameters, and the kernel's arguments to it
+#define LAB_STAMP_PARAMS , unsigned long long *lab_pg, unsigned long long *lab_pc
+#define LAB_STAMP_ARGS , lab_pg, lab_pc
 // thread 0 appends the block's record to buf (count n, capacity cap)
 #define LAB_WRITE(buf, n, cap, nval)                                                                              \
     do {                                                                                                          \
@@ -35,6 +38,8 @@ enum { LAB_NS = 10 };   // stamps per block; a record: 4 words (block, grid size
 #else
 #define LAB_STAMPS
 #define LAB_STAMP(i) do { } while (0)
+#define LAB_STAMP_PARAMS
+#define LAB_STAMP_ARGS
 #define LAB_WRITE(buf, n, cap, nval) do { } while (0)
 #endif
 

@@ -15,7 +15,7 @@ pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
 long cuda_gemv_wg_launches(void);
 /* Launches of gemv.cu's few-row kernel (up to 16 rows, Hopper) in this process. */
 long cuda_gemv_launches(void);
-/* Launches of attn_decode.cu's decode kernel (Hopper's cluster kernel) in this process. */
+/* Launches of attn_decode.cu's decode kernels (Hopper's cluster kernel, or the portable one) in this process. */
 long cuda_decode_attention_launches(void);
 /* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
 long cuda_flash_wg_launches(void);
