@@ -9,7 +9,7 @@ for r in $(seq $R); do
   for w in "$@"; do
     case $w in pi05*) c=$ck/pi05;; *) c=$ck/pi0;; esac
     for b in $order; do
-      row=$(timeout 150 $b bench --backend cuda --checkpoint $c --workload $w 2>>$OUT/ab.err | tail -1); case "$row" in workload*) row="FAILED: $(tail -1 $OUT/ab.err)";; esac
+      row=$(timeout 150 $b bench --backend cuda --checkpoint $c --workload $w 2>>$OUT/ab.err | grep -E "^pi0" | tail -1); case "$row" in ""|workload*) row="FAILED: $(tail -1 $OUT/ab.err)";; esac
       echo "r$r $b | $row"
     done
   done
