@@ -381,6 +381,16 @@ static void test_cli_first_contact(void) {
     int rc = run_cli(cmd, &o, &e);
     CHECK(rc == 2 && strstr(e, "usage: pi0 info --checkpoint DIR"), "usage error prints the command's usage: %d %s", rc, e);
     free(o); free(e);
+    /* pi0 info's device footprint options (issue 42): checked before the checkpoint is read */
+    snprintf(cmd, sizeof cmd, "%s info --checkpoint %s/none --max-batch 2", PI0, tmp);
+    rc = run_cli(cmd, &o, &e);
+    CHECK(rc == 2 && strstr(e, "--max-batch sizes a CUDA session's footprint: it needs --backend cuda"),
+          "info --max-batch without --backend cuda: %d %s", rc, e);
+    free(o); free(e);
+    snprintf(cmd, sizeof cmd, "%s info --checkpoint %s/none --backend cuda --max-batch 0", PI0, tmp);
+    rc = run_cli(cmd, &o, &e);
+    CHECK(rc == 2 && strstr(e, "--max-batch"), "info --max-batch 0: %d %s", rc, e);
+    free(o); free(e);
     snprintf(cmd, sizeof cmd, "%s gen-checkpoint --variant tiny-pi0 --seed 1 %s/gc", PI0, tmp);
     CHECK(sh(cmd, NULL) == 0, "gen-checkpoint writes");
     CHECK(sh(cmd, "a checkpoint is already there (pass force / --force") == 1, "gen-checkpoint refuses to overwrite");

@@ -33,8 +33,9 @@ static const struct { const char *name, *usage; } CMDS[] = {
               "          [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
               "          [--vary-tokens K]  (run i drops i % K prompt tokens: new prefix lengths)\n"
               "          [--list]  (the workloads)\n"},
-    {"info", "pi0 info --checkpoint DIR\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
-             "  policy also its cameras, state and action features, normalisation modes and prompt format\n"},
+    {"info", "pi0 info --checkpoint DIR [--backend cuda [--device N] [--max-batch B]]\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
+             "  policy also its cameras, state and action features, normalisation modes and prompt format; with\n"
+             "  --backend cuda the device memory in use with a session for B observations (default 1)\n"},
     {"convert", "pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
                 "            [--max-token-len N] [--force]\n"
                 "  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"},
@@ -309,12 +310,28 @@ static int cmd_convert(int argc, char **argv) {
 }
 
 static int cmd_info(int argc, char **argv) {
-    if (argc != 2 || strcmp(argv[0], "--checkpoint")) {
-        fprintf(stderr, "pi0 info: --checkpoint DIR is required (and nothing else)\n");
+    const char *ckpt = NULL;
+    long long device = 0, batch = 1;
+    pi0_backend_kind backend = PI0_BACKEND_CPU;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--checkpoint") && v) ckpt = argv[++i];
+        else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &backend)) return 2; }
+        else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &device)) return 2; i++; }
+        else if (!strcmp(a, "--max-batch")) { if (!cli_parse_int(a, v, 1, 4096, &batch)) return 2; i++; }
+        else { fprintf(stderr, "pi0 info: unknown or incomplete option '%s'\n", a); return 2; }
+    }
+    if (!ckpt) {
+        fprintf(stderr, "pi0 info: --checkpoint DIR is required\n");
+        return 2;
+    }
+    if (batch != 1 && backend != PI0_BACKEND_CUDA) {
+        fprintf(stderr, "pi0 info: --max-batch sizes a CUDA session's footprint: it needs --backend cuda\n");
         return 2;
     }
     pi0_model *m;
-    if (pi0_model_load(&m, argv[1], NULL) != PI0_OK) return cli_fail("loading the checkpoint");
+    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .device = (int)device}) != PI0_OK)
+        return cli_fail("loading the checkpoint");
     pi0_model_info i;
     pi0_model_get_info(m, &i);
     printf("format: %s\nmodel: %s\nparameters: %lld\naction_dim: %d\naction_horizon: %d\nmax_token_len: %d\ncameras: %d\n"
@@ -336,6 +353,18 @@ static int cmd_info(int argc, char **argv) {
             printf("lerobot: the policy pipeline cannot be used: %s\n", pi0_last_error());
         else printf("%s\n", text);
         free(text);
+    }
+    if (backend == PI0_BACKEND_CUDA) {   /* the footprint of a session: what a smaller card must hold (README, GPU) */
+        pi0_session *s;
+        size_t used = 0, total = 0;
+        if (pi0_session_create(&s, m, &(pi0_session_params){.max_batch = (int)batch}) != PI0_OK) {
+            pi0_model_free(m);
+            return cli_fail("creating a session");
+        }
+        if (pi0_session_memory(s, &used, &total) == PI0_OK)
+            printf("device: %s\ndevice memory in use with a session for batch %lld: %.2f GB of %.2f GB (every process on "
+                   "the device, this one's CUDA context included)\n", pi0_session_device(s), batch, used / 1e9, total / 1e9);
+        pi0_session_free(s);
     }
     pi0_model_free(m);
     return 0;
