@@ -36,22 +36,30 @@ def pack_array(obj):   # openpi_client/msgpack_numpy.py's encoding
     return obj
 
 
-def observation(robot, rng, size):
+# Instructions of LIBERO's suites (different lengths): with --prompts K, robot i works on task i % K
+TASKS = ["pick up the black bowl", "open the middle drawer of the cabinet", "put the bowl on the plate",
+         "turn on the stove", "put the wine bottle on top of the cabinet",
+         "pick up the alphabet soup and place it in the basket", "push the plate to the front of the stove",
+         "put both the cream cheese box and the butter in the basket", "close the microwave",
+         "put the black bowl in the bottom drawer of the cabinet and close it"]
+
+
+def observation(robot, rng, size, prompt=None):
     img = lambda *s: rng.integers(0, 256, s, dtype=np.uint8)   # noqa: E731
     if robot == "libero":
         return {"observation/image": img(size, size, 3), "observation/wrist_image": img(size, size, 3),
-                "observation/state": rng.standard_normal(8), "prompt": "pick up the black bowl"}
+                "observation/state": rng.standard_normal(8), "prompt": prompt or "pick up the black bowl"}
     if robot == "droid":
         return {"observation/exterior_image_1_left": img(size, size, 3), "observation/wrist_image_left": img(size, size, 3),
                 "observation/joint_position": rng.standard_normal(7), "observation/gripper_position": rng.random(1),
-                "prompt": "open the drawer"}
+                "prompt": prompt or "open the drawer"}
     return {"state": rng.standard_normal(14), "images": {k: img(3, size, size) for k in
                                                           ("cam_high", "cam_left_wrist", "cam_right_wrist")}}
 
 
-def robot_main(idx, port, seconds, robot, batch, size, start, out):
+def robot_main(idx, port, seconds, robot, batch, size, start, out, prompts=0):
     rng = np.random.default_rng(idx)
-    obs = [observation(robot, rng, size) for _ in range(4)]
+    obs = [observation(robot, rng, size, TASKS[idx % prompts] if prompts else None) for _ in range(4)]
     msgs = [msgpack.packb({"batch": [obs[(i + j) % 4] for j in range(batch)]} if batch else obs[i], default=pack_array)
             for i in range(4)]
     lat, sent, split, errors = [], [], [], 0
@@ -87,6 +95,9 @@ def main():
     ap.add_argument("--robot", choices=("libero", "droid", "aloha"), default="libero")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--image-size", type=int, default=224)
+    ap.add_argument("--prompts", type=int, default=0, choices=range(0, len(TASKS) + 1), metavar="K",
+                    help="robot i sends LIBERO task i %% K's instruction (K different prompt lengths in a batch; "
+                         "default: every robot the same one)")
     ap.add_argument("--settle-s", type=float, default=0,
                     help="also report the requests sent after the first S seconds (the fleet's start transient: every "
                          "robot sends at the same instant, and new batch sizes meet their first run)")
@@ -105,7 +116,7 @@ def main():
         print("serve_bench: the server did not start")
         return 1
     start, out = mp.Event(), mp.Queue()
-    procs = [mp.Process(target=robot_main, args=(i, port, a.seconds, a.robot, a.batch, a.image_size, start, out))
+    procs = [mp.Process(target=robot_main, args=(i, port, a.seconds, a.robot, a.batch, a.image_size, start, out, a.prompts))
              for i in range(a.robots)]
     for p in procs:
         p.start()
@@ -127,7 +138,8 @@ def main():
     hist = re.findall(r"batch sizes \(size:runs\):(.*)", text)
     n = len(lat) * max(a.batch, 1)
     p50, p90, p99 = (np.percentile(lat, q) for q in (50, 90, 99)) if len(lat) else (0, 0, 0)
-    line = (f"serve_bench: {a.robots} robots ({a.robot}{f', batch requests of {a.batch}' if a.batch else ''}), {wall:.1f} s: "
+    line = (f"serve_bench: {a.robots} robots ({a.robot}{f', batch requests of {a.batch}' if a.batch else ''}"
+            f"{f', {a.prompts} prompts' if a.prompts else ''}), {wall:.1f} s: "
             f"{len(lat) / wall:.1f} requests/s, {n / wall:.1f} samples/s, p50 {p50:.1f} ms, p90 {p90:.1f} ms, "
             f"p99 {p99:.1f} ms, p99/p50 {p99 / max(p50, 1e-9):.2f}, per robot {min(per):.1f}-{max(per):.1f} req/s, "
             f"{errors} errors, server exit {rc}")

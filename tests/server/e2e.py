@@ -529,8 +529,9 @@ def test_batch(tmp, libero_args, cases, expected):
 
 
 def test_serve_bench(libero_args):
-    """bench/serve_bench.py as a smoke test (CPU, tiny model): 3 robots for 2 s, plain and with batch requests."""
-    for extra in ([], ["--batch", "2"]):
+    """bench/serve_bench.py as a smoke test (CPU, tiny model): 3 robots for 2 s, plain, with batch requests and with
+    three prompts (one per robot, truncated to the tiny model's 12 tokens as openpi's tokenizer does)."""
+    for extra in ([], ["--batch", "2"], ["--prompts", "3"]):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "serve_bench.py"), "--server", SERVER,
                             "--server-args", " ".join(libero_args + ["--max-batch", "4", "--batch-window-ms", "2"]),
                             "--robots", "3", "--seconds", "2", "--image-size", "56", *extra], capture_output=True,
