@@ -33,6 +33,8 @@ struct pi0_policy {
     float *images, *state, *noise, *actions;
     float *rtc_prev, *rtc_w, *rtc_max;   /* the batch's real-time chunking inputs (B x H x A, B x H, B) */
     int last_batch;              /* batch elements of the last run (pi0_policy_chunk) */
+    int *slot;                   /* the last run's model slot of each batch element (pi0_policy_run's order) */
+    long long *order;            /* scratch of pi0_policy_run: (prefix length, element) pairs, sorted */
     uint8_t *image_masks, *token_mask;
     int32_t *tokens;
     double *chunk, *state_rt;    /* (H, A) and (A) float64 scratch */
@@ -141,6 +143,7 @@ void pi0_policy_free(pi0_policy *p) {
     free(p->asset_id); free(p->default_prompt);
     pi0_host_free(p->images);
     free(p->state); free(p->noise); free(p->actions); free(p->rtc_prev); free(p->rtc_w); free(p->rtc_max);
+    free(p->slot); free(p->order);
     free(p->image_masks); free(p->token_mask); free(p->tokens);
     free(p->chunk); free(p->state_rt);
     free(p);
@@ -223,6 +226,10 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
 tokenizer:
     if ((st = pi0_tokenizer_load(&p->tok, params->tokenizer)) != PI0_OK) goto fail;
     p->max_batch = params->max_batch > 0 ? params->max_batch : 1;
+    if (p->max_batch > 65535 || p->L > 65535) {   /* (pi0_policy_run's ordering keys) */
+        st = pi0_fail(PI0_ERR_ARG, "policy: max_batch %d: expected at most 65535", p->max_batch);
+        goto fail;
+    }
     if ((st = pi0_session_create(&p->session, p->model, &(pi0_session_params){.max_batch = p->max_batch,
                                                                                .num_steps = num_steps})) != PI0_OK)
         goto fail;
@@ -235,13 +242,18 @@ tokenizer:
     p->rtc_prev = pi0_malloc(B * ha * sizeof(float), "policy batch RTC leftovers");
     p->rtc_w = pi0_malloc(B * (size_t)p->H * sizeof(float), "policy batch RTC weights");
     p->rtc_max = pi0_malloc(B * sizeof(float), "policy batch RTC caps");
+    p->slot = pi0_malloc(B * sizeof(int), "policy batch order");
+    p->order = pi0_malloc(B * sizeof(long long), "policy batch order");
     p->image_masks = pi0_malloc(B * p->N, "policy batch masks");
     p->token_mask = pi0_malloc(B * p->L, "policy batch token mask");
     p->tokens = pi0_malloc(B * p->L * sizeof(int32_t), "policy batch tokens");
     p->chunk = pi0_malloc(ha * sizeof(double), "policy chunk");
     p->state_rt = pi0_malloc((size_t)p->A * sizeof(double), "policy state");
     if (!p->images || !p->state || !p->noise || !p->actions || !p->image_masks || !p->token_mask || !p->tokens ||
-        !p->chunk || !p->state_rt || !p->rtc_prev || !p->rtc_w || !p->rtc_max) { st = PI0_ERR_NOMEM; goto fail; }
+        !p->chunk || !p->state_rt || !p->rtc_prev || !p->rtc_w || !p->rtc_max || !p->slot || !p->order) {
+        st = PI0_ERR_NOMEM;
+        goto fail;
+    }
     pi0_rng_seed(&p->rng, (uint64_t)now_ms() ^ (uint64_t)(uintptr_t)p);
     *out = p;
     return PI0_OK;
@@ -396,21 +408,43 @@ fail:
     return st;
 }
 
+static int cmp_ll(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
 pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing) {
     double t0 = now_ms();
     if (!p || !batch || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: NULL argument");
     if (n < 1 || n > p->max_batch) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch of %d, the policy holds 1..%d", n, p->max_batch);
     size_t img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
+    for (int b = 0; b < n; b++)
+        if (!batch[b] || batch[b]->owner != p)
+            return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch[%d] was not prepared by this policy", b);
+    /* The model runs the elements ordered by prefix length (valid cameras, then valid prompt tokens; ties in batch
+     * order): a batch of several prompts then has its equal segments next to each other, which the attention runs as
+     * one launch each (bench/RESULTS.md L134), and the same requests in another order are the same model inputs
+     * (one graph). Each element's own computation does not depend on its slot; the noise is still drawn in batch
+     * order, and the outputs come back in batch order. */
     for (int b = 0; b < n; b++) {
         const pi0_prepared *x = batch[b];
-        if (!x || x->owner != p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch[%d] was not prepared by this policy", b);
-        if (x->fimages) memcpy(p->images + b * img, x->fimages, img * sizeof(float));
-        else pi0_image_to_model(x->images, img, p->images + b * img);
-        memcpy(p->image_masks + (size_t)b * p->N, x->masks, (size_t)p->N);
-        for (int i = 0; i < p->A; i++) p->state[(size_t)b * p->A + i] = (float)x->state[i];
-        memcpy(p->tokens + (size_t)b * p->L, x->tokens, (size_t)p->L * sizeof(int32_t));
-        memcpy(p->token_mask + (size_t)b * p->L, x->token_mask, (size_t)p->L);
-        float *nz = p->noise + b * ha;
+        long long cams = 0, toks = 0;
+        for (int i = 0; i < p->N; i++) cams += x->masks[i] != 0;
+        for (int i = 0; i < p->L; i++) toks += x->token_mask[i] != 0;
+        p->order[b] = ((cams * 65536 + toks) << 16) | b;   /* (N <= 16, L < 65536, batch < 65536) */
+    }
+    qsort(p->order, (size_t)n, sizeof *p->order, cmp_ll);
+    for (int j = 0; j < n; j++) p->slot[p->order[j] & 0xffff] = j;
+    for (int b = 0; b < n; b++) {
+        const pi0_prepared *x = batch[b];
+        const int j = p->slot[b];
+        if (x->fimages) memcpy(p->images + j * img, x->fimages, img * sizeof(float));
+        else pi0_image_to_model(x->images, img, p->images + j * img);
+        memcpy(p->image_masks + (size_t)j * p->N, x->masks, (size_t)p->N);
+        for (int i = 0; i < p->A; i++) p->state[(size_t)j * p->A + i] = (float)x->state[i];
+        memcpy(p->tokens + (size_t)j * p->L, x->tokens, (size_t)p->L * sizeof(int32_t));
+        memcpy(p->token_mask + (size_t)j * p->L, x->token_mask, (size_t)p->L);
+        float *nz = p->noise + j * ha;
         if (x->noise) memcpy(nz, x->noise, ha * sizeof(float));
         else {   /* fresh noise like openpi's policy RNG; reproducible when the observation has a seed */
             pi0_rng r = p->rng;
@@ -426,14 +460,15 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     if (rtc) {   /* real-time chunking: samples without it get zero weights, which leave their steps unguided */
         for (int b = 0; b < n; b++) {
             const pi0_prepared *x = batch[b];
+            const int j = p->slot[b];
             if (x->rtc_prev) {
-                memcpy(p->rtc_prev + b * ha, x->rtc_prev, ha * sizeof(float));
-                memcpy(p->rtc_w + (size_t)b * p->H, x->rtc_w, (size_t)p->H * sizeof(float));
+                memcpy(p->rtc_prev + j * ha, x->rtc_prev, ha * sizeof(float));
+                memcpy(p->rtc_w + (size_t)j * p->H, x->rtc_w, (size_t)p->H * sizeof(float));
             } else {
-                memset(p->rtc_prev + b * ha, 0, ha * sizeof(float));
-                memset(p->rtc_w + (size_t)b * p->H, 0, (size_t)p->H * sizeof(float));
+                memset(p->rtc_prev + j * ha, 0, ha * sizeof(float));
+                memset(p->rtc_w + (size_t)j * p->H, 0, (size_t)p->H * sizeof(float));
             }
-            p->rtc_max[b] = x->rtc_prev ? x->rtc_max : 10.0f;
+            p->rtc_max[j] = x->rtc_prev ? x->rtc_max : 10.0f;
         }
         in.rtc = PI0_RTC_LEROBOT;
         in.rtc_prev = p->rtc_prev;
@@ -448,9 +483,9 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     /* outputs: Unnormalize (actions float32 from the model, the state round trip in float64),
      * then AbsoluteActions and the robot's output transform */
     for (int b = 0; b < n && p->lr; b++)   /* LeRobot: n_action_steps rows, unnormalised by its postprocessor */
-        lerobot_actions(p->lr, p->actions + b * ha, actions + (size_t)b * p->lr->n_action_steps * p->D);
+        lerobot_actions(p->lr, p->actions + p->slot[b] * ha, actions + (size_t)b * p->lr->n_action_steps * p->D);
     for (int b = 0; b < n && !p->lr; b++) {
-        for (size_t i = 0; i < ha; i++) p->chunk[i] = p->actions[b * ha + i];
+        for (size_t i = 0; i < ha; i++) p->chunk[i] = p->actions[p->slot[b] * ha + i];
         if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, 1, p->H, p->A, p->chunk)) != PI0_OK) return st;
         if ((st = norm_invert(&p->ns.state, p->quantile, batch[b]->state, 0, 1, p->A, p->state_rt)) != PI0_OK) return st;
         robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, actions + (size_t)b * p->H * p->D);
@@ -463,7 +498,7 @@ pi0_status pi0_policy_chunk(const pi0_policy *p, int b, float *out) {
     if (!p || !out) return pi0_fail(PI0_ERR_ARG, "pi0_policy_chunk: NULL argument");
     if (b < 0 || b >= p->last_batch)
         return pi0_fail(PI0_ERR_ARG, "pi0_policy_chunk: element %d, the last run had %d", b, p->last_batch);
-    memcpy(out, p->actions + (size_t)b * p->H * p->A, (size_t)p->H * p->A * sizeof(float));
+    memcpy(out, p->actions + (size_t)p->slot[b] * p->H * p->A, (size_t)p->H * p->A * sizeof(float));
     return PI0_OK;
 }
 

@@ -132,8 +132,29 @@ int main(int argc, char **argv) {
         CHECK(pi0_policy_infer(p, &obs[b], single, NULL) == PI0_OK && !memcmp(single, batch + b * 35, sizeof single),
               "batch element %d == single run, bit for bit", b);
     }
+    /* the model runs the elements ordered by prompt length ("" first here): pi0_policy_chunk(b) is still element b's */
+    static float chunks[3][5 * 32], one[5 * 32];
+    CHECK(ok && pi0_policy_run(p, x, 3, batch, NULL) == PI0_OK, "batched run of 3 again: %s", pi0_last_error());
+    for (int b = 0; b < 3 && ok; b++) CHECK(pi0_policy_chunk(p, b, chunks[b]) == PI0_OK, "chunk %d of the batch", b);
+    for (int b = 0; b < 3 && ok; b++)
+        CHECK(pi0_policy_infer(p, &obs[b], single, NULL) == PI0_OK && pi0_policy_chunk(p, 0, one) == PI0_OK &&
+              !memcmp(one, chunks[b], sizeof one), "pi0_policy_chunk(%d) of the batch == its single run's chunk", b);
     CHECK(pi0_policy_run(p, x, 0, batch, NULL) == PI0_ERR_ARG && pi0_policy_run(p, x, 4, batch, NULL) == PI0_ERR_ARG,
           "batch sizes 0 and 4 (> max_batch 3) refused");
+    { /* seeded elements keep their own noise in a batch the model runs in another order: [long, short] == singles */
+        libero_obs lu[2];
+        pi0_observation u[2] = {libero(&lu[0], 0.1, "pick up the fork and the knife", NULL, 7),
+                                libero(&lu[1], -0.2, "go", NULL, 8)};
+        pi0_prepared *y[2] = {0};
+        double ub[3 * 35], us[2][35];
+        int uok = pi0_policy_prepare(p, &u[0], &y[0]) == PI0_OK && pi0_policy_prepare(p, &u[1], &y[1]) == PI0_OK &&
+                  pi0_policy_run(p, y, 2, ub, NULL) == PI0_OK && pi0_policy_infer(p, &u[0], us[0], NULL) == PI0_OK &&
+                  pi0_policy_infer(p, &u[1], us[1], NULL) == PI0_OK;
+        CHECK(uok && !memcmp(ub, us[0], sizeof us[0]) && !memcmp(ub + 35, us[1], sizeof us[1]),
+              "seeded batch [long, short] == its single runs: %s", uok ? "" : pi0_last_error());
+        pi0_prepared_free(y[0]);
+        pi0_prepared_free(y[1]);
+    }
 
     /* seeded noise reproducible, other seeds differ; unseeded draws differ between calls */
     libero_obs ls;
