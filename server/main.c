@@ -45,7 +45,9 @@ static const char usage[] =
     "                          gets an error and close 1013, try again later (default 268435456)\n"
     "  --message-timeout-s T   refuse a request still incomplete after T seconds, close 1008 (default 30)\n"
     "  --warmup 0|1|all        run synthetic batches before listening: 1 = of 1 and --max-batch, all = of every\n"
-    "                          size 1..--max-batch (default: 1 on cuda)\n";
+    "                          size 1..--max-batch (default: 1 on cuda)\n"
+    "  --warmup-prompt TEXT    the warm-up's prompt (repeatable, up to 8: the warm-up runs for each): the prompt the\n"
+    "                          robots will send, so that their first batches do not pay for a new prompt length\n";
 
 static ws_server *volatile g_server;
 
@@ -75,6 +77,8 @@ int main(int argc, char **argv) {
     ws_params wp = {.port = 8000, .api_key = getenv("PI0_API_KEY")};
     engine_params ep = {.max_batch = 1, .max_wait_ms = -1};
     long v, warmup = -1;
+    const char *warm_prompts[8];
+    int n_warm_prompts = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(usage, stdout); return 0; }
@@ -101,6 +105,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "pi0-server: --warmup: expected 0, 1 or all, got '%s'\n", val);
                 return 2;
             } else warmup = val[0] - '0';
+        }
+        else if (!strcmp(a, "--warmup-prompt")) {
+            if (n_warm_prompts == 8) { fprintf(stderr, "pi0-server: --warmup-prompt: at most 8\n"); return 2; }
+            warm_prompts[n_warm_prompts++] = val;
         }
         else if (!strcmp(a, "--max-batch")) { if (parse_int(a, val, 1, 256, &v)) return 2; ep.max_batch = (int)v; }
         else if (!strcmp(a, "--batch-window-ms")) { if (parse_int(a, val, 0, 10000, &v)) return 2; ep.batch_window_ms = (double)v; }
@@ -134,7 +142,11 @@ int main(int argc, char **argv) {
     else { fprintf(stderr, "pi0-server: --backend: expected cpu or cuda, got '%s'\n", backend); return 2; }
     pp.max_batch = ep.max_batch;
     int rtc_horizon_set = ep.rtc_horizon > 0, rtc_max_set = ep.rtc_max_weight > 0;
-    if (warmup < 0) warmup = pp.model.backend == PI0_BACKEND_CUDA;   /* the CPU has no one-time costs to move */
+    if (n_warm_prompts && !warmup) {
+        fprintf(stderr, "pi0-server: --warmup-prompt with --warmup 0: nothing would use the prompt\n");
+        return 2;
+    }
+    if (warmup < 0) warmup = n_warm_prompts || pp.model.backend == PI0_BACKEND_CUDA;   /* the CPU has no one-time costs */
     ep.prepare_threads = ep.max_batch > 2 ? 4 : 2;
 
     pi0_policy *policy = NULL;
@@ -146,15 +158,19 @@ int main(int argc, char **argv) {
     /* The first inference of a CUDA process pays one-time costs (module loading, GEMM algorithm timing, graph
      * capture: 0.4-0.6 s on an H100): paid here, before robots connect, for B = 1 and the largest batch */
     double warm_ms = 0;
-    for (int bs = 1; warmup && bs <= ep.max_batch; bs = warmup == 2 || bs == ep.max_batch ? bs + 1 : ep.max_batch) {
-        double ms = 0;
-        if ((st = pi0_policy_warmup(policy, bs, &ms)) != PI0_OK) {
-            srv_log("%s (%s)", pi0_last_error(), pi0_status_str(st));
-            pi0_policy_free(policy);
-            return 1;
+    for (int k = 0; k < (n_warm_prompts ? n_warm_prompts : 1); k++) {
+        const char *prompt = n_warm_prompts ? warm_prompts[k] : NULL;
+        for (int bs = 1; warmup && bs <= ep.max_batch; bs = warmup == 2 || bs == ep.max_batch ? bs + 1 : ep.max_batch) {
+            double ms = 0;
+            if ((st = pi0_policy_warmup_prompt(policy, bs, prompt, &ms)) != PI0_OK) {
+                srv_log("%s (%s)", pi0_last_error(), pi0_status_str(st));
+                pi0_policy_free(policy);
+                return 1;
+            }
+            srv_log("warm-up: batch %d%s%s%s in %.1f ms", bs, prompt ? " with \"" : "", prompt ? prompt : "",
+                    prompt ? "\"" : "", ms);
+            warm_ms += ms;
         }
-        srv_log("warm-up: batch %d in %.1f ms", bs, ms);
-        warm_ms += ms;
     }
     if (warmup == 2) srv_log("warm-up: every batch size 1..%d in %.1f s", ep.max_batch, warm_ms / 1e3);
     pi0_policy_info info;

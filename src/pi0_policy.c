@@ -513,7 +513,7 @@ pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *a
 }
 
 /* LeRobot: black images on the checkpoint's cameras (empty cameras stay absent), zero state */
-static pi0_status warmup_lerobot(pi0_policy *p, int batch, double *ms, double t0) {
+static pi0_status warmup_lerobot(pi0_policy *p, int batch, const char *prompt, double *ms, double t0) {
     pi0_array *a = pi0_calloc((size_t)p->N + 1, sizeof *a, "warm-up arrays");
     uint8_t *img = pi0_calloc((size_t)p->R * p->R, 3, "warm-up image");
     float state[32] = {0};
@@ -527,7 +527,7 @@ static pi0_status warmup_lerobot(pi0_policy *p, int batch, double *ms, double t0
             if (!strstr(p->lr->cams[c], ".empty_camera_"))
                 a[n++] = (pi0_array){.key = p->lr->cams[c], .dtype = PI0_DT_U8, .ndim = 3, .shape = {p->R, p->R, 3}, .data = img};
     }
-    pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = p->default_prompt ? NULL : "warm up", .seed = 1};
+    pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = prompt ? prompt : p->default_prompt ? NULL : "warm up", .seed = 1};
     for (int b = 0; b < batch && st == PI0_OK; b++) st = pi0_policy_prepare(p, &obs, &x[b]);
     if (st == PI0_OK) st = pi0_policy_run(p, x, batch, act, NULL);
     for (int b = 0; x && b < batch; b++) pi0_prepared_free(x[b]);
@@ -537,7 +537,9 @@ static pi0_status warmup_lerobot(pi0_policy *p, int batch, double *ms, double t0
     return st;
 }
 
-pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) {
+pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) { return pi0_policy_warmup_prompt(p, batch, NULL, ms); }
+
+pi0_status pi0_policy_warmup_prompt(pi0_policy *p, int batch, const char *prompt, double *ms) {
     double t0 = now_ms();
     if (!p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: NULL policy");
     if (batch < 1 || batch > p->max_batch)
@@ -549,7 +551,7 @@ pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) {
                              "observation/gripper_position"},
         [PI0_ROBOT_ALOHA] = {"state", "images/cam_high", "images/cam_left_wrist", "images/cam_right_wrist"},
     };
-    if (p->lr) return warmup_lerobot(p, batch, ms, t0);
+    if (p->lr) return warmup_lerobot(p, batch, prompt, ms, t0);
     if (p->robot != PI0_ROBOT_LIBERO && p->robot != PI0_ROBOT_DROID && p->robot != PI0_ROBOT_ALOHA)
         return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: the policy has no robot transform");
     const char *const *k = keys[p->robot];
@@ -569,7 +571,7 @@ pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) {
             a[n++] = (pi0_array){.key = k[i], .dtype = PI0_DT_U8, .ndim = 3, .shape = {p->R, p->R, 3}, .data = img};
     }
     /* a fixed seed: the policy's own noise stream (observations without a seed) is left as it was */
-    pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = p->default_prompt ? NULL : "warm up", .seed = 1};
+    pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = prompt ? prompt : p->default_prompt ? NULL : "warm up", .seed = 1};
     for (int b = 0; b < batch && st == PI0_OK; b++) st = pi0_policy_prepare(p, &obs, &x[b]);
     if (st == PI0_OK) st = pi0_policy_run(p, x, batch, act, NULL);
     for (int b = 0; x && b < batch; b++) pi0_prepared_free(x[b]);

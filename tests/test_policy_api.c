@@ -178,6 +178,8 @@ int main(int argc, char **argv) {
           "two more pi0_libero policies: %s", pi0_last_error());
     CHECK(pw && pi0_policy_warmup(pw, 1, &wms) == PI0_OK && wms > 0 && pi0_policy_warmup(pw, 3, NULL) == PI0_OK,
           "warm-up, batches 1 and 3: %s", pi0_last_error());
+    CHECK(pw && pi0_policy_warmup_prompt(pw, 2, "pick up the fork and the knife", &wms) == PI0_OK && wms > 0 &&
+          pi0_policy_warmup_prompt(pw, 4, "x", NULL) == PI0_ERR_ARG, "warm-up with a prompt: %s", pi0_last_error());
     CHECK(pw && pi0_policy_warmup(pw, 0, NULL) == PI0_ERR_ARG && pi0_policy_warmup(pw, 4, NULL) == PI0_ERR_ARG &&
           strstr(pi0_last_error(), "batch of 4, the policy holds 1..3") && pi0_policy_warmup(NULL, 1, NULL) == PI0_ERR_ARG,
           "warm-up batch sizes 0 and 4 (> max_batch 3) and a NULL policy refused: %s", pi0_last_error());

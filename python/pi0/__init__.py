@@ -537,15 +537,19 @@ class Policy(_Closing):
         what rtc's prev_chunk is made of. None before the first."""
         return None if self._chunk is None else self._chunk.copy()
 
-    def warmup(self, batch: int = 1) -> float:
+    def warmup(self, batch: int = 1, prompt: Optional[str] = None) -> float:
         """Runs one synthetic batch so that the first real call does not pay one-time costs (CUDA module loading,
-        graph capture); returns the milliseconds taken."""
+        graph capture); `prompt`: the one the real calls will send (its length sets the model's shapes; default: the
+        default prompt or "warm up"). Returns the milliseconds taken."""
         ms = ctypes.c_double()
         batch = _int(batch, "warmup: batch", 1, self._max_batch)
+        if prompt is not None and not isinstance(prompt, str):
+            raise InputError("PI0_ERR_ARG", f"warmup: prompt: expected a str, found {type(prompt).__name__}")
+        text = None if prompt is None else _utf8(prompt, "warmup: prompt")
         p = self._acquire()
         try:
             with self._lock:
-                _check(lib.pi0_policy_warmup(p, batch, ctypes.byref(ms)), "warmup")
+                _check(lib.pi0_policy_warmup_prompt(p, batch, text, ctypes.byref(ms)), "warmup")
         finally:
             self._release()
         return ms.value

@@ -120,6 +120,7 @@ _SIGNATURES = {
     "pi0_prepared_free": (None, [_VP]),
     "pi0_policy_run": (c_int, [_VP, POINTER(_VP), c_int, _VP, POINTER(PolicyTiming)]),
     "pi0_policy_warmup": (c_int, [_VP, c_int, POINTER(c_double)]),
+    "pi0_policy_warmup_prompt": (c_int, [_VP, c_int, c_char_p, POINTER(c_double)]),
     "pi0_policy_chunk": (c_int, [_VP, c_int, _VP]),
     "pi0_policy_infer": (c_int, [_VP, POINTER(Observation), _VP, POINTER(PolicyTiming)]),
     "pi0_prepared_save": (c_int, [_VP, c_char_p]),

@@ -329,6 +329,9 @@ def test_review_cases(ckpts):
             p.infer_batch([obs, obs], rtc=[[1], None])
         with pytest.raises(pi0.InputError):
             p.warmup("a")
+        with pytest.raises(pi0.InputError, match="prompt"):
+            p.warmup(1, 5)
+        assert p.warmup(1, "pick up the bowl") > 0 and p.warmup(2, None) > 0
         p.infer(obs, noise)
         p.infer_batch([obs, obs], np.stack([noise, noise]))
         assert p.last_chunk() is None

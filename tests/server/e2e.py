@@ -210,10 +210,16 @@ def test_live(tmp, libero_args):
     """A batch of 8 inferences at 100 steps runs while /healthz and a ping on an idle connection are
     probed in a loop: the probes that fall inside the batch's run (its model time, ending before the
     first reply arrived) must be answered, each within 100 ms."""
-    srv = Server(tmp, "live", libero_args + ["--steps", "100", "--max-batch", "8", "--batch-window-ms", "100", "--warmup", "1"])
+    bad = subprocess.run([SERVER, "--port", "0", "--warmup", "0", "--warmup-prompt", "x"] + libero_args,
+                         capture_output=True, text=True, timeout=60, env=ENV)
+    check("--warmup-prompt with --warmup 0 refused (exit 2)", bad.returncode == 2 and "--warmup-prompt" in bad.stderr,
+          bad.stderr[-300:])
+    srv = Server(tmp, "live", libero_args + ["--steps", "100", "--max-batch", "8", "--batch-window-ms", "100", "--warmup", "1",
+                                             "--warmup-prompt", "pick up the bowl", "--warmup-prompt", "go"])
     log = srv.text()
-    check("live: warm-up of batches 1 and 8 before listening", "warm-up: batch 1 in" in log and "warm-up: batch 8 in" in log
-          and log.index("warm-up: batch 8") < log.index("listening on"), log[-400:])
+    check("live: warm-up of batches 1 and 8 with each --warmup-prompt before listening",
+          all(f'warm-up: batch {b} with "{t}" in' in log for b in (1, 8) for t in ("pick up the bowl", "go"))
+          and log.index('warm-up: batch 8 with "go"') < log.index("listening on"), log[-600:])
     try:
         rng = np.random.default_rng(5)
         clients = [client(srv.port) for _ in range(9)]
