@@ -24,6 +24,11 @@ SO_LIBS := -ljansson -lzstd -fopenmp -lm $(SAN)   # Debian's archives (jansson, 
 # /usr/local/cuda/lib64 (present on the GPU machine too).
 CUDA_ARCHS ?= 80 86 89 90a 100 120
 CUDA_PTX   ?= 80
+# Hopper's kernels need sm_90a (wgmma, setmaxnreg): plain 90 would compile them as traps, and the backend cannot tell
+# compute_90 code from compute_90a code when it picks the path at run time
+ifneq ($(filter 90,$(CUDA_ARCHS) $(CUDA_PTX)),)
+$(error CUDA_ARCHS / CUDA_PTX: 90 compiles Hopper's kernels as traps; use 90a (README, GPU))
+endif
 comma   := ,
 CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
                 $(if $(CUDA_PTX),-gencode arch=compute_$(CUDA_PTX)$(comma)code=compute_$(CUDA_PTX))

@@ -335,7 +335,8 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
  * *ms (may be NULL) gets the time taken. */
 pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms);
 /* The same with this prompt (NULL: as pi0_policy_warmup): the prompt a fleet will send (one task over many robots),
- * so that its first batches replay the graphs and GEMM timings made here instead of paying for a new prefix length. */
+ * so that its first batches replay the graphs and GEMM timings made here instead of paying for a new prefix length.
+ * (π0.5 with discrete state puts the state's digits in the prompt: real states can still give other lengths.) */
 pi0_status pi0_policy_warmup_prompt(pi0_policy *p, int batch, const char *prompt, double *ms);
 /* Writes the model inputs of a prepared observation (docs/formats.md 2 names, batch 1; noise only when the
  * observation had one) as a safetensors file: for checking the transforms against a reference. */

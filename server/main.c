@@ -45,9 +45,10 @@ static const char usage[] =
     "                          gets an error and close 1013, try again later (default 268435456)\n"
     "  --message-timeout-s T   refuse a request still incomplete after T seconds, close 1008 (default 30)\n"
     "  --warmup 0|1|all        run synthetic batches before listening: 1 = of 1 and --max-batch, all = of every\n"
-    "                          size 1..--max-batch (default: 1 on cuda)\n"
+    "                          size 1..--max-batch (default: 1 on cuda or with --warmup-prompt, else 0)\n"
     "  --warmup-prompt TEXT    the warm-up's prompt (repeatable, up to 8: the warm-up runs for each): the prompt the\n"
-    "                          robots will send, so that their first batches do not pay for a new prompt length\n";
+    "                          robots will send, so that their first batches do not pay for a new prompt length\n"
+    "                          (pi05 with discrete state: the state's digits change the length too)\n";
 
 static ws_server *volatile g_server;
 
@@ -172,7 +173,9 @@ int main(int argc, char **argv) {
             warm_ms += ms;
         }
     }
-    if (warmup == 2) srv_log("warm-up: every batch size 1..%d in %.1f s", ep.max_batch, warm_ms / 1e3);
+    if (warmup == 2)
+        srv_log("warm-up: every batch size 1..%d%s in %.1f s", ep.max_batch,
+                n_warm_prompts > 1 ? " for each prompt" : "", warm_ms / 1e3);
     pi0_policy_info info;
     pi0_policy_get_info(policy, &info);
     /* real-time chunking's defaults: the options, else the policy's (a LeRobot directory's rtc_config) */

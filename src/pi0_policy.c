@@ -34,6 +34,7 @@ struct pi0_policy {
     float *rtc_prev, *rtc_w, *rtc_max;   /* the batch's real-time chunking inputs (B x H x A, B x H, B) */
     int last_batch;              /* batch elements of the last run (pi0_policy_chunk) */
     int *slot;                   /* the last run's model slot of each batch element (pi0_policy_run's order) */
+    int T;                       /* prefix rows per valid image ((image_size / patch_size)^2) */
     long long *order;            /* scratch of pi0_policy_run: (prefix length, element) pairs, sorted */
     uint8_t *image_masks, *token_mask;
     int32_t *tokens;
@@ -185,6 +186,7 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     pi0_model_get_info(p->model, &mi);
     p->pi05 = mi.pi05; p->quantile = mi.pi05;   /* openpi: quantile norm whenever the model is not plain π0 */
     p->H = mi.action_horizon; p->A = mi.action_dim; p->N = mi.n_cameras; p->R = mi.image_size; p->L = mi.max_token_len;
+    p->T = mi.vision.patch_size > 0 ? (mi.image_size / mi.vision.patch_size) * (mi.image_size / mi.vision.patch_size) : 0;
     int num_steps = params->num_steps;
     if (!strcmp(mi.format, "lerobot")) {   /* LeRobot's features, processors and stats replace openpi's robot transforms */
         const char *opt = p->cfg ? "an openpi config" : params->robot ? "a robot" : params->asset_id ? "an asset id"
@@ -226,10 +228,7 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
 tokenizer:
     if ((st = pi0_tokenizer_load(&p->tok, params->tokenizer)) != PI0_OK) goto fail;
     p->max_batch = params->max_batch > 0 ? params->max_batch : 1;
-    if (p->max_batch > 65535 || p->L > 65535) {   /* (pi0_policy_run's ordering keys) */
-        st = pi0_fail(PI0_ERR_ARG, "policy: max_batch %d: expected at most 65535", p->max_batch);
-        goto fail;
-    }
+    /* (pi0_policy_run's ordering keys hold the batch index in 16 bits: the session allows 4096 at most) */
     if ((st = pi0_session_create(&p->session, p->model, &(pi0_session_params){.max_batch = p->max_batch,
                                                                                .num_steps = num_steps})) != PI0_OK)
         goto fail;
@@ -421,8 +420,8 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     for (int b = 0; b < n; b++)
         if (!batch[b] || batch[b]->owner != p)
             return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch[%d] was not prepared by this policy", b);
-    /* The model runs the elements ordered by prefix length (valid cameras, then valid prompt tokens; ties in batch
-     * order): a batch of several prompts then has its equal segments next to each other, which the attention runs as
+    /* The model runs the elements ordered by prefix length (valid cameras x tokens per image + valid prompt tokens;
+     * ties in batch order): a batch of several prompts then has its equal segments next to each other, which the attention runs as
      * one launch each (bench/RESULTS.md L134), and the same requests in another order are the same model inputs
      * (one graph). Each element's own computation does not depend on its slot; the noise is still drawn in batch
      * order, and the outputs come back in batch order. */
@@ -431,7 +430,7 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
         long long cams = 0, toks = 0;
         for (int i = 0; i < p->N; i++) cams += x->masks[i] != 0;
         for (int i = 0; i < p->L; i++) toks += x->token_mask[i] != 0;
-        p->order[b] = ((cams * 65536 + toks) << 16) | b;   /* (N <= 16, L < 65536, batch < 65536) */
+        p->order[b] = ((cams * p->T + toks) << 16) | b;   /* (prefix < 2^40, batch < 65536: 4096 at most) */
     }
     qsort(p->order, (size_t)n, sizeof *p->order, cmp_ll);
     for (int j = 0; j < n; j++) p->slot[p->order[j] & 0xffff] = j;

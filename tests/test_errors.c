@@ -387,6 +387,11 @@ static void test_cli_first_contact(void) {
     CHECK(rc == 2 && strstr(e, "--max-batch sizes a CUDA session's footprint: it needs --backend cuda"),
           "info --max-batch without --backend cuda: %d %s", rc, e);
     free(o); free(e);
+    snprintf(cmd, sizeof cmd, "%s info --checkpoint %s/none --device 1", PI0, tmp);
+    rc = run_cli(cmd, &o, &e);
+    CHECK(rc == 2 && strstr(e, "--device picks the GPU of a CUDA session's footprint: it needs --backend cuda"),
+          "info --device without --backend cuda: %d %s", rc, e);
+    free(o); free(e);
     snprintf(cmd, sizeof cmd, "%s info --checkpoint %s/none --backend cuda --max-batch 0", PI0, tmp);
     rc = run_cli(cmd, &o, &e);
     CHECK(rc == 2 && strstr(e, "--max-batch"), "info --max-batch 0: %d %s", rc, e);

@@ -312,12 +312,13 @@ static int cmd_convert(int argc, char **argv) {
 static int cmd_info(int argc, char **argv) {
     const char *ckpt = NULL;
     long long device = 0, batch = 1;
+    int device_set = 0;
     pi0_backend_kind backend = PI0_BACKEND_CPU;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--checkpoint") && v) ckpt = argv[++i];
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &backend)) return 2; }
-        else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &device)) return 2; i++; }
+        else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &device)) return 2; i++; device_set = 1; }
         else if (!strcmp(a, "--max-batch")) { if (!cli_parse_int(a, v, 1, 4096, &batch)) return 2; i++; }
         else { fprintf(stderr, "pi0 info: unknown or incomplete option '%s'\n", a); return 2; }
     }
@@ -325,8 +326,9 @@ static int cmd_info(int argc, char **argv) {
         fprintf(stderr, "pi0 info: --checkpoint DIR is required\n");
         return 2;
     }
-    if (batch != 1 && backend != PI0_BACKEND_CUDA) {
-        fprintf(stderr, "pi0 info: --max-batch sizes a CUDA session's footprint: it needs --backend cuda\n");
+    if ((batch != 1 || device_set) && backend != PI0_BACKEND_CUDA) {
+        fprintf(stderr, "pi0 info: %s a CUDA session's footprint: it needs --backend cuda\n",
+                device_set ? "--device picks the GPU of" : "--max-batch sizes");
         return 2;
     }
     pi0_model *m;
@@ -361,10 +363,15 @@ static int cmd_info(int argc, char **argv) {
             pi0_model_free(m);
             return cli_fail("creating a session");
         }
-        if (pi0_session_memory(s, &used, &total) == PI0_OK)
+        pi0_status ms = pi0_session_memory(s, &used, &total);
+        if (ms == PI0_OK)
             printf("device: %s\ndevice memory in use with a session for batch %lld: %.2f GB of %.2f GB (every process on "
                    "the device, this one's CUDA context included)\n", pi0_session_device(s), batch, used / 1e9, total / 1e9);
         pi0_session_free(s);
+        if (ms != PI0_OK) {
+            pi0_model_free(m);
+            return cli_fail("reading the device memory");
+        }
     }
     pi0_model_free(m);
     return 0;

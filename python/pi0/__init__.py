@@ -545,6 +545,8 @@ class Policy(_Closing):
         batch = _int(batch, "warmup: batch", 1, self._max_batch)
         if prompt is not None and not isinstance(prompt, str):
             raise InputError("PI0_ERR_ARG", f"warmup: prompt: expected a str, found {type(prompt).__name__}")
+        if prompt is not None and "\0" in prompt:
+            raise InputError("PI0_ERR_ARG", "warmup: prompt: contains a NUL character")
         text = None if prompt is None else _utf8(prompt, "warmup: prompt")
         p = self._acquire()
         try:

@@ -398,16 +398,25 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
 }
 
 // The portable kernel's scratch (counters zeroed once; each last block resets its own) and shared memory opt-in, where
-// the device has that much (c->dap_ok; else GEMM attention). Failures are noted (cuda_backend_create reports them).
+// the device has that much (c->dap_ok). Where it has not, or a step fails (the error is cleared), attention takes
+// the GEMM path instead.
 void cuda_decode_attention_p_setup(cuda_ctx *c, int device) {
     int most = 0;
     cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if ((size_t)most < dap_smem()) return;
-    if (CUDA_NOTE(c, cudaMalloc(&c->pscratch, CUDA_P_SCRATCH)) ||
-        CUDA_NOTE(c, cudaMalloc(&c->pcounters, CUDA_P_COUNTERS * sizeof(unsigned))) ||
-        CUDA_NOTE(c, cudaMemset(c->pcounters, 0, CUDA_P_COUNTERS * sizeof(unsigned))) ||
-        CUDA_NOTE(c, cudaFuncSetAttribute(decode_attn_p_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dap_smem())))
+    if (cudaMalloc(&c->pscratch, CUDA_P_SCRATCH) != cudaSuccess ||
+        cudaMalloc(&c->pcounters, CUDA_P_COUNTERS * sizeof(unsigned)) != cudaSuccess ||
+        cudaMemset(c->pcounters, 0, CUDA_P_COUNTERS * sizeof(unsigned)) != cudaSuccess ||
+        cudaFuncSetAttribute(decode_attn_p_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dap_smem()) !=
+            cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {   // (the zeroed counters before any kernel of the non-blocking stream)
+        cudaGetLastError();
+        cudaFree(c->pscratch);
+        cudaFree(c->pcounters);
+        c->pscratch = NULL;
+        c->pcounters = NULL;
         return;
+    }
     c->dap_ok = 1;
 }
 

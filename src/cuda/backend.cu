@@ -69,7 +69,8 @@ static pi0_status device_path(int device, int *hopper) {
         return pi0_fail(PI0_ERR_UNSUPPORTED, "PI0_CUDA_PATH=hopper: CUDA device %d (%s) has compute capability %d.%d, not 9.0",
                         device, p.name, p.major, p.minor);
     /* The Hopper kernels exist only in sm_90a code. A build without it (CUDA_ARCHS lacking 90a) runs on a Hopper GPU
-       from compute_80 PTX, where those kernels are compiled as traps: the probe kernel's PTX version says which. */
+       from older PTX (compute_80), where those kernels are compiled as traps: the probe kernel's PTX version says
+       which. (It reads 90 for compute_90 as for compute_90a; the Makefile refuses 90 without the a.) */
     int has_sm90a = fa.ptxVersion >= 90;
     if (path && !strcmp(path, "hopper") && !has_sm90a)
         return pi0_fail(PI0_ERR_UNSUPPORTED, "PI0_CUDA_PATH=hopper: this build has no sm_90a code (the device runs it from "

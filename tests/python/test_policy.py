@@ -331,6 +331,8 @@ def test_review_cases(ckpts):
             p.warmup("a")
         with pytest.raises(pi0.InputError, match="prompt"):
             p.warmup(1, 5)
+        with pytest.raises(pi0.InputError, match="NUL"):
+            p.warmup(1, "go\0x")
         assert p.warmup(1, "pick up the bowl") > 0 and p.warmup(2, None) > 0
         p.infer(obs, noise)
         p.infer_batch([obs, obs], np.stack([noise, noise]))

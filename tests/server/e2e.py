@@ -214,12 +214,16 @@ def test_live(tmp, libero_args):
                          capture_output=True, text=True, timeout=60, env=ENV)
     check("--warmup-prompt with --warmup 0 refused (exit 2)", bad.returncode == 2 and "--warmup-prompt" in bad.stderr,
           bad.stderr[-300:])
+    long = " ".join(["pick"] * 40)   # more tokens than the tiny model's prompt length: the tokenizer says so
     srv = Server(tmp, "live", libero_args + ["--steps", "100", "--max-batch", "8", "--batch-window-ms", "100", "--warmup", "1",
-                                             "--warmup-prompt", "pick up the bowl", "--warmup-prompt", "go"])
+                                             "--warmup-prompt", "pick up the bowl", "--warmup-prompt", "go",
+                                             "--warmup-prompt", long])
     log = srv.text()
     check("live: warm-up of batches 1 and 8 with each --warmup-prompt before listening",
-          all(f'warm-up: batch {b} with "{t}" in' in log for b in (1, 8) for t in ("pick up the bowl", "go"))
-          and log.index('warm-up: batch 8 with "go"') < log.index("listening on"), log[-600:])
+          all(f'warm-up: batch {b} with "{t}" in' in log for b in (1, 8) for t in ("pick up the bowl", "go", long))
+          and log.index(f'warm-up: batch 8 with "{long}"') < log.index("listening on"), log[-600:])
+    check("live: the warm-up's prompt reaches the tokenizer (a long one is truncated, with openpi's warning)",
+          "exceeds max_token_len" in log and log.index("exceeds max_token_len") < log.index("listening on"), log[-600:])
     try:
         rng = np.random.default_rng(5)
         clients = [client(srv.port) for _ in range(9)]
