@@ -76,7 +76,6 @@ static void wrow(float *dst, const pi0_wt *w, int64_t i, int n) {
 
 static void cpu_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
                             const pi0_wt *pos, int R, int P) {
-    (void)be;
     int G = R / P, T = G * G, Dv = (int)w->rows, CK = 3 * P * P;
     #pragma omp parallel num_threads(NT)
     {
@@ -106,7 +105,6 @@ static void cpu_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, cons
 }
 
 static void cpu_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps) {
-    (void)be;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *xr = F(x) + (size_t)r * D;
@@ -128,7 +126,6 @@ static float rms_inv(const float *x, int D, float eps) {
 }
 
 static void cpu_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps) {
-    (void)be;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *xr = F(x) + (size_t)r * D;
@@ -138,7 +135,6 @@ static void cpu_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, i
 }
 
 static void cpu_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps) {
-    (void)be;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *xr = F(x) + (size_t)r * D, *m = F(mod) + (size_t)(r / rows_per_mod) * 3 * D;
@@ -292,7 +288,6 @@ static void cpu_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M,
 }
 
 static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
-    (void)be;
     size_t n = (size_t)M * Fd;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (size_t i = 0; i < n; i++) F(out)[i] = gelu_tanh(F(g)[i]) * F(u)[i];
@@ -315,7 +310,6 @@ static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_la
 }
 
 static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {
-    (void)be;
     int D = (int)table->cols;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int i = 0; i < n; i++) {
@@ -344,7 +338,6 @@ static void cpu_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *
 }
 
 static void cpu_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act) {
-    (void)be;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         const float *vr = F(v) + (size_t)(r / rows_per_vec) * D;

@@ -352,15 +352,15 @@ decode_attn_p_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, c
 static long da_launches;   // either kernel (atomic: contexts may run on several threads)
 extern "C" long cuda_decode_attention_launches(void) { return __atomic_load_n(&da_launches, __ATOMIC_RELAXED); }
 
+// (cuda_decode_attention's checks passed; rows, nk, tail and the segment strides as it computes them)
 static int decode_attention_p(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
-                              const bf16 *v2, int g, int nq, const pi0_attn *a, int n1) {
-    int rows = nq * a->heads, nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail, tiles = cdiv(rows, 16);
-    int S = cdiv(nk, DAP_CHUNK), chunk = (cdiv(nk, S) + 15) / 16 * 16;
-    if (!c->dap_ok || S > DAP_MAXS || (long long)g * tiles > CUDA_P_COUNTERS ||
+                              const bf16 *v2, int g, const pi0_attn *a, int rows, int nk, int tail, long long sq,
+                              long long sk, long long s2) {
+    int tiles = cdiv(rows, 16), S = cdiv(nk, DAP_CHUNK), chunk = (cdiv(nk, S) + 15) / 16 * 16;
+    if (S > DAP_MAXS || (long long)g * tiles > CUDA_P_COUNTERS ||
         (size_t)g * tiles * S * (2 * 16 + 16 * DA_HD) * 4 > CUDA_P_SCRATCH)
         return 0;
     if (g > 1 && (long long)g * tiles * S > 2 * c->sms) return 0;   // batches: flash or GEMM attention (as on Hopper)
-    long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
     cuda_launch(c, decode_attn_p_kernel, dim3(S, tiles, g), dim3(DA_THREADS), dap_smem(), out, q, k, v, k2, v2, sq, sk, s2,
                 rows, a->heads, nk, tail, a->block0, chunk, a->scale, c->pscratch, c->pcounters);
     __atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED);
@@ -379,14 +379,14 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
         (c->hopper && chunk > DA_MAX_CHUNK) || g < 1 || g > 65535 ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
-    if (!c->hopper) return decode_attention_p(c, out, q, k, v, k2, v2, g, nq, a, n1);
+    long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
+    if (!c->hopper) return decode_attention_p(c, out, q, k, v, k2, v2, g, a, rows, nk, tail, sq, sk, s2);
     // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
     // blocks (~145 KB of shared memory, one per SM) are latency-bound: at B = 64 (1536 blocks) even the GEMM path
     // was faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; bench/RESULTS.md L70), and
     // flash attention takes such batches
     const int rt = (long long)g * cdiv(rows, 16) * DA_SPLIT > c->sms ? 2 : 1;
     if (g > 1 && (long long)g * cdiv(rows, 16 * rt) * DA_SPLIT > 2 * c->sms) return 0;
-    long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
     if (rt == 2)
         cuda_launch(c, decode_attn_kernel<2>, dim3(DA_SPLIT, cdiv(rows, 32), g), dim3(DA_THREADS), da_smem(chunk, 2), out,
                     q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);

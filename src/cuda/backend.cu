@@ -48,10 +48,11 @@ __global__ void probe_kernel(int *p) { if (p) *p = 0; }
 
 // The kernel path of a device (issue 42): Hopper's own kernels on compute capability 9.0, the portable ones on every
 // other GPU from 8.0 on, or everywhere with PI0_CUDA_PATH=portable (to test and time them on a Hopper GPU).
-static pi0_status device_path(int device, int *hopper) {
+static pi0_status device_path(int device, int *hopper, int *major) {
     cudaDeviceProp p;
     cudaError_t e = cudaGetDeviceProperties(&p, device);
     if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    *major = p.major;
     if (p.major < 8)
         return pi0_fail(PI0_ERR_UNSUPPORTED, "CUDA device %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 "
                         "or later (Ampere, Ada, Hopper, Blackwell)", device, p.name, p.major, p.minor);
@@ -90,8 +91,8 @@ extern "C" int cuda_backend_hopper(const pi0_backend *be) { return CTX(be)->hopp
 
 extern "C" pi0_status cuda_device_check(int device) {
     pi0_status st = check_device(device);
-    int hopper;
-    return st != PI0_OK ? st : device_path(device, &hopper);
+    int hopper, major;
+    return st != PI0_OK ? st : device_path(device, &hopper, &major);
 }
 
 // ---- weights ----
@@ -493,8 +494,8 @@ static void cuda_destroy(pi0_backend *be) {
 extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     *out = NULL;
     pi0_status st = check_device(device);
-    int hopper = 0;
-    if (st == PI0_OK) st = device_path(device, &hopper);
+    int hopper = 0, major = 0;
+    if (st == PI0_OK) st = device_path(device, &hopper, &major);
     if (st != PI0_OK) return st;
     pi0_backend *be = (pi0_backend *)calloc(1, sizeof *be);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
@@ -513,11 +514,10 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     c->flash = flash && !strcmp(flash, "0") ? 0 : flash && !strcmp(flash, "mma") ? 2 : 1;
     c->hopper = hopper;
     if (!hopper) {   /* the portable path: none of the Hopper kernels (PDL, clusters, TMA, wgmma), no flash kernel (its
-                        shared memory exceeds Ada's 99 KB per block): cuBLASLt products and the plain kernels */
+                        shared memory exceeds Ada's 99 KB per block): cuBLASLt products, the portable decode attention
+                        (attn_decode.cu) and the plain kernels */
         c->pdl = c->fused_small = c->gateup = c->flash = 0;
         static int told;
-        int major = 0;
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
         if (major != 9 && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
             fprintf(stderr, "pi0: warning: CUDA device %d is not a Hopper GPU: it runs the portable kernels, which so far "
                             "have been tested on Hopper only (PI0_CUDA_PATH=portable)\n", device);
