@@ -60,6 +60,7 @@ struct ws_server {
     uint64_t next_id;
     volatile sig_atomic_t stop;
     int draining;
+    int idle_told;              /* the count last given to engine_set_idle_clients (-1: none yet) */
     lws_sorted_usec_list_t tick;
     int port;
 };
@@ -214,7 +215,10 @@ static void update_idle(ws_server *s) {
     if (!s->draining)
         for (const conn *c = s->conns; c; c = c->next)
             n += c->websocket && (!c->busy || c->done) && !c->closing && !c->error;
-    engine_set_idle_clients(s->eng, n);
+    if (n != s->idle_told) {   /* (most events, a message's fragments above all, leave it as it was) */
+        engine_set_idle_clients(s->eng, n);
+        s->idle_told = n;
+    }
 }
 
 static void submit(ws_server *s, conn *c, uint8_t *msg, size_t len) {
@@ -581,6 +585,7 @@ pi0_status ws_server_create(ws_server **out, const ws_params *p, const srv_backe
     *out = NULL;
     ws_server *s = calloc(1, sizeof *s);
     if (!s) { snprintf(err, errlen, "out of memory"); return PI0_ERR_NOMEM; }
+    s->idle_told = -1;
     s->p = *p;
     s->b = *b;
     if (!s->p.max_message_bytes) s->p.max_message_bytes = (size_t)64 << 20;
