@@ -119,7 +119,10 @@ void pi0_session_free(pi0_session *s);
  * correction is the weighted error itself): at each step with time t (1 -> 0), x1 = x_t - t v, err = (Y - x1) w,
  * v <- v - min(c / r^2, max_weight) err with tau = 1 - t, c = (1 - tau) / tau, 1 / r^2 = ((1 - tau)^2 + tau^2) /
  * (1 - tau)^2 (infinities become max_weight). docs/model.md 3.11. */
-typedef enum { PI0_RTC_OFF = 0, PI0_RTC_LEROBOT = 1 } pi0_rtc_mode;
+/* PI0_RTC_EXACT is the paper's guidance (its Algorithm 1, the Kinetix code's jax.vjp): the correction is
+ * err^T dx1/dx_t = err - t (dv/dx_t)^T err, the vector-Jacobian product through the action expert (the prefix's
+ * keys and values held constant), at the cost of one transpose pass of the expert per step. */
+typedef enum { PI0_RTC_OFF = 0, PI0_RTC_LEROBOT = 1, PI0_RTC_EXACT = 2 } pi0_rtc_mode;
 typedef enum { PI0_RTC_ZEROS = 0, PI0_RTC_ONES, PI0_RTC_LINEAR, PI0_RTC_EXP } pi0_rtc_schedule;
 /* LeRobot's prefix weights (RTCProcessor.get_prefix_weights) of H action rows: 1 for the first `delay` rows, then by
  * the schedule down to 0 at row `horizon` (clamped to leftover, the rows the previous chunk left), 0 after. */
@@ -137,10 +140,12 @@ typedef struct {
     const float *noise;          /* [B, H, A] start x(t=1); NULL = N(0,1) draw from seed */
     uint64_t seed;
     /* Real-time chunking (RTC): guidance of every denoising step towards the previous chunk's leftover. */
-    pi0_rtc_mode rtc;            /* PI0_RTC_OFF (default), PI0_RTC_LEROBOT */
+    pi0_rtc_mode rtc;            /* PI0_RTC_OFF (default), PI0_RTC_LEROBOT, PI0_RTC_EXACT */
     const float *rtc_prev;       /* [B, H, A] the previous chunk's leftover in model space (normalised), zero-padded */
     const float *rtc_weights;    /* [B, H] the prefix weight of each action row (pi0_rtc_prefix_weights), in [0, 1] */
     const float *rtc_max_weights;/* [B] the guidance weight's cap per sample (LeRobot's max_guidance_weight), > 0 */
+    const uint8_t *rtc_exact;    /* [B] with PI0_RTC_EXACT: 1 = the sample's guidance is exact, 0 = LeRobot's form
+                                    (a batch mixing both); NULL = every sample exact. Refused with other modes. */
 } pi0_inputs;
 
 /* Runs the whole inference; writes actions [B, H, A] (normalised action space). */

@@ -360,11 +360,14 @@ pi0_status pi0_rtc_prefix_weights(pi0_rtc_schedule schedule, int delay, int hori
 
 static pi0_status check_rtc(const pi0_session *s, const pi0_inputs *in) {
     if (in->rtc == PI0_RTC_OFF) {
-        if (in->rtc_prev || in->rtc_weights)
-            return pi0_fail(PI0_ERR_ARG, "inputs: rtc_prev / rtc_weights given with rtc off (say which guidance to use)");
+        if (in->rtc_prev || in->rtc_weights || in->rtc_exact)
+            return pi0_fail(PI0_ERR_ARG, "inputs: rtc_prev / rtc_weights / rtc_exact given with rtc off (say which guidance to use)");
         return PI0_OK;
     }
-    if (in->rtc != PI0_RTC_LEROBOT) return pi0_fail(PI0_ERR_ARG, "inputs: rtc mode %d: expected PI0_RTC_OFF or PI0_RTC_LEROBOT", (int)in->rtc);
+    if (in->rtc != PI0_RTC_LEROBOT && in->rtc != PI0_RTC_EXACT)
+        return pi0_fail(PI0_ERR_ARG, "inputs: rtc mode %d: expected PI0_RTC_OFF, PI0_RTC_LEROBOT or PI0_RTC_EXACT", (int)in->rtc);
+    if (in->rtc_exact && in->rtc != PI0_RTC_EXACT)
+        return pi0_fail(PI0_ERR_ARG, "inputs: rtc_exact given with rtc mode %d (it selects samples of a PI0_RTC_EXACT batch)", (int)in->rtc);
     if (!in->rtc_prev || !in->rtc_weights || !in->rtc_max_weights)
         return pi0_fail(PI0_ERR_ARG, "inputs: real-time chunking needs rtc_prev, rtc_weights and rtc_max_weights");
     for (int b = 0; b < in->batch; b++)

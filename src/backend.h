@@ -149,6 +149,38 @@ struct pi0_backend {
      * sample's guidance weight per step), w F32 [rows] (the prefix weights), y the leftover. Each product and sum
      * rounded to fp32 as PyTorch's ops do. */
     void (*rtc_guide)(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A);
+
+    /* ---- Exact real-time chunking (docs/model.md 3.11): the vector-Jacobian product of one denoising step's
+     * velocity with respect to x_t, through the action expert, with the prefix K/V constant. Each op below is the
+     * transpose (cotangent map) of the forward op it names: given the cotangent dy of that op's output it gives the
+     * cotangent of its input(s). Cotangents live in the kind of the value they belong to. */
+    /* out (M, K) [op]= dy (M, N) . W[:, k0:k0+K]: linear's input cotangent (op EPI_STORE or EPI_ADD). */
+    void (*linear_t)(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);
+    /* dx [op]= the input cotangent of rmsnorm (w != NULL) or adarms (w == NULL; mod, rows_per_mod as adarms) at
+     * input x for the output cotangent dy: with r = rsqrt(mean(x^2) + eps), a = 1 + w (or 1 + scale),
+     * dx_j = r a_j dy_j - x_j r^3 / D * sum_i(a_i dy_i x_i); the shift has no x dependence. */
+    void (*norm_bwd)(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod, int rows_per_mod, int M, int D,
+                     float eps, enum pi0_epi epi);
+    /* dg = dy * u * gelu_tanh'(g), du = dy * gelu_tanh(g): gelu_mul's cotangents, (M, F) each. */
+    void (*gelu_mul_bwd)(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F);
+    /* dz = dy * swish'(z) = dy * s (1 + z (1 - s)), s = sigmoid(z), (M, D) F32: add_rows' ACT_SWISH cotangent. */
+    void (*swish_bwd)(pi0_backend *be, pt dz, pt dy, pt z, int M, int D);
+    /* RoPE's transpose, in place: the rotation of rope by minus the same angles (arguments as rope). */
+    void (*rope_bwd)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
+    /* attention's cotangents for the output cotangent dout (rows of q, as attention's out): dq (rows of q) and dk, dv
+     * (rows aligned with the queries, rows of kv_heads*head_dim): the cotangents of the suffix keys and values, those
+     * of source 2, or with tail > 0 the segment's last `tail` source-1 keys (then tail = the segment's query rows).
+     * Source-1 keys before the tail are constants (the prefix cache). dk, dv are written (not accumulated). */
+    void (*attention_bwd)(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a);
+    /* out[r] = x[r] * v[(r / rows_per_vec) * stride + i]: the cotangent of linear_gated's product through its gate;
+     * x, out ACT (M, D), v F32. */
+    void (*scale_rows)(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D);
+    /* The guided velocity (F32 rows of A): err = (y - (x - t v)) * w[row] (LeRobot's weighted error); then, once dx =
+     * err^T dv/dx_t is known, v -= g[(row / H) * steps + k] * (err - jac[row / H] * t * dx): jac 1 is the paper's
+     * exact guidance (err^T dx1/dx_t with x1 = x_t - t v), 0 LeRobot's (err itself). */
+    void (*rtc_error)(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, float t, int rows, int A);
+    void (*rtc_correct)(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows, int H,
+                        int A);
 };
 
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);

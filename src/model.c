@@ -65,6 +65,15 @@ struct model_sess {
     pt x, x0, vel, state, st_tok, a_emb, a_hid, a_out, vin;   /* x0: the start noise, x: x_t */
     pt rtc_y, rtc_w, rtc_g;          /* real-time chunking: leftover [B*H, A], prefix weights [B*H], weight per step */
     int rtc;                         /* this inference's pi0_rtc_mode (set by upload_inputs) */
+    /* exact RTC (docs/model.md 3.11), allocated at the first exact inference: each expert layer's saved values
+     * (residual in, residual after attention, q after RoPE, suffix k / v, gate and up before gelu) and the
+     * cotangents of the backward pass */
+    int exact_ready;
+    pt xh, xh2, xq, xk, xv, xg, xu;  /* [depth] slabs of (Ms, width) rows */
+    pt az;                           /* π0: the action MLP's pre-swish rows (Mh, De) F32 */
+    pt d_s, d_sy, d_tmp, d_a, d_g, d_u, d_q, d_k, d_v;   /* cotangents (ACT) */
+    pt d_vin, d_act, d_hid, d_x, err, zero_row, rtc_jac; /* F32 */
+    float *h_rtc_jac;
     float *h_rtc_g;                  /* [steps] host copy of rtc_g */
     pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
     pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
@@ -98,7 +107,7 @@ void model_sess_free(model_sess *s) {
     free(s->kc); free(s->vc); free(s->tvals);
     free(s->h_sel); free(s->h_voff); free(s->h_ids); free(s->h_idrows); free(s->h_imgrows);
     free(s->h_pos); free(s->h_poff); free(s->h_spos); free(s->h_soff); free(s->h_full); free(s->h_noise); free(s->h_rtc_g);
-    free(s->h_mods);
+    free(s->h_mods); free(s->h_rtc_jac);
     free(s);
 }
 
@@ -237,7 +246,9 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     s->h_noise = malloc(hrow * s->A * sizeof(float));
     s->h_rtc_g = malloc((size_t)B * steps * sizeof(float));
     s->h_mods = calloc((size_t)2 * c->ex.depth, sizeof(pt));
-    if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_poff ||
+    s->h_rtc_jac = malloc((size_t)B * sizeof(float));
+    if (!s->h_rtc_jac ||
+        !s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_poff ||
         !s->h_spos || !s->h_soff || !s->h_full || !s->h_noise || !s->h_rtc_g || !s->h_mods)
         goto fail;
 
@@ -389,6 +400,152 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
     }
 }
 
+/* ---- exact real-time chunking: the expert's forward keeping what its transpose needs, and the transpose ---- */
+
+static pi0_status exact_buffers(model_sess *s) {
+    if (s->exact_ready) return PI0_OK;
+    pi0_backend *be = s->be;
+    if (!be->linear_t || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
+        !be->scale_rows || !be->rtc_error || !be->rtc_correct)
+        return pi0_fail(PI0_ERR_ARG, "exact real-time chunking: the %s backend lacks the expert's transpose ops", be->name);
+    size_t Ms = (size_t)s->max_b * s->S, Mh = (size_t)s->max_b * s->H, depth = (size_t)s->c->ex.depth;
+    size_t qw = (size_t)s->Hq * s->Dh, kvw = (size_t)s->Kv * s->Dh;
+    s->xh = buf(s, depth * Ms * s->De, PT_ACT);
+    s->xh2 = buf(s, depth * Ms * s->De, PT_ACT);
+    s->xq = buf(s, depth * Ms * qw, PT_ACT);
+    s->xk = buf(s, depth * Ms * kvw, PT_ACT);
+    s->xv = buf(s, depth * Ms * kvw, PT_ACT);
+    s->xg = buf(s, depth * Ms * s->Fe, PT_ACT);
+    s->xu = buf(s, depth * Ms * s->Fe, PT_ACT);
+    s->az = buf(s, Mh * s->De, PT_F32);
+    s->d_s = buf(s, Ms * s->De, PT_ACT);
+    s->d_sy = buf(s, Ms * s->De, PT_ACT);
+    s->d_tmp = buf(s, Ms * s->De, PT_ACT);
+    s->d_a = buf(s, Ms * s->Fe, PT_ACT);
+    s->d_g = buf(s, Ms * s->Fe, PT_ACT);
+    s->d_u = buf(s, Ms * s->Fe, PT_ACT);
+    s->d_q = buf(s, Ms * qw, PT_ACT);
+    s->d_k = buf(s, Ms * kvw, PT_ACT);
+    s->d_v = buf(s, Ms * kvw, PT_ACT);
+    s->d_vin = buf(s, Mh * s->De, PT_F32);
+    s->d_act = buf(s, Mh * s->De, PT_F32);
+    s->d_hid = buf(s, Mh * s->De, PT_F32);
+    s->d_x = buf(s, Mh * s->A, PT_F32);
+    s->err = buf(s, Mh * s->A, PT_F32);
+    s->zero_row = buf(s, (size_t)s->max_b * s->De, PT_F32);
+    s->rtc_jac = buf(s, (size_t)s->max_b, PT_F32);
+    if (s->alloc_failed) {
+        pi0_error_prefix("exact real-time chunking's buffers (%s, batch %d)", s->be->name, s->max_b);
+        return PI0_ERR_NOMEM;
+    }
+    s->exact_ready = 1;
+    return PI0_OK;
+}
+
+static pt slab(model_sess *s, pt t, int l, size_t width) {   /* layer l's rows of a saved slab */
+    return pt_at(s->be, t, (size_t)l * s->max_b * s->S * width);
+}
+
+/* expert_layers with primitive ops, keeping each layer's values for expert_backward (same math: the fused qkv /
+ * mlp_up of expert_layers compose these ops on the CPU reference). */
+static void expert_layers_saving(model_sess *s, const pi0_expert_step *e) {
+    pi0_backend *be = s->be;
+    pi0_attn a = e->attn;
+    int M = e->M, D = e->D, qw = a.heads * a.head_dim;
+    size_t kvw = (size_t)a.kv_heads * a.head_dim;
+    for (int l = 0; l < e->depth; l++) {
+        const pi0_gemma_layer *L = &e->layers[l];
+        be->copy_rows(be, slab(s, s->xh, l, D), (pt){0}, e->s, (pt){0}, M, D);
+        pi0_prenorm pn = ex_prenorm(e, &L->attn_norm, 2 * l);
+        pt sk = a.tail ? pt_at(be, e->kc[l], e->kv_tail) : slab(s, s->xk, l, kvw);
+        pt sv = a.tail ? pt_at(be, e->vc[l], e->kv_tail) : slab(s, s->xv, l, kvw);
+        pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
+        be->qkv(be, slab(s, s->xq, l, qw), sk, sv, e->s, &pj, M, D, e->pos, a.head_dim, &pn);
+        a.k1 = e->kc[l];
+        a.v1 = e->vc[l];
+        if (!a.tail) { a.k2 = sk; a.v2 = sv; }
+        be->attention(be, e->att, slab(s, s->xq, l, qw), &a);
+        ex_residual(be, e, e->att, &L->o, qw, 2 * l);
+        be->copy_rows(be, slab(s, s->xh2, l, D), (pt){0}, e->s, (pt){0}, M, D);
+        pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
+        pt y = prenorm_rows(be, e->s, &pn, M, D);
+        be->linear(be, slab(s, s->xg, l, e->F), y, &L->gate, NULL, M, e->F, D, 0, EPI_STORE);
+        be->linear(be, slab(s, s->xu, l, e->F), y, &L->up, NULL, M, e->F, D, 0, EPI_STORE);
+        be->gelu_mul(be, e->g, slab(s, s->xg, l, e->F), slab(s, s->xu, l, e->F), M, e->F);
+        ex_residual(be, e, e->g, &L->down, e->F, 2 * l + 1);
+    }
+}
+
+/* The cotangent of a norm's input (plain RMSNorm weights, or adaRMS modulation `norm` of this step), [op]= into dx. */
+static void ex_norm_bwd(pi0_backend *be, const pi0_expert_step *e, pt dx, pt dy, pt x, const pi0_wt *plain, int norm,
+                        enum pi0_epi epi) {
+    if (e->mods) be->norm_bwd(be, dx, dy, x, NULL, e->mods[norm], e->M, e->M, e->D, e->eps, epi);
+    else be->norm_bwd(be, dx, dy, x, plain, (pt){0}, 1, e->M, e->D, e->eps, epi);
+}
+
+/* The cotangent through a residual branch's product: dy . W (gated: (dy * gate) . W), into out. */
+static void ex_residual_bwd(model_sess *s, const pi0_expert_step *e, pt out, pt dy, const pi0_wt *W, int K, int norm) {
+    pi0_backend *be = s->be;
+    if (e->mods) {
+        be->scale_rows(be, s->d_tmp, dy, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D, e->M, e->M, e->D);
+        dy = s->d_tmp;
+    }
+    be->linear_t(be, out, dy, W, e->M, e->D, K, 0, EPI_STORE);
+}
+
+/* d_s (M, D) holds the cotangent of the last layer's output; leaves the cotangent of the first layer's input there. */
+static void expert_backward(model_sess *s, const pi0_expert_step *e) {
+    pi0_backend *be = s->be;
+    pi0_attn a = e->attn;
+    int M = e->M, D = e->D, Fd = e->F, qw = a.heads * a.head_dim;
+    size_t kvw = (size_t)a.kv_heads * a.head_dim;
+    for (int l = e->depth - 1; l >= 0; l--) {
+        const pi0_gemma_layer *L = &e->layers[l];
+        /* MLP: s += down(gelu(gate(n)) * up(n)), n = norm(xh2) */
+        ex_residual_bwd(s, e, s->d_a, s->d_s, &L->down, Fd, 2 * l + 1);
+        be->gelu_mul_bwd(be, s->d_g, s->d_u, s->d_a, slab(s, s->xg, l, Fd), slab(s, s->xu, l, Fd), M, Fd);
+        be->linear_t(be, s->d_sy, s->d_g, &L->gate, M, Fd, D, 0, EPI_STORE);
+        be->linear_t(be, s->d_sy, s->d_u, &L->up, M, Fd, D, 0, EPI_ADD);
+        ex_norm_bwd(be, e, s->d_s, s->d_sy, slab(s, s->xh2, l, D), &L->mlp_norm, 2 * l + 1, EPI_ADD);
+        /* attention: s += o(attn(rope(q(n)), [cache, rope(k(n))], [cache, v(n)])), n = norm(xh) */
+        ex_residual_bwd(s, e, e->att, s->d_s, &L->o, qw, 2 * l);   /* att: the attention output's cotangent */
+        a.k1 = e->kc[l];
+        a.v1 = e->vc[l];
+        if (!a.tail) { a.k2 = slab(s, s->xk, l, kvw); a.v2 = slab(s, s->xv, l, kvw); }
+        be->attention_bwd(be, s->d_q, s->d_k, s->d_v, e->att, slab(s, s->xq, l, qw), &a);
+        be->rope_bwd(be, s->d_q, a.heads, s->d_k, a.kv_heads, e->pos, M, a.head_dim);
+        be->linear_t(be, s->d_sy, s->d_q, &L->q, M, qw, D, 0, EPI_STORE);
+        be->linear_t(be, s->d_sy, s->d_k, &L->k, M, (int)kvw, D, 0, EPI_ADD);
+        be->linear_t(be, s->d_sy, s->d_v, &L->v, M, (int)kvw, D, 0, EPI_ADD);
+        ex_norm_bwd(be, e, s->d_s, s->d_sy, slab(s, s->xh, l, D), &L->attn_norm, 2 * l, EPI_ADD);
+    }
+}
+
+/* Exact guidance of step k (pi0.h PI0_RTC_EXACT): err = (Y - x1) w with x1 = x_t - t v, then dx = err^T dv/dx_t by
+ * the transpose of the step (action_out, final norm, the layers, the action embedding), and the guided velocity. */
+static void exact_guidance(model_sess *s, const pi0_expert_step *e, const pi0_prenorm *fin, int B, int k) {
+    pi0_backend *be = s->be;
+    pi0_weights *w = s->w;
+    int Mh = B * s->H, Ms = e->M, De = s->De;
+    float t = s->tvals[k];
+    be->rtc_error(be, s->err, s->vel, s->x, s->rtc_y, s->rtc_w, t, Mh, s->A);
+    be->linear_t(be, s->d_vin, s->err, &w->action_out_w, Mh, s->A, De, 0, EPI_STORE);
+    be->copy_rows(be, s->d_sy, s->out_rows, s->d_vin, (pt){0}, Mh, De);
+    if (!s->c->pi05) be->copy_rows(be, s->d_sy, s->st_rows, s->zero_row, (pt){0}, B, De);   /* v reads no state row */
+    if (fin->w) be->norm_bwd(be, s->d_s, s->d_sy, s->s, fin->w, (pt){0}, 1, Ms, De, EPS, EPI_STORE);
+    else be->norm_bwd(be, s->d_s, s->d_sy, s->s, NULL, fin->mod, fin->rows_per_mod, Ms, De, EPS, EPI_STORE);
+    expert_backward(s, e);
+    be->copy_rows(be, s->d_act, (pt){0}, s->d_s, s->act_rows, Mh, De);   /* the action rows' token cotangents */
+    if (s->c->pi05) {
+        be->linear_t(be, s->d_x, s->d_act, &w->action_in_w, Mh, De, s->A, 0, EPI_STORE);
+    } else {
+        be->linear_t(be, s->d_hid, s->d_act, &w->atm_out_w, Mh, De, De, 0, EPI_STORE);
+        be->swish_bwd(be, s->d_hid, s->d_hid, s->az, Mh, De);
+        be->linear_t(be, s->d_x, s->d_hid, &w->atm_act_w, Mh, De, s->A, 0, EPI_STORE);
+    }
+    be->rtc_correct(be, s->vel, s->err, s->d_x, s->rtc_g, s->rtc_jac, s->steps, k, t, Mh, s->H, s->A);
+}
+
 static void suffix_embed(model_sess *s, int B, int step) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
@@ -401,7 +558,13 @@ static void suffix_embed(model_sess *s, int B, int step) {
     /* π0: swish(W_in[:, :De].action_in(x) + time_term) then W_out, the first two maps as one (atm_act_w); state
      * token in row b*S */
     be->linear(be, s->a_hid, s->x, &w->atm_act_w, NULL, Mh, De, s->A, 0, EPI_STORE);
-    be->add_rows(be, s->a_hid, pt_at(be, s->time_terms, (size_t)step * De), Mh, Mh, De, ACT_SWISH);
+    if (s->rtc == PI0_RTC_EXACT) {   /* keep the pre-swish rows for the transpose (same values, two ops) */
+        be->add_rows(be, s->a_hid, pt_at(be, s->time_terms, (size_t)step * De), Mh, Mh, De, ACT_NONE);
+        be->copy_rows(be, s->az, (pt){0}, s->a_hid, (pt){0}, Mh, De);
+        be->add_rows(be, s->a_hid, s->zero_row, Mh, Mh, De, ACT_SWISH);
+    } else {
+        be->add_rows(be, s->a_hid, pt_at(be, s->time_terms, (size_t)step * De), Mh, Mh, De, ACT_SWISH);
+    }
     be->linear(be, s->a_out, s->a_hid, &w->atm_out_w, &w->atm_out_b, Mh, De, De, 0, EPI_STORE);
     be->copy_rows(be, s->s, s->act_rows, s->a_out, (pt){0}, Mh, De);
     be->copy_rows(be, s->s, s->st_rows, s->st_tok, (pt){0}, B, De);
@@ -436,7 +599,8 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         suffix_embed(s, B, k);
         if (s->c->pi05)
             for (int n = 0; n < 2 * depth; n++) s->h_mods[n] = mod_at(s, n, k);
-        expert_layers(be, &e);
+        if (s->rtc == PI0_RTC_EXACT) expert_layers_saving(s, &e);
+        else expert_layers(be, &e);
         pi0_prenorm fin = {.eps = EPS, .out = s->sy};
         if (s->c->pi05) {
             fin.mod = mod_at(s, 2 * depth, k);
@@ -449,6 +613,8 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         be->linear(be, s->vel, s->vin, &w->action_out_w, &w->action_out_b, Mh, s->A, De, 0, EPI_STORE);
         if (s->rtc == PI0_RTC_LEROBOT)   /* real-time chunking: towards the previous chunk's leftover (pi0.h) */
             be->rtc_guide(be, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_g, s->steps, k, s->tvals[k], Mh, s->H, s->A);
+        else if (s->rtc == PI0_RTC_EXACT)
+            exact_guidance(s, &e, &fin, B, k);
         be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
         range(s, NULL);
         if (dump) {
@@ -527,7 +693,12 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
         st = be->upload(be, s->x0, noise, (size_t)B * s->H * s->A);
     }
     s->rtc = in->rtc;
-    if (st == PI0_OK && in->rtc == PI0_RTC_LEROBOT) {
+    if (st == PI0_OK && in->rtc == PI0_RTC_EXACT) {
+        st = exact_buffers(s);
+        for (int b = 0; b < B; b++) s->h_rtc_jac[b] = in->rtc_exact ? (in->rtc_exact[b] ? 1.0f : 0.0f) : 1.0f;
+        if (st == PI0_OK) st = be->upload(be, s->rtc_jac, s->h_rtc_jac, (size_t)B);
+    }
+    if (st == PI0_OK && (in->rtc == PI0_RTC_LEROBOT || in->rtc == PI0_RTC_EXACT)) {
         /* the guidance weight of each step (LeRobot's denoise_step, in fp32 as its tensors): tau = 1 - t,
          * min(nan_to_num(c) * inv_r2, max) with infinities replaced by max */
         for (int bk = 0; bk < B * s->steps; bk++) {

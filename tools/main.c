@@ -23,7 +23,7 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"infer", "pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
               "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
               "          [--action-horizon N] [--max-token-len N]   (Orbax checkpoints store neither)\n"
-              "          [--rtc lerobot --rtc-delay D --rtc-horizon S [--rtc-leftover N] --rtc-schedule zeros|ones|linear|exp\n"
+              "          [--rtc exact|lerobot --rtc-delay D --rtc-horizon S [--rtc-leftover N] --rtc-schedule zeros|ones|linear|exp\n"
               "           --rtc-max-weight W]   (real-time chunking towards the inputs' rtc_prev [B, H, A]; defaults 0, 10,\n"
               "           H, linear, 10 as LeRobot's RTCConfig)\n"
               "  runs the model on model-level inputs (images in [-1, 1], tokens, masks, state, optional noise)\n"},
@@ -101,8 +101,8 @@ static int cmd_infer(int argc, char **argv) {
     for (int k = 0; k < 4; k++) if (!strcmp(rtc_schedule, schedules[k])) sched = k;
     char *end;
     double maxw = strtod(rtc_max, &end);
-    if ((rtc && strcmp(rtc, "lerobot")) || sched < 0 || *end || !(maxw > 0) || !isfinite(maxw)) {
-        fprintf(stderr, "pi0 infer: --rtc lerobot, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight > 0 (got %s, %s, %s)\n",
+    if ((rtc && strcmp(rtc, "lerobot") && strcmp(rtc, "exact")) || sched < 0 || *end || !(maxw > 0) || !isfinite(maxw)) {
+        fprintf(stderr, "pi0 infer: --rtc exact|lerobot, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight > 0 (got %s, %s, %s)\n",
                 rtc ? rtc : "-", rtc_schedule, rtc_max);
         return 2;
     }
@@ -132,7 +132,7 @@ static int cmd_infer(int argc, char **argv) {
         if (pi0_rtc_prefix_weights((pi0_rtc_schedule)sched, (int)rtc_delay, (int)rtc_horizon,
                                    rtc_leftover < 0 ? H : (int)rtc_leftover, H, rtc_w) != PI0_OK) { rc = cli_fail("--rtc"); goto done; }
         for (int b = 1; b < in.batch; b++) memcpy(rtc_w + (size_t)b * H, rtc_w, (size_t)H * sizeof(float));
-        in.rtc = PI0_RTC_LEROBOT;
+        in.rtc = strcmp(rtc, "exact") ? PI0_RTC_LEROBOT : PI0_RTC_EXACT;
         in.rtc_weights = rtc_w;
         for (int b = 0; b < in.batch; b++) rtc_w[(size_t)in.batch * H + b] = (float)maxw;   /* the caps, after W */
         in.rtc_max_weights = rtc_w + (size_t)in.batch * H;

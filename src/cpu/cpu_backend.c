@@ -368,6 +368,226 @@ static void cpu_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int ste
         }
 }
 
+/* ---- exact real-time chunking: the transposes of the expert's ops (backend.h); all math in double where a sum
+ * runs over a row, each output element computed by one thread in a fixed order ---- */
+
+static void cpu_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi) {
+    /* out[m][j] = sum_n dy[m][n] W[n][k0 + j]: parallel over blocks of output columns, W streamed row by row */
+    int nblocks = (K + KB - 1) / KB;
+    #pragma omp parallel for num_threads(NT) schedule(dynamic, 1)
+    for (int jb = 0; jb < nblocks; jb++) {
+        int j0 = jb * KB, jj = K - j0 < KB ? K - j0 : KB;
+        double *acc = calloc((size_t)M * jj, sizeof(double));
+        float *wr = malloc((size_t)jj * sizeof(float));
+        if (acc && wr) {
+            for (int n = 0; n < N; n++) {
+                wrow(wr, W, (int64_t)n * W->cols + k0 + j0, jj);
+                for (int m = 0; m < M; m++) {
+                    double d = F(dy)[(size_t)m * N + n];
+                    if (d == 0) continue;
+                    double *a = acc + (size_t)m * jj;
+                    for (int j = 0; j < jj; j++) a[j] += d * wr[j];
+                }
+            }
+            for (int m = 0; m < M; m++)
+                for (int j = 0; j < jj; j++) {
+                    float *o = F(out) + (size_t)m * K + j0 + j;
+                    *o = epi == EPI_ADD ? *o + (float)acc[(size_t)m * jj + j] : (float)acc[(size_t)m * jj + j];
+                }
+        }
+        free(acc);
+        free(wr);
+    }
+}
+
+static void cpu_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod, int rows_per_mod, int M, int D,
+                         float eps, enum pi0_epi epi) {
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *xr = F(x) + (size_t)r * D, *g = F(dy) + (size_t)r * D;
+        const float *m = w ? NULL : F(mod) + (size_t)(r / rows_per_mod) * 3 * D;
+        double ss = 0, dot_ = 0;
+        for (int i = 0; i < D; i++) ss += (double)xr[i] * xr[i];
+        double rr = 1.0 / sqrt(ss / D + eps);
+        for (int i = 0; i < D; i++) dot_ += (1.0 + (w ? wv(w, i) : m[i])) * g[i] * xr[i];
+        double c = rr * rr * rr / D * dot_;
+        float *o = F(dx) + (size_t)r * D;
+        for (int i = 0; i < D; i++) {
+            float v = (float)(rr * (1.0 + (w ? wv(w, i) : m[i])) * g[i] - xr[i] * c);
+            o[i] = epi == EPI_ADD ? o[i] + v : v;
+        }
+    }
+}
+
+static void cpu_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int Fd) {
+    size_t n = (size_t)M * Fd;
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double x = F(g)[i], c = 0.7978845608028654, th = tanh(c * (x + 0.044715 * x * x * x));
+        double gelu = 0.5 * x * (1.0 + th), d = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * c * (1.0 + 3 * 0.044715 * x * x);
+        double t = F(dy)[i];
+        F(dg)[i] = (float)(t * F(u)[i] * d);
+        F(du)[i] = (float)(t * gelu);
+    }
+}
+
+static void cpu_swish_bwd(pi0_backend *be, pt dz, pt dy, pt z, int M, int D) {
+    size_t n = (size_t)M * D;
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double x = F(z)[i], sg = 1.0 / (1.0 + exp(-x));
+        F(dz)[i] = (float)(F(dy)[i] * sg * (1.0 + x * (1.0 - sg)));
+    }
+}
+
+static void rope1_t(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
+    int half = hd / 2;
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (int r = 0; r < M; r++) {
+        float p = (float)I(pos)[r];
+        for (int h = 0; h < heads; h++) {
+            float *v = F(x) + ((size_t)r * heads + h) * hd;
+            for (int i = 0; i < half; i++) {   /* the forward's angle (rope1), rotated the other way */
+                float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = p * inv_freq;
+                double cs = cosf(th), sn = sinf(th), x1 = v[i], x2 = v[half + i];
+                v[i] = (float)(x1 * cs + x2 * sn);
+                v[half + i] = (float)(x2 * cs - x1 * sn);
+            }
+        }
+    }
+}
+
+static void cpu_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
+    rope1_t(be, q, pos, M, qh, hd);
+    if (k.p) rope1_t(be, k, pos, M, kh, hd);
+}
+
+/* Two passes: (1) per query row and head, the softmax P over its visible keys, dP = dout . v, dS = P (dP - dout . o),
+ * dq = scale dS . K, keeping P and dS of the segment's suffix keys; (2) per suffix key row, dk = scale sum dS q and
+ * dv = sum P dout over the segment's query rows and the heads of its kv head, in a fixed order. */
+static void cpu_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a) {
+    int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
+    const int32_t *qo = a->q_off, *ko = a->k_off;
+    int total_q = qo[a->nseg], smax = 0;
+    for (int s = 0; s < a->nseg; s++) if (qo[s + 1] - qo[s] > smax) smax = qo[s + 1] - qo[s];
+    int kmax = 0;
+    for (int s = 0; s < a->nseg; s++) if (ko[s + 1] - ko[s] + smax > kmax) kmax = ko[s + 1] - ko[s] + smax;
+    /* ps / ds: [row][head][suffix key] */
+    double *ps = calloc((size_t)total_q * H * smax, sizeof(double)), *dss = calloc((size_t)total_q * H * smax, sizeof(double));
+    if (!ps || !dss) { free(ps); free(dss); pi0_fail(PI0_ERR_NOMEM, "attention_bwd: out of memory"); return; }
+    #pragma omp parallel num_threads(NT)
+    {
+        double *p = malloc((size_t)kmax * sizeof(double)), *o = malloc((size_t)hd * sizeof(double));
+        #pragma omp for collapse(2) schedule(dynamic, 8)
+        for (int r = 0; r < total_q; r++)
+            for (int h = 0; h < H; h++) {
+                if (!p || !o) continue;
+                int s = 0;
+                while (qo[s + 1] <= r) s++;
+                int j = r - qo[s], nq = qo[s + 1] - qo[s], n1 = ko[s + 1] - ko[s], nsuf;
+                int n2 = a->k2.p ? (j < a->block0 ? a->block0 : nq) : 0;
+                if (a->tail) { nsuf = j < a->block0 ? a->block0 : a->tail; n1 -= a->tail; }   /* cache keys, then the suffix */
+                else nsuf = n2;
+                int kvh = h / group, nk = n1 + nsuf;
+                const float *qr = F(q) + ((size_t)r * H + h) * hd, *g = F(dout) + ((size_t)r * H + h) * hd;
+#define KROW(T, t) ((t) < n1 ? F(a->T##1) + (size_t)(ko[s] + (t)) * kvw + kvh * hd \
+                             : (a->tail ? F(a->T##1) + (size_t)(ko[s] + n1 + (t) - n1) * kvw + kvh * hd \
+                                        : F(a->T##2) + (size_t)(qo[s] + (t) - n1) * kvw + kvh * hd))
+                double mx = -INFINITY, sum = 0;
+                for (int t = 0; t < nk; t++) {
+                    const float *kr = KROW(k, t);
+                    double d = 0;
+                    for (int e = 0; e < hd; e++) d += (double)qr[e] * kr[e];
+                    p[t] = d * a->scale;
+                    if (p[t] > mx) mx = p[t];
+                }
+                for (int t = 0; t < nk; t++) { p[t] = exp(p[t] - mx); sum += p[t]; }
+                for (int e = 0; e < hd; e++) o[e] = 0;
+                for (int t = 0; t < nk; t++) {
+                    const float *vr = KROW(v, t);
+                    p[t] /= sum;
+                    for (int e = 0; e < hd; e++) o[e] += p[t] * vr[e];
+                }
+                double dsum = 0;
+                for (int e = 0; e < hd; e++) dsum += (double)g[e] * o[e];
+                double *dqa = o;   /* o is no longer needed: reuse it for dq */
+                for (int e = 0; e < hd; e++) dqa[e] = 0;
+                for (int t = 0; t < nk; t++) {
+                    const float *vr = KROW(v, t), *kr = KROW(k, t);
+                    double dp = 0;
+                    for (int e = 0; e < hd; e++) dp += (double)g[e] * vr[e];
+                    double dsc = p[t] * (dp - dsum);
+                    for (int e = 0; e < hd; e++) dqa[e] += dsc * kr[e];
+                    if (t >= n1) {
+                        size_t i = ((size_t)r * H + h) * smax + (t - n1);
+                        ps[i] = p[t];
+                        dss[i] = dsc;
+                    }
+                }
+#undef KROW
+                float *dqr = F(dq) + ((size_t)r * H + h) * hd;
+                for (int e = 0; e < hd; e++) dqr[e] = (float)(dqa[e] * a->scale);
+            }
+        free(p);
+        free(o);
+    }
+    #pragma omp parallel num_threads(NT)
+    {
+        double *ak = malloc((size_t)hd * sizeof(double)), *av = malloc((size_t)hd * sizeof(double));
+        #pragma omp for collapse(2) schedule(static)
+        for (int kr = 0; kr < total_q; kr++)      /* suffix key row kr (aligned with query row kr) */
+            for (int kvh = 0; kvh < a->kv_heads; kvh++) {
+                if (!ak || !av) continue;
+                int s = 0;
+                while (qo[s + 1] <= kr) s++;
+                int t = kr - qo[s];
+                for (int e = 0; e < hd; e++) ak[e] = av[e] = 0;
+                for (int r = qo[s]; r < qo[s + 1]; r++)
+                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                        size_t i = ((size_t)r * H + h) * smax + t;
+                        const float *qr = F(q) + ((size_t)r * H + h) * hd, *g = F(dout) + ((size_t)r * H + h) * hd;
+                        if (dss[i] != 0) for (int e = 0; e < hd; e++) ak[e] += dss[i] * qr[e];
+                        if (ps[i] != 0) for (int e = 0; e < hd; e++) av[e] += ps[i] * g[e];
+                    }
+                float *dkr = F(dk) + (size_t)kr * kvw + kvh * hd, *dvr = F(dv) + (size_t)kr * kvw + kvh * hd;
+                for (int e = 0; e < hd; e++) { dkr[e] = (float)(ak[e] * a->scale); dvr[e] = (float)av[e]; }
+            }
+        free(ak);
+        free(av);
+    }
+    free(ps);
+    free(dss);
+}
+
+static void cpu_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D) {
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (int r = 0; r < M; r++) {
+        const float *g = F(v) + (size_t)(r / rows_per_vec) * stride;
+        for (int i = 0; i < D; i++) F(out)[(size_t)r * D + i] = F(x)[(size_t)r * D + i] * g[i];
+    }
+}
+
+static void cpu_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, float t, int rows, int A) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        for (int a = 0; a < A; a++) {
+            size_t i = (size_t)r * A + a;
+            F(err)[i] = (float)(((double)F(y)[i] - ((double)F(x)[i] - (double)t * F(v)[i])) * F(w)[r]);
+        }
+}
+
+static void cpu_rtc_correct(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows,
+                            int H, int A) {
+    (void)be;
+    for (int r = 0; r < rows; r++) {
+        double gk = F(g)[(size_t)(r / H) * steps + k], jt = (double)F(jac)[r / H] * t;
+        for (int a = 0; a < A; a++) {
+            size_t i = (size_t)r * A + a;
+            F(v)[i] = (float)(F(v)[i] - gk * (F(err)[i] - jt * F(dx)[i]));
+        }
+    }
+}
+
 /* Scratch per thread: a GEMM weight tile (NB x KB) plus (M_max x NB) partial sums, or attention scores. */
 static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused) {
     cpu_ctx *c = CTX(be);
@@ -435,6 +655,15 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->add_rows = cpu_add_rows;
     be->axpy = cpu_axpy;
     be->rtc_guide = cpu_rtc_guide;
+    be->linear_t = cpu_linear_t;
+    be->norm_bwd = cpu_norm_bwd;
+    be->gelu_mul_bwd = cpu_gelu_mul_bwd;
+    be->swish_bwd = cpu_swish_bwd;
+    be->rope_bwd = cpu_rope_bwd;
+    be->attention_bwd = cpu_attention_bwd;
+    be->scale_rows = cpu_scale_rows;
+    be->rtc_error = cpu_rtc_error;
+    be->rtc_correct = cpu_rtc_correct;
     *out = be;
     return PI0_OK;
 }
