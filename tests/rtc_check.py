@@ -1,13 +1,14 @@
 #!/usr/bin/python3
-"""Real-time chunking (RTC) at the model level: `PI0_BINARY infer --rtc lerobot ...` against the independent float64
+"""Real-time chunking (RTC) at the model level: `PI0_BINARY infer --rtc exact|lerobot ...` against the independent float64
 reference tools/reference/rtc_ref.py (written from LeRobot's policies/rtc/modeling_rtc.py without reading the C code).
 
 Usage: /usr/bin/python3 tests/rtc_check.py PI0_BINARY
 
 Cases on the tiny fixtures (π0 and π0.5, batch 1 and 2): the leftover is a chunk the same model made from other
 noise, shifted by the rows "executed"; delays, horizons, leftover lengths and all four prefix-weight schedules.
-Checks:
+Checks, for both forms (exact: the reference's float64 autograd through the expert; lerobot: LeRobot's):
 - actions within rel L2 1e-5 of the reference (fp32 engine vs float64 reference);
+- the two forms' actions differ by rel L2 >= 1e-3 where the guidance acts (so the first check can tell them apart);
 - RTC does what it is for: the first `delay` rows of the guided chunk are closer to the leftover than the unguided
   chunk's, by the factor stated below (mean absolute distance, guided <= 0.2 x unguided);
 - with zero weights (delay 0, zeros schedule) the actions equal the unguided run bit for bit;
@@ -94,34 +95,43 @@ def main():
             rin = dict(arrays)
             rin["rtc_prev"] = prev
             write_st(os.path.join(tmp, "rtc.in"), rin, {**dtypes, "rtc_prev": "F32"})
-            opts = ["--rtc", "lerobot", "--rtc-delay", str(delay), "--rtc-horizon", str(horizon), "--rtc-leftover",
-                    str(leftover), "--rtc-schedule", sched, "--rtc-max-weight", str(maxw)]
-            name = f"{fixture}/{inputs} shift {shift} delay {delay} horizon {horizon} {sched} max {maxw}"
-            p = run([PI0, "infer", "--checkpoint", ck, "--inputs", os.path.join(tmp, "rtc.in"), "--output",
-                     os.path.join(tmp, "rtc.c"), *opts])
-            r = run([sys.executable, REF, "--checkpoint", ck, "--inputs", os.path.join(tmp, "rtc.in"), "--output",
-                     os.path.join(tmp, "rtc.r"), *opts])
-            if p.returncode or r.returncode:
-                check(name, False, f"C {p.returncode} {p.stderr[-200:]} | ref {r.returncode} {r.stderr[-200:]}")
-                continue
-            got = read_st(os.path.join(tmp, "rtc.c"))[0]["actions"].astype(np.float64)
-            want = read_st(os.path.join(tmp, "rtc.r"))[0]["actions"].astype(np.float64)
-            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
-            check(f"{name}: rel L2 {rel:.1e} <= 1e-5 against the reference", rel <= 1e-5)
-            d = min(delay, leftover)
-            if d:
-                before = np.abs(plain[:, :d] - prev[:, :d]).mean()
-                after = np.abs(got[:, :d] - prev[:, :d]).mean()
-                check(f"{name}: first {d} rows' distance to the leftover {before:.3f} -> {after:.4f} (<= 0.2x)",
-                      after <= 0.2 * before)
+            results = {}
+            for mode in ("lerobot", "exact"):
+                opts = ["--rtc", mode, "--rtc-delay", str(delay), "--rtc-horizon", str(horizon), "--rtc-leftover",
+                        str(leftover), "--rtc-schedule", sched, "--rtc-max-weight", str(maxw)]
+                name = f"{fixture}/{inputs} {mode} shift {shift} delay {delay} horizon {horizon} {sched} max {maxw}"
+                p = run([PI0, "infer", "--checkpoint", ck, "--inputs", os.path.join(tmp, "rtc.in"), "--output",
+                         os.path.join(tmp, "rtc.c"), *opts])
+                r = run([sys.executable, REF, "--checkpoint", ck, "--inputs", os.path.join(tmp, "rtc.in"), "--output",
+                         os.path.join(tmp, "rtc.r"), *opts])
+                if p.returncode or r.returncode:
+                    check(name, False, f"C {p.returncode} {p.stderr[-200:]} | ref {r.returncode} {r.stderr[-200:]}")
+                    continue
+                got = read_st(os.path.join(tmp, "rtc.c"))[0]["actions"].astype(np.float64)
+                want = read_st(os.path.join(tmp, "rtc.r"))[0]["actions"].astype(np.float64)
+                results[mode] = got
+                rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+                check(f"{name}: rel L2 {rel:.1e} <= 1e-5 against the reference", rel <= 1e-5)
+                d = min(delay, leftover)
+                if d:
+                    before = np.abs(plain[:, :d] - prev[:, :d]).mean()
+                    after = np.abs(got[:, :d] - prev[:, :d]).mean()
+                    check(f"{name}: first {d} rows' distance to the leftover {before:.3f} -> {after:.4f} (<= 0.2x)",
+                          after <= 0.2 * before)
+            if len(results) == 2 and delay:
+                # the two forms must differ by far more than the 1e-5 above, or the exact check tells them apart by luck
+                diff = np.linalg.norm(results["exact"] - results["lerobot"]) / np.linalg.norm(results["lerobot"])
+                check(f"{fixture}/{inputs} case {case}: exact vs LeRobot's form differ by rel L2 {diff:.1e} (>= 1e-3)",
+                      diff >= 1e-3)
         # zero weights: the unguided run bit for bit
         rin = dict(arrays)
         rin["rtc_prev"] = prev_chunk
         write_st(os.path.join(tmp, "zero.in"), rin, {**dtypes, "rtc_prev": "F32"})
-        p = run([PI0, "infer", "--checkpoint", ck, "--inputs", os.path.join(tmp, "zero.in"), "--output",
-                 os.path.join(tmp, "zero.out"), "--rtc", "lerobot", "--rtc-delay", "0", "--rtc-schedule", "zeros"])
-        same = p.returncode == 0 and np.array_equal(read_st(os.path.join(tmp, "zero.out"))[0]["actions"], plain)
-        check(f"{fixture}/{inputs}: zero prefix weights == unguided, bit for bit", same, p.stderr[-200:])
+        for mode in ("lerobot", "exact"):
+            p = run([PI0, "infer", "--checkpoint", ck, "--inputs", os.path.join(tmp, "zero.in"), "--output",
+                     os.path.join(tmp, "zero.out"), "--rtc", mode, "--rtc-delay", "0", "--rtc-schedule", "zeros"])
+            same = p.returncode == 0 and np.array_equal(read_st(os.path.join(tmp, "zero.out"))[0]["actions"], plain)
+            check(f"{fixture}/{inputs} {mode}: zero prefix weights == unguided, bit for bit", same, p.stderr[-200:])
     # bad input
     ck = os.path.join(FIX, "tiny-pi0")
     base = os.path.join(ck, "b1.in.safetensors")
@@ -136,7 +146,7 @@ def main():
             ("--rtc without rtc_prev", ["--inputs", base, "--rtc", "lerobot"], 1, "needs an rtc_prev"),
             ("unknown schedule", ["--inputs", base, "--rtc", "lerobot", "--rtc-schedule", "cosine"], 2, "--rtc-schedule"),
             ("max weight 0", ["--inputs", base, "--rtc", "lerobot", "--rtc-max-weight", "0"], 2, "--rtc-max-weight"),
-            ("exact (not built yet)", ["--inputs", base, "--rtc", "exact"], 2, "--rtc lerobot")):
+            ("unknown form", ["--inputs", base, "--rtc", "vjp"], 2, "--rtc exact|lerobot")):
         p = run([PI0, "infer", "--checkpoint", ck, "--output", out, *args])
         check(f"bad input: {label}", p.returncode == code and needle in p.stderr, f"rc {p.returncode}: {p.stderr[-300:]}")
     bad = dict(arrays)
