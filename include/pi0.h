@@ -307,6 +307,7 @@ typedef struct {
     int horizon;                 /* execution_horizon: guidance reaches 0 here (clamped to n_prev) */
     pi0_rtc_schedule schedule;
     float max_weight;            /* max_guidance_weight; 0 = 10 (LeRobot's default) */
+    pi0_rtc_mode mode;           /* PI0_RTC_EXACT or PI0_RTC_LEROBOT; PI0_RTC_OFF (0) = LeRobot's form */
 } pi0_rtc_request;
 
 typedef struct {

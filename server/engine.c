@@ -132,6 +132,7 @@ static int rtc_request(engine *e, const engine_job *j, msgnp_request *req, pi0_r
     rtc->schedule = req->rtc_schedule >= 0 ? (pi0_rtc_schedule)req->rtc_schedule
                   : e->p.rtc_schedule_set ? e->p.rtc_schedule : PI0_RTC_LINEAR;
     rtc->max_weight = req->rtc_max_weight > 0 ? (float)req->rtc_max_weight : e->p.rtc_max_weight;
+    rtc->mode = req->rtc_mode >= 0 ? (pi0_rtc_mode)req->rtc_mode : e->p.rtc_mode;
     req->obs.rtc = rtc;
     return 1;
 }

@@ -43,6 +43,7 @@ typedef struct {
     pi0_rtc_schedule rtc_schedule;   /* PI0_RTC_ZEROS (0) is a valid schedule: rtc_schedule_set says it was given */
     int rtc_schedule_set;
     float rtc_max_weight;            /* 0 = 10 */
+    pi0_rtc_mode rtc_mode;           /* the guidance's form for requests that name none: PI0_RTC_LEROBOT or _EXACT */
     void (*notify)(void *user);      /* called from worker threads when jobs are done; must be thread-safe */
     void *notify_user;
 } engine_params;

@@ -37,9 +37,10 @@ static const char usage[] =
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
     "  --max-wait-ms T         and wait up to T ms for requests that have arrived and are still being prepared, so\n"
     "                          that a fleet's requests, which come back together, make one batch (default 50; 0 off)\n"
-    "  --rtc-horizon S, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight W\n"
+    "  --rtc-horizon S, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight W, --rtc-mode lerobot|exact\n"
     "                          real-time chunking's defaults for requests with \"rtc\" that name none (a LeRobot\n"
-    "                          directory's rtc_config, else 10, linear, 10 as LeRobot's RTCConfig)\n"
+    "                          directory's rtc_config, else 10, linear, 10 as LeRobot's RTCConfig; LeRobot's form;\n"
+    "                          exact = the paper's guidance through the expert's transpose, about 2x the denoise)\n"
     "  --max-message-bytes N   refuse larger requests (default 67108864)\n"
     "  --max-pending-bytes N   bytes all connections' incomplete requests may hold together; past it a request\n"
     "                          gets an error and close 1013, try again later (default 268435456)\n"
@@ -76,7 +77,7 @@ int main(int argc, char **argv) {
     const char *checkpoint = NULL, *backend = "cpu";
     pi0_policy_params pp = {0};
     ws_params wp = {.port = 8000, .api_key = getenv("PI0_API_KEY")};
-    engine_params ep = {.max_batch = 1, .max_wait_ms = -1};
+    engine_params ep = {.max_batch = 1, .max_wait_ms = -1, .rtc_mode = PI0_RTC_LEROBOT};
     long v, warmup = -1;
     const char *warm_prompts[8];
     int n_warm_prompts = 0;
@@ -120,6 +121,10 @@ int main(int argc, char **argv) {
             ep.rtc_schedule_set = 0;
             for (int k = 0; k < 4; k++) if (!strcmp(val, names[k])) { ep.rtc_schedule = (pi0_rtc_schedule)k; ep.rtc_schedule_set = 1; }
             if (!ep.rtc_schedule_set) { fprintf(stderr, "pi0-server: --rtc-schedule: expected zeros, ones, linear or exp\n"); return 2; }
+        } else if (!strcmp(a, "--rtc-mode")) {
+            if (!strcmp(val, "exact")) ep.rtc_mode = PI0_RTC_EXACT;
+            else if (!strcmp(val, "lerobot")) ep.rtc_mode = PI0_RTC_LEROBOT;
+            else { fprintf(stderr, "pi0-server: --rtc-mode: expected lerobot or exact\n"); return 2; }
         } else if (!strcmp(a, "--rtc-max-weight")) {
             char *end;
             double w = strtod(val, &end);

@@ -490,11 +490,11 @@ static int small_uint(const msgpack_object *v, int *out) {
     return 1;
 }
 
-/* "rtc": {"executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk"} */
+/* "rtc": {"executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk", "mode"} */
 static pi0_status parse_rtc(msgnp_request *r, const msgpack_object *v, const msgnp_limits *lim, char *err, size_t errlen) {
     if (v->type != MSGPACK_OBJECT_MAP) return fail(err, errlen, PI0_ERR_FORMAT, "rtc: expected a map");
     r->has_rtc = 1;
-    r->rtc_executed = r->rtc_delay = r->rtc_horizon = r->rtc_schedule = -1;
+    r->rtc_executed = r->rtc_delay = r->rtc_horizon = r->rtc_schedule = r->rtc_mode = -1;
     char tmp[64];
     for (uint32_t i = 0; i < v->via.map.size; i++) {
         const msgpack_object *k = &v->via.map.ptr[i].key, *x = &v->via.map.ptr[i].val;
@@ -511,6 +511,10 @@ static pi0_status parse_rtc(msgnp_request *r, const msgpack_object *v, const msg
             for (int j = 0; j < 4; j++) if (!strcmp(sv, names[j])) r->rtc_schedule = j;
             if (r->rtc_schedule < 0)
                 return fail(err, errlen, PI0_ERR_FORMAT, "rtc.schedule: expected ZEROS, ONES, LINEAR or EXP (LeRobot's names)");
+        } else if (!strcmp(kn, "mode")) {   /* the guidance's form: "exact" (the paper's) or "lerobot" */
+            if (is_text(x) && text_len(x) == 5 && !memcmp(text_ptr(x), "exact", 5)) r->rtc_mode = PI0_RTC_EXACT;
+            else if (is_text(x) && text_len(x) == 7 && !memcmp(text_ptr(x), "lerobot", 7)) r->rtc_mode = PI0_RTC_LEROBOT;
+            else return fail(err, errlen, PI0_ERR_FORMAT, "rtc.mode: expected \"exact\" or \"lerobot\"");
         } else if (!strcmp(kn, "max_guidance_weight")) {
             double w = x->type == MSGPACK_OBJECT_FLOAT32 || x->type == MSGPACK_OBJECT_FLOAT64 ? x->via.f64
                      : x->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (double)x->via.u64 : -1;
@@ -522,7 +526,7 @@ static pi0_status parse_rtc(msgnp_request *r, const msgpack_object *v, const msg
             if (st) return st;
         } else {
             return fail(err, errlen, PI0_ERR_FORMAT, "rtc: unknown key '%s' (expected executed, inference_delay, "
-                        "execution_horizon, schedule, max_guidance_weight, prev_chunk)", kn);
+                        "execution_horizon, schedule, max_guidance_weight, prev_chunk, mode)", kn);
         }
     }
     return PI0_OK;

@@ -33,7 +33,7 @@ typedef struct msgnp_request {
     char *prompt;                    /* NUL-terminated UTF-8 copy, or NULL */
     float *noise;                    /* [H, A] float32 copy, or NULL */
     /* real-time chunking ("rtc": {...}); has_rtc 0 = not asked for. -1 / 0 = not given (the server's defaults) */
-    int has_rtc, rtc_executed, rtc_delay, rtc_horizon, rtc_schedule;
+    int has_rtc, rtc_executed, rtc_delay, rtc_horizon, rtc_schedule, rtc_mode;   /* rtc_mode: pi0_rtc_mode, -1 */
     double rtc_max_weight;
     float *rtc_prev;                 /* "prev_chunk" [rtc_n_prev, A] float32 copy (model space), or NULL */
     int rtc_n_prev;

@@ -32,6 +32,7 @@ struct pi0_policy {
     /* batch buffers for pi0_infer, sized for max_batch at load */
     float *images, *state, *noise, *actions;
     float *rtc_prev, *rtc_w, *rtc_max;   /* the batch's real-time chunking inputs (B x H x A, B x H, B) */
+    uint8_t *rtc_exact;                  /* [B] 1 = the sample's guidance is exact (a batch mixing both forms) */
     int last_batch;              /* batch elements of the last run (pi0_policy_chunk) */
     int *slot;                   /* the last run's model slot of each batch element (pi0_policy_run's order) */
     int T;                       /* prefix rows per valid image ((image_size / patch_size)^2) */
@@ -54,6 +55,7 @@ struct pi0_prepared {
     uint64_t seed;
     float *rtc_prev, *rtc_w;     /* real-time chunking: leftover (H, A) zero-padded and prefix weights (H), or NULL */
     float rtc_max;
+    int rtc_exact;               /* 1 = PI0_RTC_EXACT was asked for */
 };
 
 static double now_ms(void) {
@@ -143,7 +145,7 @@ void pi0_policy_free(pi0_policy *p) {
     norm_stats_free(&p->ns);
     free(p->asset_id); free(p->default_prompt);
     pi0_host_free(p->images);
-    free(p->state); free(p->noise); free(p->actions); free(p->rtc_prev); free(p->rtc_w); free(p->rtc_max);
+    free(p->state); free(p->noise); free(p->actions); free(p->rtc_prev); free(p->rtc_w); free(p->rtc_max); free(p->rtc_exact);
     free(p->slot); free(p->order);
     free(p->image_masks); free(p->token_mask); free(p->tokens);
     free(p->chunk); free(p->state_rt);
@@ -241,6 +243,7 @@ tokenizer:
     p->rtc_prev = pi0_malloc(B * ha * sizeof(float), "policy batch RTC leftovers");
     p->rtc_w = pi0_malloc(B * (size_t)p->H * sizeof(float), "policy batch RTC weights");
     p->rtc_max = pi0_malloc(B * sizeof(float), "policy batch RTC caps");
+    p->rtc_exact = pi0_malloc(B, "policy batch RTC forms");
     p->slot = pi0_malloc(B * sizeof(int), "policy batch order");
     p->order = pi0_malloc(B * sizeof(long long), "policy batch order");
     p->image_masks = pi0_malloc(B * p->N, "policy batch masks");
@@ -249,7 +252,7 @@ tokenizer:
     p->chunk = pi0_malloc(ha * sizeof(double), "policy chunk");
     p->state_rt = pi0_malloc((size_t)p->A * sizeof(double), "policy state");
     if (!p->images || !p->state || !p->noise || !p->actions || !p->image_masks || !p->token_mask || !p->tokens ||
-        !p->chunk || !p->state_rt || !p->rtc_prev || !p->rtc_w || !p->rtc_max || !p->slot || !p->order) {
+        !p->chunk || !p->state_rt || !p->rtc_prev || !p->rtc_w || !p->rtc_max || !p->rtc_exact || !p->slot || !p->order) {
         st = PI0_ERR_NOMEM;
         goto fail;
     }
@@ -320,6 +323,9 @@ static pi0_status copy_rtc(const pi0_policy *p, const pi0_observation *obs, pi0_
     for (size_t i = 0; i < (size_t)r->n_prev * p->A; i++)
         if (!isfinite(x->rtc_prev[i])) return pi0_fail(PI0_ERR_ARG, "real-time chunking: leftover value %zu is not finite", i);
     x->rtc_max = r->max_weight > 0 ? r->max_weight : 10.0f;
+    if (r->mode != PI0_RTC_OFF && r->mode != PI0_RTC_LEROBOT && r->mode != PI0_RTC_EXACT)
+        return pi0_fail(PI0_ERR_ARG, "real-time chunking: mode %d: expected PI0_RTC_LEROBOT or PI0_RTC_EXACT", (int)r->mode);
+    x->rtc_exact = r->mode == PI0_RTC_EXACT;
     return pi0_rtc_prefix_weights(r->schedule, r->delay, r->horizon, r->n_prev, p->H, x->rtc_w);
 }
 
@@ -454,8 +460,11 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     }
     pi0_inputs in = {.batch = n, .images = p->images, .image_masks = p->image_masks, .state = p->state,
                      .tokens = p->tokens, .token_mask = p->token_mask, .n_tokens = p->L, .noise = p->noise};
-    int rtc = 0;
-    for (int b = 0; b < n; b++) rtc |= batch[b]->rtc_prev != NULL;
+    int rtc = 0, exact = 0;
+    for (int b = 0; b < n; b++) {
+        rtc |= batch[b]->rtc_prev != NULL;
+        exact |= batch[b]->rtc_prev && batch[b]->rtc_exact;
+    }
     if (rtc) {   /* real-time chunking: samples without it get zero weights, which leave their steps unguided */
         for (int b = 0; b < n; b++) {
             const pi0_prepared *x = batch[b];
@@ -468,8 +477,11 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
                 memset(p->rtc_w + (size_t)j * p->H, 0, (size_t)p->H * sizeof(float));
             }
             p->rtc_max[j] = x->rtc_prev ? x->rtc_max : 10.0f;
+            p->rtc_exact[j] = x->rtc_prev && x->rtc_exact;
         }
-        in.rtc = PI0_RTC_LEROBOT;
+        /* one exact sample makes the batch exact (the transpose pass runs for all); the others keep LeRobot's form */
+        in.rtc = exact ? PI0_RTC_EXACT : PI0_RTC_LEROBOT;
+        in.rtc_exact = exact ? p->rtc_exact : NULL;
         in.rtc_prev = p->rtc_prev;
         in.rtc_weights = p->rtc_w;
         in.rtc_max_weights = p->rtc_max;

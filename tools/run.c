@@ -23,7 +23,8 @@ static void run_usage(FILE *f) {
             "               [--action-horizon N]\n"
             "               [--steps N] [--backend cpu|cuda] [--device N] [--threads N]\n"
             "               [--save-chunk FILE] [--rtc-prev FILE --rtc-delay D --rtc-horizon S --rtc-schedule zeros|ones|linear|exp\n"
-            "                --rtc-max-weight W]   (real-time chunking: --save-chunk writes the model-space chunk 'chunk' [H, A];\n"
+            "                --rtc-max-weight W --rtc-mode lerobot|exact]   (real-time chunking: --save-chunk writes the model-space\n"
+            "                chunk 'chunk' [H, A];\n"
             "                --rtc-prev reads the leftover 'rtc_prev' [n, A], e.g. the saved chunk's unexecuted rows; defaults 0,\n"
             "                10, linear, 10 as LeRobot's RTCConfig)\n"
             "KEY is the robot's request key: LIBERO observation/image, observation/wrist_image; DROID\n"
@@ -178,6 +179,7 @@ int cmd_run(int argc, char **argv) {
     const char *rtc_file = NULL, *chunk_file = NULL, *rtc_schedule = "linear";
     long long rtc_delay = 0, rtc_horizon = 10;
     double rtc_max = 10;
+    pi0_rtc_mode rtc_mode = PI0_RTC_LEROBOT;
     const char *images[MAX_ARRAYS];
     int n_images = 0, json = 0, rc = 1;
     long long v, seed = 0;
@@ -214,6 +216,11 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--rtc-delay")) { if (!cli_parse_int(a, val, 0, 4096, &rtc_delay)) return 2; }
         else if (!strcmp(a, "--rtc-horizon")) { if (!cli_parse_int(a, val, 0, 4096, &rtc_horizon)) return 2; }
         else if (!strcmp(a, "--rtc-schedule")) rtc_schedule = val;
+        else if (!strcmp(a, "--rtc-mode")) {
+            if (!strcmp(val, "exact")) rtc_mode = PI0_RTC_EXACT;
+            else if (!strcmp(val, "lerobot")) rtc_mode = PI0_RTC_LEROBOT;
+            else { fprintf(stderr, "pi0 run: --rtc-mode: expected lerobot or exact\n"); return 2; }
+        }
         else if (!strcmp(a, "--rtc-max-weight")) {
             char *end;
             rtc_max = strtod(val, &end);
@@ -265,7 +272,7 @@ int cmd_run(int argc, char **argv) {
             goto done;
         }
         rtc = (pi0_rtc_request){.prev = data, .n_prev = (int)sh[0], .delay = (int)rtc_delay, .horizon = (int)rtc_horizon,
-                                .schedule = (pi0_rtc_schedule)sched, .max_weight = (float)rtc_max};
+                                .schedule = (pi0_rtc_schedule)sched, .max_weight = (float)rtc_max, .mode = rtc_mode};
         obs.rtc = &rtc;
     }
     if (!(actions = malloc((size_t)pi.action_horizon * pi.action_dim * sizeof *actions))) goto done;

@@ -233,7 +233,7 @@ class _Obs:
         self.skipped = {}
 
 
-_RTC_KEYS = ("executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk")
+_RTC_KEYS = ("executed", "inference_delay", "execution_horizon", "schedule", "max_guidance_weight", "prev_chunk", "mode")
 
 
 class Policy(_Closing):
@@ -428,6 +428,10 @@ class Policy(_Closing):
             if s not in N.SCHEDULES:
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc.schedule: expected ZEROS, ONES, LINEAR or EXP, found {rtc['schedule']!r}")
             r.schedule = N.SCHEDULES.index(s)
+        if "mode" in rtc:
+            if rtc["mode"] not in ("exact", "lerobot"):
+                raise InputError("PI0_ERR_ARG", f"{what}: rtc.mode: expected 'exact' or 'lerobot', found {rtc['mode']!r}")
+            r.mode = N.RTC_EXACT if rtc["mode"] == "exact" else N.RTC_LEROBOT
         executed = _int(rtc.get("executed", 0), f"{what}: rtc.executed", 0, self._mH)
         if rtc.get("prev_chunk") is not None:
             prev = rtc["prev_chunk"]
@@ -470,7 +474,8 @@ class Policy(_Closing):
           from `seed` (None or 0: the policy's own random stream).
         rtc: real-time chunking towards the previous chunk (docs/model.md 3.11), keys as pi0-server's request:
           executed (rows of the last chunk the robot ran), inference_delay, execution_horizon, schedule,
-          max_guidance_weight, or prev_chunk (float32 [n, A], model space) instead of this policy's last chunk.
+          max_guidance_weight, or prev_chunk (float32 [n, A], model space) instead of this policy's last chunk;
+          mode "lerobot" (default: LeRobot's form) or "exact" (the paper's, through the expert's transpose).
         """
         o = self._convert(obs, noise, seed, rtc, "observation")
         p = self._acquire()
@@ -665,15 +670,18 @@ class Model(_Closing):
             keep.append(nz)
             c.noise = nz.ctypes.data
         if rtc is not None:
-            if not isinstance(rtc, Mapping) or set(rtc) - {"prev", "weights", "max_weight"} or "prev" not in rtc \
-                    or "weights" not in rtc:
-                raise InputError("PI0_ERR_ARG", "rtc: expected {'prev': [B, H, A], 'weights': [B, H], 'max_weight'}")
+            if not isinstance(rtc, Mapping) or set(rtc) - {"prev", "weights", "max_weight", "mode"} or "prev" not in rtc \
+                    or "weights" not in rtc or rtc.get("mode", "lerobot") not in ("lerobot", "exact"):
+                raise InputError("PI0_ERR_ARG", "rtc: expected {'prev': [B, H, A], 'weights': [B, H], 'max_weight', "
+                                 "'mode': 'lerobot' | 'exact'}")
             prev = _floats(rtc["prev"], "rtc prev", (B, H, A))
             w = _floats(rtc["weights"], "rtc weights", (B, H))
             mw = rtc.get("max_weight", 10.0)
             mw = _floats(np.full(B, _float(mw, "rtc max_weight")) if np.ndim(mw) == 0 else mw, "rtc max_weight", (B,))
             keep += [prev, w, mw]
             c.rtc, c.rtc_prev, c.rtc_weights, c.rtc_max_weights = N.RTC_LEROBOT, prev.ctypes.data, w.ctypes.data, mw.ctypes.data
+            if rtc.get("mode") == "exact":
+                c.rtc = N.RTC_EXACT
         out = np.empty((B, H, A), np.float32)
         with self._lock:
             if not self._s:

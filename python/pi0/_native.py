@@ -41,7 +41,7 @@ class Inputs(Structure):
     _fields_ = [("batch", c_int), ("images", c_void_p), ("image_masks", c_void_p), ("state", c_void_p),
                 ("tokens", c_void_p), ("token_mask", c_void_p), ("n_tokens", c_int), ("noise", c_void_p),
                 ("seed", c_uint64), ("rtc", c_int), ("rtc_prev", c_void_p), ("rtc_weights", c_void_p),
-                ("rtc_max_weights", c_void_p)]
+                ("rtc_max_weights", c_void_p), ("rtc_exact", c_void_p)]
 
 
 class Timing(Structure):
@@ -68,7 +68,7 @@ class Array(Structure):
 
 class RtcRequest(Structure):
     _fields_ = [("prev", c_void_p), ("n_prev", c_int), ("delay", c_int), ("horizon", c_int), ("schedule", c_int),
-                ("max_weight", c_float)]
+                ("max_weight", c_float), ("mode", c_int)]
 
 
 class Observation(Structure):
@@ -86,7 +86,7 @@ STATUS_NAMES = ("PI0_OK", "PI0_ERR_ARG", "PI0_ERR_IO", "PI0_ERR_FORMAT", "PI0_ER
                 "PI0_ERR_CUDA", "PI0_ERR_UNSUPPORTED")
 BACKEND_DEFAULT, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
 DT_F32, DT_F16, DT_BF16, DT_I32, DT_I64, DT_U8, DT_BOOL, DT_F64 = range(8)
-RTC_OFF, RTC_LEROBOT = 0, 1
+RTC_OFF, RTC_LEROBOT, RTC_EXACT = 0, 1, 2
 SCHEDULES = ("zeros", "ones", "linear", "exp")
 PROMPT_PI0, PROMPT_PI05, PROMPT_RAW = 0, 1, 2
 

@@ -44,6 +44,26 @@ def test_model_rtc_equals_cli(tmp_path):
     assert np.array_equal(got, want) and not np.array_equal(got, plain)
 
 
+def test_model_rtc_exact_equals_cli(tmp_path):
+    """The exact form (the expert's transpose): the CLI's --rtc exact bit for bit, and not LeRobot's form."""
+    ckpt = os.path.join(FIX, "tiny-pi05")
+    t = dict(read_st(os.path.join(FIX, "tiny-pi05", "b2.in.safetensors")))
+    prev = np.random.RandomState(2).randn(2, 5, 32).astype(np.float32)
+    write_st(tmp_path / "in.safetensors", {**t, "rtc_prev": prev})
+    want = cli_infer(tmp_path, ckpt, str(tmp_path / "in.safetensors"), "--rtc", "exact", "--rtc-delay", "2",
+                     "--rtc-horizon", "4", "--rtc-schedule", "linear", "--rtc-max-weight", "10")
+    w = pi0.Model.prefix_weights(5, 2, 4, 5, "linear")
+    rtc = {"prev": prev, "weights": np.stack([w, w]), "max_weight": 10.0}
+    with pi0.Model(ckpt, backend="cpu", max_batch=2) as m:
+        got = m.infer(t["images"], t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"],
+                      rtc={**rtc, "mode": "exact"})
+        lerobot = m.infer(t["images"], t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"], rtc=rtc)
+        with pytest.raises(pi0.InputError, match="mode"):
+            m.infer(t["images"], t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"],
+                    rtc={**rtc, "mode": "vjp"})
+    assert np.array_equal(got, want) and not np.array_equal(got, lerobot)
+
+
 def test_model_refuses(tmp_path):
     t = read_st(os.path.join(FIX, "tiny-pi0", "b2.in.safetensors"))
     with pi0.Model(os.path.join(FIX, "tiny-pi0"), backend="cpu", max_batch=1) as m:

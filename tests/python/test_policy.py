@@ -154,6 +154,26 @@ def test_rtc_equals_cli(ckpts, tmp_path):
     assert np.array_equal(got, want) and np.array_equal(again, want) and not np.array_equal(plain, want)
 
 
+def test_rtc_exact_mixed_batch(ckpts):
+    """A batch mixing the two forms runs the transpose for all and gives each sample its own form: every element
+    equals the same observation run alone in its form; the forms differ."""
+    rng = np.random.RandomState(13)
+    obs = [{**observation("libero", rng), "prompt": "x"} for _ in range(3)]
+    noise = rng.randn(3, H, A).astype(np.float32)
+    prev = rng.randn(4, A).astype(np.float32)
+    base = {"inference_delay": 2, "execution_horizon": 4, "schedule": "LINEAR", "prev_chunk": prev}
+    rtcs = [{**base, "mode": "exact"}, {**base, "mode": "lerobot"}, None]
+    with policy(ckpts, "pi0", "pi0_libero", max_batch=3) as p:
+        batch = p.infer_batch(obs, noise, rtc=rtcs)
+        alone = [p.infer(o, n, rtc=r)["actions"] for o, n, r in zip(obs, noise, rtcs)]
+        other = p.infer(obs[0], noise[0], rtc={**base, "mode": "lerobot"})["actions"]
+        with pytest.raises(pi0.InputError, match="rtc.mode"):
+            p.infer(obs[0], noise[0], rtc={**base, "mode": "vjp"})
+    for b in range(3):
+        assert np.allclose(batch[b]["actions"], alone[b], rtol=0, atol=1e-5), b
+    assert not np.allclose(alone[0], other, rtol=0, atol=1e-3)
+
+
 # ---- errors ----
 
 def test_errors_name_the_key(ckpts):

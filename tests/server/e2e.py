@@ -438,7 +438,7 @@ def read_chunk(path):
 def test_rtc(tmp, libero_args):
     """Real-time chunking through the server: each connection keeps its last model-space chunk; a request with
     "rtc": {"executed", "inference_delay", "execution_horizon"} is guided towards that chunk's unexecuted rows and
-    equals `pi0 run --rtc-prev` on them bit for bit; another connection's requests in between do not matter; an
+    equals `pi0 run --rtc-prev` on them bit for bit (both forms: "mode": "exact" as `--rtc-mode exact`); another connection's requests in between do not matter; an
     explicit "prev_chunk" does the same; a new connection has no chunk (unguided); bad "rtc" values are refused."""
     rng = np.random.default_rng(41)
     obs1, obs2, obs3 = libero_obs(rng), libero_obs(rng), libero_obs(rng)
@@ -451,6 +451,8 @@ def test_rtc(tmp, libero_args):
     e3 = pi0_run(libero_args + ["--rtc-prev", os.path.join(tmp, "rtc.prev"), "--rtc-delay", str(delay), "--rtc-horizon",
                                 str(horizon)], obs3, n3, tmp, "rtc3")
     plain3 = pi0_run(libero_args, obs3, n3, tmp, "rtc3p")
+    e3x = pi0_run(libero_args + ["--rtc-prev", os.path.join(tmp, "rtc.prev"), "--rtc-delay", str(delay), "--rtc-horizon",
+                                 str(horizon), "--rtc-mode", "exact"], obs3, n3, tmp, "rtc3x")
     rtc = {"executed": ex, "inference_delay": delay, "execution_horizon": horizon}
     srv = Server(tmp, "rtc", libero_args + ["--max-batch", "2", "--batch-window-ms", "5"])
     try:
@@ -466,12 +468,18 @@ def test_rtc(tmp, libero_args):
         r3x = c.infer({**obs3, "noise": n3, "rtc": {"prev_chunk": prev, "inference_delay": delay,
                                                       "execution_horizon": horizon}})["actions"]
         check("rtc: an explicit prev_chunk == the kept chunk", np.array_equal(r3x, e3), f"{np.abs(r3x - e3).max():.3g}")
+        r3e = c.infer({**obs3, "noise": n3, "rtc": {"prev_chunk": prev, "inference_delay": delay,
+                                                      "execution_horizon": horizon, "mode": "exact"}})["actions"]
+        check("rtc: mode exact == pi0 run --rtc-mode exact (bit for bit), and differs from LeRobot's form",
+              np.array_equal(r3e, e3x) and np.abs(e3x - e3).max() > 1e-4,
+              f"{np.abs(r3e - e3x).max():.3g} / {np.abs(e3x - e3).max():.3g}")
         d = client(srv.port)   # a new connection (a reconnect) has no chunk yet: unguided
         r3d = d.infer({**obs3, "noise": n3, "rtc": rtc})["actions"]
         check("rtc: a new connection's first request runs unguided", np.array_equal(r3d, plain3), f"{np.abs(r3d - plain3).max():.3g}")
         for label, bad, want in ((">H rows executed", {"executed": H + 4}, "rtc.executed"),
                                  ("unknown key", {"executd": 1}, "unknown key 'executd'"),
                                  ("bad schedule", {"schedule": "cosine"}, "rtc.schedule"),
+                                 ("bad mode", {"mode": "vjp"}, "rtc.mode"),
                                  ("prev_chunk of the wrong width", {"prev_chunk": np.zeros((2, 7), np.float32)}, "rtc.prev_chunk")):
             e = client(srv.port)
             e.infer({**obs1, "noise": n1})
