@@ -76,6 +76,68 @@ static int infer3(pi0_model *m, const pi0_inputs *in, result *g, result *st, res
     return ok;
 }
 
+/* Real-time chunking on `in` (batch B, horizon H, width A): a random leftover, weights 1 for two rows then linear to
+ * row 4, cap 10; buf holds them (freed by the caller). */
+static float *with_rtc(pi0_inputs *in, pi0_rtc_mode mode, int H, int A) {
+    int B = in->batch;
+    float *buf = malloc(((size_t)B * H * A + (size_t)B * H + B) * sizeof(float));
+    float *prev = buf, *w = buf + (size_t)B * H * A, *mw = w + (size_t)B * H;
+    for (size_t i = 0; i < (size_t)B * H * A; i++) prev[i] = (float)pi0_rng_normal(&rng);
+    for (int b = 0; b < B; b++) pi0_rtc_prefix_weights(PI0_RTC_LINEAR, 2, 4, H, H, w + (size_t)b * H);
+    for (int b = 0; b < B; b++) mw[b] = 10.0f;
+    in->rtc = mode;
+    in->rtc_prev = prev;
+    in->rtc_weights = w;
+    in->rtc_max_weights = mw;
+    return buf;
+}
+
+/* Exact real-time chunking (the expert's transpose on the GPU) against the CPU reference, B = 1 (the suffix keys in
+ * the cache's tail) and B = 2 (source 2); with its graph replay bit for bit, and unlike LeRobot's form. */
+static void e2e_rtc_exact(void) {
+    const char *models[2] = {"tests/fixtures/tiny-pi0", "tests/fixtures/tiny-pi05"};
+    const char *cases[2] = {"b1", "b2"};
+    for (int mi = 0; mi < 2; mi++) {
+        pi0_model *mc = NULL, *mg = NULL;
+        int ok = pi0_model_load(&mc, models[mi], &(pi0_model_params){.quiet = 1}) == PI0_OK &&
+                 pi0_model_load(&mg, models[mi], &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK;
+        CHECK(ok, "load %s: %s", models[mi], pi0_last_error());
+        pi0_model_info info;
+        if (ok) pi0_model_get_info(mc, &info);
+        for (int ci = 0; ok && ci < 2; ci++) {
+            char in_path[256];
+            snprintf(in_path, sizeof in_path, "%s/%s.in.safetensors", models[mi], cases[ci]);
+            pi0_tensors *t = NULL;
+            pi0_inputs_buf *ib = NULL;
+            pi0_inputs in;
+            result rc = {0}, rg = {0}, rn = {0}, rg2 = {0}, rl = {0};
+            float *rbuf = NULL;
+            int ok2 = pi0_tensors_open(&t, in_path) == PI0_OK && pi0_inputs_from_tensors(mc, t, in_path, &in, &ib) == PI0_OK;
+            if (ok2) rbuf = with_rtc(&in, PI0_RTC_EXACT, info.action_horizon, info.action_dim);
+            ok2 = ok2 && infer(mc, &in, 0, &rc) && infer3(mg, &in, &rg, &rn, &rg2);
+            if (ok2) {
+                in.rtc = PI0_RTC_LEROBOT;
+                ok2 = infer(mg, &in, 0, &rl);
+            }
+            CHECK(ok2, "rtc exact %s/%s: %s", models[mi], cases[ci], pi0_last_error());
+            if (ok2) {
+                double m1, r1 = rel_l2(rg.act, rc.act, rc.n, &m1), d = rel_l2(rl.act, rg.act, rc.n, NULL);
+                printf("e2e rtc exact %-14s %-4s gpu-vs-cpu rel_l2=%.2e max_abs=%.2e bound 2e-2; LeRobot's form differs by "
+                       "%.2e %s\n", models[mi] + 15, cases[ci], r1, m1, d, r1 < 2e-2 && d > 5 * r1 ? "OK" : "FAIL");
+                CHECK(r1 < 2e-2 && d > 5 * r1, "rtc exact %s %s: gpu-vs-cpu %.3e, lerobot diff %.3e", models[mi], cases[ci],
+                      r1, d);
+                CHECK(!memcmp(rg.act, rn.act, rc.n * 4) && !memcmp(rg.act, rg2.act, rc.n * 4),
+                      "rtc exact %s %s: first call == staged == graph replay bit for bit", models[mi], cases[ci]);
+            }
+            free(rc.act); free(rg.act); free(rn.act); free(rg2.act); free(rl.act); free(rbuf);
+            pi0_inputs_buf_free(ib);
+            pi0_tensors_free(t);
+        }
+        pi0_model_free(mc);
+        pi0_model_free(mg);
+    }
+}
+
 static void e2e_fixtures(void) {
     const char *models[2] = {"tests/fixtures/tiny-pi0", "tests/fixtures/tiny-pi05"};
     const char *cases[3] = {"b1", "b1-masked", "b2"};
@@ -384,6 +446,23 @@ static void e2e_full(const char *dir) {
             CHECK(rb < 2e-2, "full-size B=1 rel_l2 %.3e", rb);
         }
         free(r1g.act);
+        /* exact real-time chunking at the real shapes, B = 2 and B = 1 */
+        for (int b = 2; b >= 1; b--) {
+            in.batch = b;
+            float *rbuf = with_rtc(&in, PI0_RTC_EXACT, H, A);
+            result xc = {0}, xg = {0};
+            int okx = infer(mc, &in, 0, &xc) && infer(mg, &in, 0, &xg);
+            CHECK(okx, "full-size rtc exact B=%d %s", b, dir);
+            if (okx) {
+                double mxx, rx = rel_l2(xg.act, xc.act, xc.n, &mxx);
+                printf("full-size %s (%s) rtc exact B=%d: GPU vs CPU rel_l2=%.3e max_abs=%.3e, bound 2e-2 %s\n", dir,
+                       info.pi05 ? "pi05" : "pi0", b, rx, mxx, rx < 2e-2 ? "OK" : "FAIL");
+                CHECK(rx < 2e-2, "full-size rtc exact B=%d rel_l2 %.3e", b, rx);
+            }
+            free(xc.act); free(xg.act); free(rbuf);
+            in.rtc = PI0_RTC_OFF;
+            in.rtc_prev = in.rtc_weights = in.rtc_max_weights = NULL;
+        }
     }
     free(rc.act); free(rg.act);
     free(img); free(state); free(noise); free(tok); free(tm);
@@ -401,6 +480,7 @@ int main(int argc, char **argv) {
         return test_summary("test_cuda_e2e") || 1;
     }
     e2e_fixtures();
+    e2e_rtc_exact();
     e2e_prompt_lengths();
     e2e_graph_fault();
     e2e_bad_image();

@@ -32,6 +32,9 @@ static const workload workloads[] = {
     {"pi0-3cam-b8", 0, 8, 3, 20, 20, 10, PI0_RTC_OFF},
     {"pi0-3cam-b64", 0, 64, 3, 20, 20, 10, PI0_RTC_OFF},
     {"pi0-3cam-rtc", 0, 1, 3, 20, 20, 10, PI0_RTC_LEROBOT},
+    {"pi0-3cam-rtc-exact", 0, 1, 3, 20, 20, 10, PI0_RTC_EXACT},
+    {"pi05-3cam-rtc-exact", 1, 1, 3, 64, 200, 10, PI0_RTC_EXACT},
+    {"pi0-3cam-b8-rtc-exact", 0, 8, 3, 20, 20, 10, PI0_RTC_EXACT},
 };
 #define N_WORKLOADS ((int)(sizeof workloads / sizeof *workloads))
 
