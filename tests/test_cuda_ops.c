@@ -411,20 +411,22 @@ static void t_norms(int M, int D) {
     free_wts(ar, ws, 3);
 }
 
-static void t_rope(int M, int qh, int kh, int hd) {
+/* RoPE, or (bwd) its transpose rope_bwd: the rotation by minus the same angles */
+static void t_rope(int M, int qh, int kh, int hd, int bwd) {
     dbuf q = mk((size_t)M * qh * hd, PT_ACT), k = mk((size_t)M * (kh ? kh : 1) * hd, PT_ACT), pos = mk((size_t)M, PT_I32);
     int32_t *p = malloc((size_t)M * 4);
     for (int i = 0; i < M; i++) p[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
     set_ints(&pos, p);
     set_rand(&q, 1.0f);
     set_rand(&k, 1.0f);
-    cpu->rope(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd);
-    gpu->rope(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd);
+    (bwd ? cpu->rope_bwd : cpu->rope)(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd);
+    (bwd ? gpu->rope_bwd : gpu->rope)(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd);
+    const char *op = bwd ? "rope_bwd" : "rope";
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d q heads=%d hd=%d", M, qh, hd);
-    compare("rope", shape, &q, (size_t)qh * hd, 8e-3);
+    compare(op, shape, &q, (size_t)qh * hd, 8e-3);
     snprintf(shape, sizeof shape, "M=%d k heads=%d hd=%d", M, kh, hd);
-    compare("rope", shape, &k, (size_t)(kh ? kh : 1) * hd, kh ? 8e-3 : 0);   /* kh = 0: k must be untouched (equal) */
+    compare(op, shape, &k, (size_t)(kh ? kh : 1) * hd, kh ? 8e-3 : 0);   /* kh = 0: k must be untouched (equal) */
     free(p);
     rel(&q); rel(&k); rel(&pos);
 }
@@ -585,6 +587,148 @@ static void t_patch(int R, int P, int Dv, int nimg) {
     free_wts(ar, ws, 3);
 }
 
+/* ---- exact real-time chunking: the transposes of the expert's ops (backward.cu) against their CPU twins ---- */
+
+/* linear_t: out (M, K) [op]= dy (M, N) . W[:, k0:k0+K], W (N, kcols); f32 as t_linear's (0: bf16 rows, cuBLASLt with the
+ * weight as stored; 1: fp32 rows, the kernel; 2: fp32 rows with the weight's fp32 copy, cuBLASLt in fp32 from 64 rows;
+ * 3: an F32 file's weights) */
+static void t_linear_t(int M, int N, int K, int k0, int kcols, enum pi0_epi epi, int f32, double bound) {
+    hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)N)) : mkw(N, kcols, 1.0f / sqrtf((float)N), 0);
+    W.w.want32 = f32 >= 2;
+    hwt *ws[1] = {&W};
+    void *ar = upload_wts(ws, 1);
+    int kind = f32 ? PT_F32 : PT_ACT;
+    dbuf dy = mk((size_t)M * N, kind), out = mk((size_t)M * K, kind);
+    set_rand(&dy, 1.0f);
+    if (epi == EPI_ADD) set_rand(&out, 1.0f); else poison(&out);
+    cpu->linear_t(cpu, out.c, dy.c, &W.w, M, N, K, k0, epi);
+    gpu->linear_t(gpu, out.g, dy.g, &W.w, M, N, K, k0, epi);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d k0=%d %s", f32 == 3 ? "f32w" : f32 == 2 ? "f32c" : f32 ? "f32" : "bf16",
+             M, N, K, k0, ename(epi));
+    compare("linear_t", shape, &out, (size_t)K, bound);
+    rel(&dy); rel(&out);
+    free_wts(ar, ws, 1);
+}
+
+/* norm_bwd: the cotangent through RMSNorm (weights) or adaRMS (modulation rows shared by `per` rows) */
+static void t_norm_bwd(int M, int D, int ada, int per, enum pi0_epi epi) {
+    hwt w = mkw(D, 1, 0.2f, 0);
+    hwt *ws[1] = {&w};
+    void *ar = upload_wts(ws, 1);
+    dbuf x = mk((size_t)M * D, PT_ACT), dy = mk((size_t)M * D, PT_ACT), dx = mk((size_t)M * D, PT_ACT);
+    dbuf mod = mk((size_t)((M + per - 1) / per) * 3 * D, PT_F32);
+    set_rand(&x, 3.0f); set_rand(&dy, 1.0f); set_rand(&mod, 0.3f);
+    if (epi == EPI_ADD) set_rand(&dx, 1.0f); else poison(&dx);
+    cpu->norm_bwd(cpu, dx.c, dy.c, x.c, ada ? NULL : &w.w, ada ? mod.c : (pt){0}, ada ? per : 1, M, D, 1e-6f, epi);
+    gpu->norm_bwd(gpu, dx.g, dy.g, x.g, ada ? NULL : &w.w, ada ? mod.g : (pt){0}, ada ? per : 1, M, D, 1e-6f, epi);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s M=%d D=%d rows/mod=%d %s", ada ? "adarms" : "rms", M, D, ada ? per : 0, ename(epi));
+    compare("norm_bwd", shape, &dx, (size_t)D, 8e-3);
+    rel(&x); rel(&dy); rel(&dx); rel(&mod);
+    free_wts(ar, ws, 1);
+}
+
+/* gelu_mul_bwd and scale_rows (ACT), swish_bwd (F32, apart and in place) */
+static void t_elementwise_bwd(int M, int F) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d F=%d", M, F);
+    dbuf g = mk((size_t)M * F, PT_ACT), u = mk((size_t)M * F, PT_ACT), dy = mk((size_t)M * F, PT_ACT);
+    dbuf dg = mk((size_t)M * F, PT_ACT), du = mk((size_t)M * F, PT_ACT);
+    set_rand(&g, 2.0f); set_rand(&u, 1.0f); set_rand(&dy, 1.0f); poison(&dg); poison(&du);
+    cpu->gelu_mul_bwd(cpu, dg.c, du.c, dy.c, g.c, u.c, M, F);
+    gpu->gelu_mul_bwd(gpu, dg.g, du.g, dy.g, g.g, u.g, M, F);
+    compare("gelu_mul_bwd.g", shape, &dg, (size_t)F, 8e-3);
+    compare("gelu_mul_bwd.u", shape, &du, (size_t)F, 8e-3);
+    /* scale_rows: the gate part (offset 2F, stride 3F) of modulation rows shared by ceil(M / 3) rows */
+    int per = (M + 2) / 3;
+    dbuf mod = mk((size_t)3 * 3 * F, PT_F32);
+    set_rand(&mod, 0.5f); poison(&dg);
+    cpu->scale_rows(cpu, dg.c, dy.c, pt_at(cpu, mod.c, 2 * (size_t)F), 3 * F, per, M, F);
+    gpu->scale_rows(gpu, dg.g, dy.g, pt_at(gpu, mod.g, 2 * (size_t)F), 3 * F, per, M, F);
+    snprintf(shape, sizeof shape, "M=%d D=%d rows/vec=%d", M, F, per);
+    compare("scale_rows", shape, &dg, (size_t)F, 8e-3);
+    rel(&g); rel(&u); rel(&dy); rel(&dg); rel(&du); rel(&mod);
+    dbuf z = mk((size_t)M * F, PT_F32), d32 = mk((size_t)M * F, PT_F32), dz = mk((size_t)M * F, PT_F32);
+    set_rand(&z, 2.0f); set_rand(&d32, 1.0f); poison(&dz);
+    cpu->swish_bwd(cpu, dz.c, d32.c, z.c, M, F);
+    gpu->swish_bwd(gpu, dz.g, d32.g, z.g, M, F);
+    snprintf(shape, sizeof shape, "f32 M=%d D=%d", M, F);
+    compare("swish_bwd", shape, &dz, (size_t)F, 1e-6);
+    cpu->swish_bwd(cpu, d32.c, d32.c, z.c, M, F);   /* in place, as the model runs it */
+    gpu->swish_bwd(gpu, d32.g, d32.g, z.g, M, F);
+    snprintf(shape, sizeof shape, "f32 in place M=%d D=%d", M, F);
+    compare("swish_bwd", shape, &d32, (size_t)F, 1e-6);
+    rel(&z); rel(&d32); rel(&dz);
+}
+
+/* attention_bwd: dq, dk, dv for a random output cotangent, segments as t_attention_ramp's (nq[s] queries, nk[s] source-1
+ * keys; the suffix keys a second source or the range's last `tail`). tight: on a second backend whose scratch holds one
+ * segment's logits (reserve's contract), so that each segment is a chunk of its own. */
+static void t_attention_bwd(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
+                            int with_k2, int block0, int tail, int tight) {
+    int32_t qo[129] = {0}, ko[129] = {0};
+    PI0_ASSERT(nseg <= 128);
+    size_t all = 0, one = 0;
+    for (int s = 0; s < nseg; s++) {
+        qo[s + 1] = qo[s] + nq[s];
+        ko[s + 1] = ko[s] + nk[s];
+        size_t n = (size_t)nq[s] * heads * (((nk[s] + (with_k2 ? nq[s] : 0)) + 3) & ~3);
+        all += n + (size_t)nq[s] * heads * 8;
+        one = n > one ? n : one;
+    }
+    int Mq = qo[nseg], Mk = ko[nseg];
+    size_t nqv = (size_t)Mq * heads * hd, nkv = (size_t)Mk * kv * hd, nsv = (size_t)Mq * kv * hd;
+    dbuf q = mk(nqv, PT_ACT), g = mk(nqv, PT_ACT), dq = mk(nqv, PT_ACT), k = mk(nkv, PT_ACT), v = mk(nkv, PT_ACT);
+    dbuf k2 = mk(nsv, PT_ACT), v2 = mk(nsv, PT_ACT), dk = mk(nsv, PT_ACT), dv = mk(nsv, PT_ACT);
+    set_rand(&q, 1.0f); set_rand(&g, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); set_rand(&k2, 1.0f); set_rand(&v2, 1.0f);
+    poison(&dq); poison(&dk); poison(&dv);
+    pi0_backend *gb = gpu;
+    if (tight && cuda_backend_create(&gb, 0) != PI0_OK) {
+        CHECK(0, "second backend: %s", pi0_last_error());
+        gb = NULL;
+    }
+    if (gb) {
+        gb->reserve(gb, 0, 0, tight ? one : all, 0);
+        pi0_attn a = {.nseg = nseg, .heads = heads, .kv_heads = kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                      .q_off = qo, .k_off = ko, .block0 = block0, .tail = tail};
+        a.k1 = k.c; a.v1 = v.c;
+        if (with_k2) { a.k2 = k2.c; a.v2 = v2.c; }
+        cpu->attention_bwd(cpu, dq.c, dk.c, dv.c, g.c, q.c, &a);
+        a.k1 = k.g; a.v1 = v.g;
+        if (with_k2) { a.k2 = k2.g; a.v2 = v2.g; }
+        gb->attention_bwd(gb, dq.g, dk.g, dv.g, g.g, q.g, &a);
+        CHECK(gb->sync(gb) == PI0_OK, "attention_bwd %s: %s", what, pi0_last_error());
+        char shape[96];
+        snprintf(shape, sizeof shape, "%s seg=%d q=%d k=%d h=%d/%d hd=%d%s", what, nseg, nq[0], nk[0], heads, kv, hd,
+                 tight ? " tight" : "");
+        compare_ex("attn_bwd.dq", shape, &dq, (size_t)hd, 1e-2, 5e-2);   /* rows: one head's hd values */
+        compare_ex("attn_bwd.dk", shape, &dk, (size_t)hd, 1e-2, 5e-2);
+        compare_ex("attn_bwd.dv", shape, &dv, (size_t)hd, 1e-2, 5e-2);
+        if (tight) gb->destroy(gb);
+    }
+    rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv);
+}
+
+/* rtc_error and rtc_correct: 2 samples x 50 rows of 32, prefix weights from 1 down to 0, step 3 of 5; the exact form
+ * (jac 1) for sample 0, LeRobot's (jac 0) for sample 1 */
+static void t_rtc_exact(void) {
+    dbuf v = mk(100 * 32, PT_F32), x = mk(100 * 32, PT_F32), y = mk(100 * 32, PT_F32), w = mk(100, PT_F32),
+         g = mk(10, PT_F32), err = mk(100 * 32, PT_F32), dx = mk(100 * 32, PT_F32), jac = mk(2, PT_F32);
+    set_rand(&v, 1.0f); set_rand(&x, 1.0f); set_rand(&y, 1.0f); set_rand(&g, 3.0f); set_rand(&dx, 1.0f); poison(&err);
+    float wv[100], jv[2] = {1.0f, 0.0f};
+    for (int i = 0; i < 100; i++) wv[i] = i % 50 < 5 ? 1.0f : i % 50 < 20 ? (float)(20 - i % 50) / 16.0f : 0.0f;
+    set(&w, wv);
+    set(&jac, jv);
+    cpu->rtc_error(cpu, err.c, v.c, x.c, y.c, w.c, 0.7f, 100, 32);
+    gpu->rtc_error(gpu, err.g, v.g, x.g, y.g, w.g, 0.7f, 100, 32);
+    compare("rtc_error", "2 x 50 rows of 32, t=0.7", &err, 32, 1e-6);
+    cpu->rtc_correct(cpu, v.c, err.c, dx.c, g.c, jac.c, 5, 3, 0.7f, 100, 50, 32);
+    gpu->rtc_correct(gpu, v.g, err.g, dx.g, g.g, jac.g, 5, 3, 0.7f, 100, 50, 32);
+    compare("rtc_correct", "2 x 50 rows of 32, k=3 t=0.7, jac 1 / 0", &v, 32, 1e-6);
+    rel(&v); rel(&x); rel(&y); rel(&w); rel(&g); rel(&err); rel(&dx); rel(&jac);
+}
+
 /* ---- the op cases: one table per op, each row {shapes, epilogue / variant, tolerance, why} ----
  * Tolerances: rel L2 8e-3 for ops with bf16 outputs, 1e-5 where both sides compute in fp32 (tests/README.md says
  * why); compare_ex adds the per-row and max-abs judgements. */
@@ -705,6 +849,7 @@ typedef struct { int M, qh, kh, hd; const char *why; } rope_case;
 static const rope_case ROPE[] = {
     {788, 8, 1, 256, "Gemma prefix q / k"},
     {11, 8, 1, 256, "expert suffix q / k"},
+    {51, 8, 1, 256, "expert suffix q / k at the 50-step horizon"},
     {3, 2, 2, 16, "small, as many k heads as q heads"},
     {4, 3, 0, 8, "no k: it must stay untouched"},
 };
@@ -762,6 +907,74 @@ static const attn_case ATTN[] = {
     {"flash-mha-ramp", 3, NULL, NULL, 256, 256, 16, 16, 72, 0, 0, 0, 6.0f, ATT_ANY, "SigLIP, a late-moving maximum"},
 };
 
+/* exact real-time chunking's transposes (backend.h): linear_t runs each row at EPI_STORE and, with `add`, EPI_ADD too */
+typedef struct { int M, N, K, k0, kcols, add, f32; double tol; const char *why; } linear_t_case;
+static const linear_t_case LINEAR_T[] = {
+    {51, 1024, 4096, 0, 4096, 1, 0, 8e-3, "expert down^T, 50-step horizon at B = 1"},
+    {51, 4096, 1024, 0, 1024, 1, 0, 8e-3, "expert gate^T / up^T (up adds)"},
+    {51, 1024, 2048, 0, 2048, 1, 0, 8e-3, "expert o^T"},
+    {51, 256, 1024, 0, 1024, 1, 0, 8e-3, "expert k^T / v^T (they add)"},
+    {51, 2048, 1024, 0, 1024, 1, 0, 8e-3, "expert q^T"},
+    {3264, 1024, 4096, 0, 4096, 0, 0, 8e-3, "down^T at B = 64"},
+    {3264, 4096, 1024, 0, 1024, 1, 0, 8e-3, "gate^T / up^T at B = 64"},
+    {3264, 1024, 2048, 0, 2048, 0, 0, 8e-3, "o^T at B = 64"},
+    {3264, 256, 1024, 0, 1024, 1, 0, 8e-3, "k^T / v^T at B = 64"},
+    {3264, 2048, 1024, 0, 1024, 0, 0, 8e-3, "q^T at B = 64"},
+    {7, 40, 24, 8, 40, 1, 0, 8e-3, "bf16: tiny, a column offset k0"},
+    {50, 32, 1024, 0, 1024, 1, 1, 1e-5, "fp32 rows: action_out_proj^T (the kernel)"},
+    {50, 1024, 1024, 0, 1024, 1, 1, 1e-5, "fp32 rows: action_time_mlp_out^T"},
+    {50, 1024, 32, 0, 32, 0, 1, 1e-5, "fp32 rows: action_in_proj^T / the time MLP's action half^T (K = 32)"},
+    {50, 1024, 1024, 0, 1024, 0, 3, 1e-5, "fp32 rows: an F32 file's weights (not bf16-representable)"},
+    {5, 300, 47, 3, 60, 1, 1, 1e-5, "fp32 rows: odd K, a column offset, 2 dy chunks"},
+    {3200, 1024, 1024, 0, 1024, 0, 2, 1e-5, "fp32 copy, 64+ rows: cuBLASLt in fp32 at B = 64"},
+    {3200, 32, 1024, 0, 1024, 1, 2, 1e-5, "fp32 copy: action_out_proj^T at B = 64"},
+    {100, 1024, 32, 0, 32, 0, 1, 1e-5, "fp32 rows, no fp32 copy: the kernel at many rows"},
+};
+
+typedef struct { int M, D, ada, per; enum pi0_epi epi; const char *why; } norm_bwd_case;
+static const norm_bwd_case NORM_BWD[] = {
+    {51, 1024, 0, 1, EPI_STORE, "the final RMSNorm^T, 50-step horizon"},
+    {51, 1024, 0, 1, EPI_ADD, "a layer's RMSNorm^T into the residual's cotangent"},
+    {51, 1024, 1, 51, EPI_STORE, "π0.5's final adaRMS^T, one modulation row"},
+    {51, 1024, 1, 17, EPI_ADD, "adaRMS^T, 3 modulation rows"},
+    {3264, 1024, 1, 51, EPI_ADD, "adaRMS^T at B = 64"},
+    {5, 1029, 0, 1, EPI_ADD, "odd D"},
+    {3, 1029, 1, 2, EPI_STORE, "odd D, adaRMS"},
+    {1, 24, 0, 1, EPI_STORE, "one short row"},
+};
+
+typedef struct { int M, F; const char *why; } elem_bwd_case;   /* gelu_mul_bwd, scale_rows, swish_bwd */
+static const elem_bwd_case ELEM_BWD[] = {
+    {51, 4096, "expert MLP at the 50-step horizon (16-byte accesses)"},
+    {50, 1024, "the time MLP's swish, expert width"},
+    {3, 37, "odd sizes: scalar accesses"},
+};
+
+typedef struct {
+    const char *name;
+    int nseg;
+    const int *nq, *nk;     /* per segment; NULL: uq / uk for every segment */
+    int uq, uk;
+    int heads, kv, hd, k2, block0, tail, tight;
+    const char *why;
+} attn_bwd_case;
+static const attn_bwd_case ATTN_BWD[] = {
+    {"pi0-b2", 2, SEGS(11, 11), SEGS(300, 417), 0, 0, 8, 1, 256, 1, 1, 0, 0, "π0 at B = 2: prefixes of two lengths, a second source, the state block"},
+    {"pi0-b2-h50", 2, SEGS(51, 51), SEGS(300, 417), 0, 0, 8, 1, 256, 1, 1, 0, 0, "the same at the 50-step horizon"},
+    {"pi05-b2", 2, SEGS(10, 10), SEGS(417, 300), 0, 0, 8, 1, 256, 1, 0, 0, 0, "π0.5 at B = 2 (no state block)"},
+    {"tail-b1", 1, SEGS(11), SEGS(311), 0, 0, 8, 1, 256, 0, 0, 11, 0, "B = 1: the suffix keys as the cache's tail, block0 0"},
+    {"tail-b1-state", 1, SEGS(11), SEGS(311), 0, 0, 8, 1, 256, 0, 1, 11, 0, "the same with π0's state block"},
+    {"pi0-real", 1, SEGS(51), SEGS(867), 0, 0, 8, 1, 256, 0, 1, 51, 0, "π0 at B = 1, 3 cameras: prefix 816, horizon 50"},
+    {"pi05-real", 1, SEGS(50), SEGS(866), 0, 0, 8, 1, 256, 0, 0, 50, 0, "π0.5 at B = 1, prefix 816"},
+    {"pi0-b64", 64, NULL, NULL, 51, 816, 8, 1, 256, 1, 1, 0, 0, "π0 at B = 64: one chunk of 64 segments"},
+    {"many-segs", 70, NULL, NULL, 5, 30, 8, 1, 256, 1, 1, 0, 0, "more segments than a launch's table: two chunks"},
+    {"tight", 3, SEGS(51, 51, 20), SEGS(300, 417, 100), 0, 0, 8, 1, 256, 1, 1, 0, 1, "a scratch of one segment: three chunks"},
+    {"tiny", 2, SEGS(3, 5), SEGS(7, 2), 0, 0, 4, 1, 16, 1, 1, 0, 0, "tiny, more queries than keys"},
+    {"gqa", 2, SEGS(6, 9), SEGS(20, 33), 0, 0, 4, 2, 24, 1, 2, 0, 0, "2 kv heads of 2 query heads each"},
+    {"hd20-tail", 1, SEGS(7), SEGS(47), 0, 0, 2, 1, 20, 0, 1, 7, 0, "head_dim % 8 != 0: scalar accesses"},
+    {"hd264", 2, SEGS(5, 4), SEGS(40, 9), 0, 0, 2, 1, 264, 1, 1, 0, 0, "head_dim > 256: two column chunks"},
+};
+
 static void run_attn_case(const attn_case *c) {
     int q[64], k[64];
     PI0_ASSERT(c->nseg <= 64);
@@ -811,8 +1024,9 @@ static void op_tests(void) {
         t_norms(NORMS[i].M, NORMS[i].D);
     }
     for (size_t i = 0; i < N_OF(ROPE); i++) {
-        printf("-- rope: %s\n", ROPE[i].why);
-        t_rope(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd);
+        printf("-- rope / rope_bwd: %s\n", ROPE[i].why);
+        t_rope(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd, 0);
+        t_rope(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd, 1);
     }
     for (size_t i = 0; i < N_OF(ATTN); i++) {
         printf("-- attention: %s\n", ATTN[i].why);
@@ -820,6 +1034,29 @@ static void op_tests(void) {
     }
     if (hopper) t_attention_mma();   /* the portable path has no flash kernel: its attention is the GEMM path above */
     t_misc();
+    for (size_t i = 0; i < N_OF(LINEAR_T); i++) {
+        const linear_t_case *c = &LINEAR_T[i];
+        printf("-- linear_t: %s\n", c->why);
+        t_linear_t(c->M, c->N, c->K, c->k0, c->kcols, EPI_STORE, c->f32, c->tol);
+        if (c->add) t_linear_t(c->M, c->N, c->K, c->k0, c->kcols, EPI_ADD, c->f32, c->tol);
+    }
+    for (size_t i = 0; i < N_OF(NORM_BWD); i++) {
+        const norm_bwd_case *c = &NORM_BWD[i];
+        printf("-- norm_bwd: %s\n", c->why);
+        t_norm_bwd(c->M, c->D, c->ada, c->per, c->epi);
+    }
+    for (size_t i = 0; i < N_OF(ELEM_BWD); i++) {
+        printf("-- gelu_mul_bwd / scale_rows / swish_bwd: %s\n", ELEM_BWD[i].why);
+        t_elementwise_bwd(ELEM_BWD[i].M, ELEM_BWD[i].F);
+    }
+    for (size_t i = 0; i < N_OF(ATTN_BWD); i++) {
+        const attn_bwd_case *c = &ATTN_BWD[i];
+        int q[128], k[128];
+        for (int s = 0; s < c->nseg; s++) { q[s] = c->nq ? c->nq[s] : c->uq; k[s] = c->nk ? c->nk[s] : c->uk; }
+        printf("-- attention_bwd: %s\n", c->why);
+        t_attention_bwd(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->tight);
+    }
+    t_rtc_exact();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);
     printf("worst op error / bound: %.2f\n", worst_ratio);

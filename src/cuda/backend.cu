@@ -584,6 +584,15 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->add_rows = cuda_add_rows;
     be->axpy = cuda_axpy;
     be->rtc_guide = cuda_rtc_guide;
+    be->linear_t = cuda_linear_t;
+    be->norm_bwd = cuda_norm_bwd;
+    be->gelu_mul_bwd = cuda_gelu_mul_bwd;
+    be->swish_bwd = cuda_swish_bwd;
+    be->rope_bwd = cuda_rope_bwd;
+    be->attention_bwd = cuda_attention_bwd;
+    be->scale_rows = cuda_scale_rows;
+    be->rtc_error = cuda_rtc_error;
+    be->rtc_correct = cuda_rtc_correct;
     *out = be;
     return PI0_OK;
 }
