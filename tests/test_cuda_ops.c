@@ -157,6 +157,7 @@ static void *upload_wts(hwt **ws, int n) {
 }
 
 static void free_wts(void *arena, hwt **ws, int n) {
+    cuda_forget_transposes(gpu);   /* before the addresses can repeat */
     cuda_weights_free(arena);
     for (int i = 0; i < n; i++) free(ws[i]->data);
 }

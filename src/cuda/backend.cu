@@ -483,6 +483,8 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->workspace);
         cudaFree(c->pscratch);
         cudaFree(c->pcounters);
+        for (int i = 0; i < c->n_wts; i++) cudaFree(c->wts[i].wt);
+        free(c->wts);
         cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);

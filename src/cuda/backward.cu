@@ -69,6 +69,51 @@ __global__ void __launch_bounds__(32 * LT_WARPS) linear_t_f32_kernel(float *out,
     }
 }
 
+// out [K, N] = w [N, K]^T, 32 x 32 tiles through shared memory (once per weight and session)
+__global__ void transpose_kernel(bf16 *out, const bf16 *w, int N, int K) {
+    __shared__ bf16 tile[32][33];
+    int k0 = blockIdx.x * 32, n0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8)
+        if (n0 + i < N && k0 + threadIdx.x < K) tile[i][threadIdx.x] = w[(size_t)(n0 + i) * K + k0 + threadIdx.x];
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8)
+        if (k0 + i < K && n0 + threadIdx.x < N) out[(size_t)(k0 + i) * N + n0 + threadIdx.x] = tile[threadIdx.x][i];
+}
+
+// The transposed bf16 copy [K, N] of W [N, K] (the whole matrix), keyed by its device address (a session's backend
+// never outlives the model whose weights it reads), made at its first use; NULL where it cannot be had
+// (out of memory, or first met while a graph is being captured: then cuBLASLt reads W as it is). The expert's
+// transposes cost the weights' size again (π0: 0.6 GB), kept until the session ends.
+static const bf16 *transposed(cuda_ctx *c, const pi0_wt *W, int N, int K) {
+    for (int i = 0; i < c->n_wts; i++)
+        if (c->wts[i].w == W->dev) return (const bf16 *)c->wts[i].wt;
+    cudaStreamCaptureStatus cs;
+    if (cudaStreamIsCapturing(c->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return NULL;
+    if (c->n_wts == c->cap_wts) {
+        int cap = c->cap_wts ? 2 * c->cap_wts : 256;
+        void *p = realloc(c->wts, (size_t)cap * sizeof *c->wts);
+        if (!p) return NULL;
+        c->wts = (struct cuda_ctx::cuda_wt_t *)p;
+        c->cap_wts = cap;
+    }
+    void *wt = NULL;
+    if (cudaMalloc(&wt, (size_t)N * K * sizeof(bf16)) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    transpose_kernel<<<dim3(cdiv(K, 32), cdiv(N, 32)), dim3(32, 8), 0, c->stream>>>((bf16 *)wt, (const bf16 *)W->dev, N, K);
+    c->wts[c->n_wts].w = W->dev;
+    c->wts[c->n_wts++].wt = wt;
+    return (const bf16 *)wt;
+}
+
+extern "C" void cuda_forget_transposes(pi0_backend *be) {
+    cuda_ctx *c = CTX(be);
+    cudaStreamSynchronize(c->stream);
+    for (int i = 0; i < c->n_wts; i++) cudaFree(c->wts[i].wt);
+    c->n_wts = 0;
+}
+
 void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0 || K <= 0) return;
@@ -92,6 +137,16 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
         return;
     }
     PI0_ASSERT(dy.kind == PT_ACT && out.kind == PT_ACT);
+    // few rows (the denoise at small batches): the product with a transposed copy of the whole weight, as a forward
+    // linear, so that gemv.cu's few-row kernel streams it (cuBLASLt reading the weight untransposed took ~3x as long
+    // at 51 rows: bench/RESULTS.md L136)
+    const bf16 *wt = M <= GEMV_ROWS && k0 == 0 && K == W->cols ? transposed(c, W, N, K) : NULL;
+    if (wt) {
+        pi0_wt T = {};
+        T.dtype = PI0_DT_BF16; T.rows = K; T.cols = N; T.dev = (void *)wt;
+        cuda_linear(be, out, dy, &T, NULL, M, K, N, 0, epi);
+        return;
+    }
     // gemm.cu's trans_w = 0: the weight as it is stored, row-major [N, cols] read as [inner N, out K] with row
     // stride cols; EPI_ADD as beta = 1 (formed in fp32, rounded to bf16 once)
     cuda_gemm_ex(c, 0, M, K, N, 1.0f, dy.p, N, CUDA_R_16BF, (const bf16 *)W->dev + k0, (int)W->cols, CUDA_R_16BF,

@@ -21,6 +21,10 @@ long cuda_decode_attention_launches(void);
 long cuda_flash_wg_launches(void);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
+/* Drops the backend's transposed weight copies (linear_t, backward.cu), which it keys by the weight's device address:
+ * the op tests free weights and upload new ones, at addresses that may repeat, on one backend (a session never outlives
+ * its model, so the library never does). */
+void cuda_forget_transposes(pi0_backend *be);
 /* 1 when the backend runs the Hopper kernels, 0 on the portable path (another GPU, or PI0_CUDA_PATH=portable): the op
  * tests then check that no Hopper kernel ran. */
 int cuda_backend_hopper(const pi0_backend *be);
