@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "cuda/testing.h"
@@ -706,6 +707,22 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
         compare_ex("attn_bwd.dq", shape, &dq, (size_t)hd, 1e-2, 5e-2);   /* rows: one head's hd values */
         compare_ex("attn_bwd.dk", shape, &dk, (size_t)hd, 1e-2, 5e-2);
         compare_ex("attn_bwd.dv", shape, &dv, (size_t)hd, 1e-2, 5e-2);
+        /* deterministic: a second run gives the same bits */
+        size_t nall = nqv + 2 * nsv;
+        float *h = malloc(2 * nall * sizeof(float));
+        int same = 0;
+        if (h) {
+            for (int run = 0; run < 2; run++) {
+                if (run) gb->attention_bwd(gb, dq.g, dk.g, dv.g, g.g, q.g, &a);
+                float *o = h + run * nall;
+                same = gpu->download(gpu, o, dq.g, nqv) == PI0_OK && gpu->download(gpu, o + nqv, dk.g, nsv) == PI0_OK &&
+                       gpu->download(gpu, o + nqv + nsv, dv.g, nsv) == PI0_OK;
+            }
+            same = same && !memcmp(h, h + nall, nall * sizeof(float));
+            free(h);
+        }
+        printf("%-12s %-44s %s\n", "attn_bwd.det", shape, same ? "second run bit-identical OK" : "FAIL");
+        CHECK(same, "attention_bwd %s: a second run differs", what);
         if (tight) gb->destroy(gb);
     }
     rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv);
@@ -989,6 +1006,61 @@ static void run_attn_case(const attn_case *c) {
     else if (!hopper) hopper_ran("the wgmma flash kernel", "attention", c->name, n0, cuda_flash_wg_launches(), 0);
 }
 
+static void attn_bwd_rows(void) {
+    for (size_t i = 0; i < N_OF(ATTN_BWD); i++) {
+        const attn_bwd_case *c = &ATTN_BWD[i];
+        int q[128], k[128];
+        for (int s = 0; s < c->nseg; s++) { q[s] = c->nq ? c->nq[s] : c->uq; k[s] = c->nk ? c->nk[s] : c->uk; }
+        printf("-- attention_bwd: %s\n", c->why);
+        t_attention_bwd(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->tight);
+    }
+}
+
+/* PI0_TEST_TIME_ATTN_BWD=1 (instead of the op tests; =2: after the attention_bwd rows): attention_bwd's time per call
+ * at π0's shapes (51 query rows x 8 heads, 1 kv head, head_dim 256, 816 cache keys; B = 1: the suffix as the cache's
+ * tail, B = 8 and 64: a second source), AB_REPS calls captured in one CUDA graph (run_graph), replayed AB_RUNS times
+ * after a warm-up, wall clock over the replays. */
+enum { AB_REPS = 20, AB_RUNS = 50 };
+typedef struct {
+    pt dq, dk, dv, g, q;
+    pi0_attn a;
+} ab_timing;
+static void ab_time_fn(void *p) {
+    ab_timing *t = p;
+    for (int i = 0; i < AB_REPS; i++) gpu->attention_bwd(gpu, t->dq, t->dk, t->dv, t->g, t->q, &t->a);
+}
+static void t_time_attention_bwd(void) {
+    static const int batches[] = {1, 8, 64};
+    const int nq = 51, n1 = 816, heads = 8, hd = 256;
+    gpu->reserve(gpu, 0, 0, (size_t)64 * nq * heads * (((n1 + nq) + 3) & ~3), 0);   /* the largest first: one scratch */
+    for (size_t b = 0; b < N_OF(batches); b++) {
+        int B = batches[b], tail = B == 1 ? nq : 0, nk = n1 + tail;
+        int32_t qo[65], ko[65];
+        for (int s = 0; s <= B; s++) { qo[s] = s * nq; ko[s] = s * nk; }
+        dbuf q = mk((size_t)B * nq * heads * hd, PT_ACT), g = mk((size_t)B * nq * heads * hd, PT_ACT),
+             dq = mk((size_t)B * nq * heads * hd, PT_ACT), k = mk((size_t)B * nk * hd, PT_ACT), v = mk((size_t)B * nk * hd, PT_ACT),
+             k2 = mk((size_t)B * nq * hd, PT_ACT), v2 = mk((size_t)B * nq * hd, PT_ACT), dk = mk((size_t)B * nq * hd, PT_ACT),
+             dv = mk((size_t)B * nq * hd, PT_ACT);
+        set_rand(&q, 1.0f); set_rand(&g, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); set_rand(&k2, 1.0f); set_rand(&v2, 1.0f);
+        ab_timing t = {dq.g, dk.g, dv.g, g.g, q.g,
+                       {.nseg = B, .heads = heads, .kv_heads = 1, .head_dim = hd, .scale = 1.0f / 16, .q_off = qo,
+                        .k_off = ko, .k1 = k.g, .v1 = v.g, .block0 = 1, .tail = tail}};
+        if (!tail) { t.a.k2 = k2.g; t.a.v2 = v2.g; }
+        int32_t key[2] = {0x7ab, B};
+        for (int i = 0; i < 3; i++) gpu->run_graph(gpu, key, 2, ab_time_fn, &t);
+        CHECK(gpu->sync(gpu) == PI0_OK, "attention_bwd timing B=%d: %s", B, pi0_last_error());
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < AB_RUNS; i++) gpu->run_graph(gpu, key, 2, ab_time_fn, &t);
+        CHECK(gpu->sync(gpu) == PI0_OK, "attention_bwd timing B=%d: %s", B, pi0_last_error());
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double us = ((t1.tv_sec - t0.tv_sec) * 1e6 + (t1.tv_nsec - t0.tv_nsec) * 1e-3) / (AB_RUNS * AB_REPS);
+        printf("attention_bwd time B=%-2d q=%d k=%d+%d h=%d/1 hd=%d: %8.2f us per call (%d graph replays of %d calls)\n", B, nq,
+               n1, nq, heads, hd, us, AB_RUNS, AB_REPS);
+        rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv);
+    }
+}
+
 static void op_tests(void) {
     if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0) != PI0_OK) {
         CHECK(0, "backends: %s", pi0_last_error());
@@ -1050,13 +1122,7 @@ static void op_tests(void) {
         printf("-- gelu_mul_bwd / scale_rows / swish_bwd: %s\n", ELEM_BWD[i].why);
         t_elementwise_bwd(ELEM_BWD[i].M, ELEM_BWD[i].F);
     }
-    for (size_t i = 0; i < N_OF(ATTN_BWD); i++) {
-        const attn_bwd_case *c = &ATTN_BWD[i];
-        int q[128], k[128];
-        for (int s = 0; s < c->nseg; s++) { q[s] = c->nq ? c->nq[s] : c->uq; k[s] = c->nk ? c->nk[s] : c->uk; }
-        printf("-- attention_bwd: %s\n", c->why);
-        t_attention_bwd(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->tight);
-    }
+    attn_bwd_rows();
     t_rtc_exact();
     t_patch(224, 14, 1152, 3);
     t_patch(56, 14, 32, 2);
@@ -1074,6 +1140,17 @@ int main(void) {
         printf("no CUDA device: test_cuda_ops runs on the GPU machine (make test-cuda)\n");
         return test_summary("test_cuda_ops") || 1;
     }
-    op_tests();
+    if (getenv("PI0_TEST_TIME_ATTN_BWD") && atoi(getenv("PI0_TEST_TIME_ATTN_BWD"))) {
+        if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0) != PI0_OK) {
+            CHECK(0, "backends: %s", pi0_last_error());
+        } else {
+            if (atoi(getenv("PI0_TEST_TIME_ATTN_BWD")) == 2) attn_bwd_rows();
+            t_time_attention_bwd();
+            cpu->destroy(cpu);
+            gpu->destroy(gpu);
+        }
+    } else {
+        op_tests();
+    }
     return test_summary("test_cuda_ops");
 }
