@@ -320,6 +320,26 @@ static void test_inputs(void) {
     in = ok_in;
     in.tokens = NULL;
     EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "required");
+    /* real-time chunking's inputs: a mode outside the enum, the per-sample form mask without exact, missing arrays */
+    float prev[5 * 32] = {0}, rw[5] = {1, 1, 0.5f, 0, 0}, mw[1] = {10};
+    uint8_t ex[1] = {1};
+    in = ok_in;
+    in.rtc = (pi0_rtc_mode)7;
+    in.rtc_prev = prev; in.rtc_weights = rw; in.rtc_max_weights = mw;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "rtc mode 7: expected PI0_RTC_OFF, PI0_RTC_LEROBOT or PI0_RTC_EXACT");
+    in.rtc = PI0_RTC_LEROBOT;
+    in.rtc_exact = ex;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "rtc_exact given with rtc mode 1");
+    in.rtc = PI0_RTC_OFF;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "given with rtc off");
+    in.rtc = PI0_RTC_EXACT;
+    in.rtc_weights = NULL;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "needs rtc_prev, rtc_weights and rtc_max_weights");
+    in.rtc_weights = rw;
+    rw[1] = 2;
+    EXPECT_ERR(pi0_infer(s, &in, act), PI0_ERR_ARG, "rtc_weights[1] = 2");
+    rw[1] = 1;
+    CHECK(pi0_infer(s, &in, act) == PI0_OK, "exact RTC with a valid leftover runs: %s", pi0_last_error());
     /* everything masked still gives finite actions (the suffix attends to itself) */
     memset(im, 0, sizeof im);
     memset(tm, 0, sizeof tm);

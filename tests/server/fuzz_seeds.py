@@ -31,6 +31,8 @@ seeds = {
     "rtc": {"observation/state": rng.standard_normal(8), "prompt": "cup",
             "rtc": {"executed": 2, "inference_delay": 1, "execution_horizon": 4, "schedule": "EXP",
                     "max_guidance_weight": 5.0, "prev_chunk": rng.standard_normal((3, 32)).astype(np.float32)}},
+    "rtc_exact": {"observation/state": rng.standard_normal(8), "prompt": "cup",
+                  "rtc": {"executed": 1, "inference_delay": 2, "mode": "exact"}},
     "batch": {"batch": [{"observation/state": rng.standard_normal(8), "prompt": "cup"}, 5,
                         {"observation/image": img(4, 4, 3), "noise": rng.standard_normal((5, 32)).astype(np.float32)}]},
 }
