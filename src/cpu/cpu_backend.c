@@ -228,7 +228,8 @@ static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0
     }
 }
 
-static void rope1(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
+/* RoPE on M rows of `heads` heads, in place; transpose: the rotation by minus the same angles (rope_bwd). */
+static void rope1(pi0_backend *be, pt x, pt pos, int M, int heads, int hd, int transpose) {
     int half = hd / 2;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
@@ -239,8 +240,13 @@ static void rope1(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
                 /* docs/model.md 3.7: inv_freq_i = 10000^(-2i/hd), angle in fp32 */
                 float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = p * inv_freq;
                 float cs = cosf(th), sn = sinf(th), x1 = v[i], x2 = v[half + i];
-                v[i] = x1 * cs - x2 * sn;
-                v[half + i] = x2 * cs + x1 * sn;
+                if (transpose) {
+                    v[i] = x1 * cs + x2 * sn;
+                    v[half + i] = x2 * cs - x1 * sn;
+                } else {
+                    v[i] = x1 * cs - x2 * sn;
+                    v[half + i] = x2 * cs + x1 * sn;
+                }
             }
         }
     }
@@ -283,8 +289,8 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
 }
 
 static void cpu_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    rope1(be, q, pos, M, qh, hd);
-    if (k.p) rope1(be, k, pos, M, kh, hd);
+    rope1(be, q, pos, M, qh, hd, 0);
+    if (k.p) rope1(be, k, pos, M, kh, hd, 0);
 }
 
 static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
@@ -440,26 +446,9 @@ static void cpu_swish_bwd(pi0_backend *be, pt dz, pt dy, pt z, int M, int D) {
     }
 }
 
-static void rope1_t(pi0_backend *be, pt x, pt pos, int M, int heads, int hd) {
-    int half = hd / 2;
-    #pragma omp parallel for num_threads(NT) schedule(static)
-    for (int r = 0; r < M; r++) {
-        float p = (float)I(pos)[r];
-        for (int h = 0; h < heads; h++) {
-            float *v = F(x) + ((size_t)r * heads + h) * hd;
-            for (int i = 0; i < half; i++) {   /* the forward's angle (rope1), rotated the other way */
-                float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = p * inv_freq;
-                double cs = cosf(th), sn = sinf(th), x1 = v[i], x2 = v[half + i];
-                v[i] = (float)(x1 * cs + x2 * sn);
-                v[half + i] = (float)(x2 * cs - x1 * sn);
-            }
-        }
-    }
-}
-
 static void cpu_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    rope1_t(be, q, pos, M, qh, hd);
-    if (k.p) rope1_t(be, k, pos, M, kh, hd);
+    rope1(be, q, pos, M, qh, hd, 1);
+    if (k.p) rope1(be, k, pos, M, kh, hd, 1);
 }
 
 /* Two passes: (1) per query row and head, the softmax P over its visible keys, dP = dout . v, dS = P (dP - dout . o),

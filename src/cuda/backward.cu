@@ -255,31 +255,6 @@ void cuda_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_p
                 rows_per_vec, M, D);
 }
 
-// rope_kernel's angle (elementwise.cu: double pow for inv_freq, the fp32 product, cosf / sinf), rotated by its
-// negative: (x1, x2) -> (x1 cos + x2 sin, x2 cos - x1 sin). One thread per (row, head of q or k, i < hd/2).
-__global__ void rope_bwd_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos, int M, int hd) {
-    pdl_wait();   // programmatic dependent launch: see common.cuh
-    pdl_trigger();
-    int half = hd / 2, heads = qh + kh;
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)M * heads * half;
-    if (idx >= n) return;
-    int i = (int)(idx % half), h = (int)((idx / half) % heads), r = (int)(idx / half / heads);
-    float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = (float)pos[r] * inv_freq;
-    float cs = cosf(th), sn = sinf(th);
-    bf16 *v = h < qh ? q + ((size_t)r * qh + h) * hd : k + ((size_t)r * kh + h - qh) * hd;
-    float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[half + i]);
-    v[i] = __float2bfloat16(x1 * cs + x2 * sn);
-    v[half + i] = __float2bfloat16(x2 * cs - x1 * sn);
-}
-
-void cuda_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    cuda_ctx *c = CTX(be);
-    if (!k.p) kh = 0;
-    size_t n = (size_t)M * (qh + kh) * (hd / 2);
-    if (c->err || !n) return;
-    cuda_launch(c, rope_bwd_kernel, GRID(n), (bf16 *)q.p, qh, (bf16 *)k.p, kh, (const int32_t *)pos.p, M, hd);
-}
-
 // ---- the guided velocity: rows x A values (at most B * H * 32), in double as the CPU twins compute them ----
 
 __global__ void rtc_error_kernel(float *err, const float *v, const float *x, const float *y, const float *w, float t,

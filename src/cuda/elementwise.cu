@@ -85,6 +85,8 @@ void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_
 
 // Rows of q (qh heads) and k (kh heads) rotated by pos[r] * 10000^(-2i/hd): (x1, x2) ->
 // (x1 cos - x2 sin, x2 cos + x1 sin); one thread per (row, head of q or k, i < hd/2), one launch for both.
+// TRANSPOSE: the rotation by minus the same angle, RoPE's transpose (backend.h rope_bwd, exact RTC).
+template <bool TRANSPOSE>
 __global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos, int M, int hd) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
@@ -96,16 +98,30 @@ __global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos
     float cs = cosf(th), sn = sinf(th);
     bf16 *v = h < qh ? q + ((size_t)r * qh + h) * hd : k + ((size_t)r * kh + h - qh) * hd;
     float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[half + i]);
-    v[i] = __float2bfloat16(x1 * cs - x2 * sn);
-    v[half + i] = __float2bfloat16(x2 * cs + x1 * sn);
+    if (TRANSPOSE) {
+        v[i] = __float2bfloat16(x1 * cs + x2 * sn);
+        v[half + i] = __float2bfloat16(x2 * cs - x1 * sn);
+    } else {
+        v[i] = __float2bfloat16(x1 * cs - x2 * sn);
+        v[half + i] = __float2bfloat16(x2 * cs + x1 * sn);
+    }
 }
 
-void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
+static void launch_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd, bool transpose) {
     cuda_ctx *c = CTX(be);
     if (!k.p) kh = 0;
     size_t n = (size_t)M * (qh + kh) * (hd / 2);
     if (c->err || !n) return;
-    cuda_launch(c, rope_kernel, GRID(n), (bf16 *)q.p, qh, (bf16 *)k.p, kh, (const int32_t *)pos.p, M, hd);
+    cuda_launch(c, transpose ? rope_kernel<true> : rope_kernel<false>, GRID(n), (bf16 *)q.p, qh, (bf16 *)k.p, kh,
+                (const int32_t *)pos.p, M, hd);
+}
+
+void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
+    launch_rope(be, q, qh, k, kh, pos, M, hd, false);
+}
+
+void cuda_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
+    launch_rope(be, q, qh, k, kh, pos, M, hd, true);
 }
 
 __global__ void embed_kernel(bf16 *out, const int32_t *rows, const int32_t *ids, int n, const bf16 *table, int D,
