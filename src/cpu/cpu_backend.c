@@ -479,9 +479,9 @@ static void cpu_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt 
                 else nsuf = n2;
                 int kvh = h / group, nk = n1 + nsuf;
                 const float *qr = F(q) + ((size_t)r * H + h) * hd, *g = F(dout) + ((size_t)r * H + h) * hd;
-#define KROW(T, t) ((t) < n1 ? F(a->T##1) + (size_t)(ko[s] + (t)) * kvw + kvh * hd \
-                             : (a->tail ? F(a->T##1) + (size_t)(ko[s] + n1 + (t) - n1) * kvw + kvh * hd \
-                                        : F(a->T##2) + (size_t)(qo[s] + (t) - n1) * kvw + kvh * hd))
+/* key t: source 1 for the cache keys and, in the tail layout, for the suffix keys that follow them; else source 2 */
+#define KROW(T, t) ((t) < n1 || a->tail ? F(a->T##1) + (size_t)(ko[s] + (t)) * kvw + kvh * hd \
+                                        : F(a->T##2) + (size_t)(qo[s] + (t) - n1) * kvw + kvh * hd)
                 double mx = -INFINITY, sum = 0;
                 for (int t = 0; t < nk; t++) {
                     const float *kr = KROW(k, t);
