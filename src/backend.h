@@ -156,22 +156,30 @@ struct pi0_backend {
      * cotangent of its input(s). Cotangents live in the kind of the value they belong to. */
     /* out (M, K) [op]= dy (M, N) . W[:, k0:k0+K]: linear's input cotangent (op EPI_STORE or EPI_ADD). */
     void (*linear_t)(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);
+    /* out (M, K) [op]= sum_i dy[:, c_i : c_i + W[i]->rows] . W[i], c_i = W[0]->rows + ... + W[i-1]->rows, K = the
+     * weights' cols, dy rows of stride ld >= the sum of the rows (columns past it are not read): the transposes of
+     * products that read one input (q, k, v; gate, up) as one product over their output cotangents side by side. */
+    void (*linear_t_cat)(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
+                         enum pi0_epi epi);
     /* dx [op]= the input cotangent of rmsnorm (w != NULL) or adarms (w == NULL; mod, rows_per_mod as adarms) at
      * input x for the output cotangent dy: with r = rsqrt(mean(x^2) + eps), a = 1 + w (or 1 + scale),
      * dx_j = r a_j dy_j - x_j r^3 / D * sum_i(a_i dy_i x_i); the shift has no x dependence. */
     void (*norm_bwd)(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod, int rows_per_mod, int M, int D,
                      float eps, enum pi0_epi epi);
-    /* dg = dy * u * gelu_tanh'(g), du = dy * gelu_tanh(g): gelu_mul's cotangents, (M, F) each. */
-    void (*gelu_mul_bwd)(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F);
+    /* dg = dy * u * gelu_tanh'(g), du = dy * gelu_tanh(g): gelu_mul's cotangents, (M, F) each, rows of dg and du of
+     * stride ld (0: F; dy, g, u packed). */
+    void (*gelu_mul_bwd)(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F, int ld);
     /* dz = dy * swish'(z) = dy * s (1 + z (1 - s)), s = sigmoid(z), (M, D) F32: add_rows' ACT_SWISH cotangent. */
     void (*swish_bwd)(pi0_backend *be, pt dz, pt dy, pt z, int M, int D);
-    /* RoPE's transpose, in place: the rotation of rope by minus the same angles (arguments as rope). */
-    void (*rope_bwd)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
+    /* RoPE's transpose, in place: the rotation of rope by minus the same angles (arguments as rope; rows of q and k
+     * of stride ld, 0: packed). */
+    void (*rope_bwd)(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim, int ld);
     /* attention's cotangents for the output cotangent dout (rows of q, as attention's out): dq (rows of q) and dk, dv
      * (rows aligned with the queries, rows of kv_heads*head_dim): the cotangents of the suffix keys and values, those
      * of source 2, or with tail > 0 the segment's last `tail` source-1 keys (then tail = the segment's query rows).
-     * Source-1 keys before the tail are constants (the prefix cache). dk, dv are written (not accumulated). */
-    void (*attention_bwd)(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a);
+     * Source-1 keys before the tail are constants (the prefix cache). dk, dv are written (not accumulated). Rows of
+     * dq, dk and dv of stride ld (0: packed, heads * head_dim and kv_heads * head_dim). */
+    void (*attention_bwd)(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a, int ld);
     /* out[r] = x[r] * v[(r / rows_per_vec) * stride + i]: the cotangent of linear_gated's product through its gate;
      * x, out ACT (M, D), v F32. */
     void (*scale_rows)(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D);

@@ -71,7 +71,9 @@ struct model_sess {
     int exact_ready;
     pt xh, xh2, xq, xk, xv, xg, xu;  /* [depth] slabs of (Ms, width) rows */
     pt az;                           /* π0: the action MLP's pre-swish rows (Mh, De) F32 */
-    pt d_s, d_sy, d_tmp, d_a, d_g, d_u, d_q, d_k, d_v;   /* cotangents (ACT) */
+    pt d_s, d_sy, d_tmp, d_a;        /* cotangents (ACT), (Ms, De) and (Ms, Fe) */
+    pt d_gu, d_qkv;                  /* cotangents of gate | up and q | k | v side by side, rows of ld_gu, ld_qkv */
+    int ld_gu, ld_qkv;
     pt d_vin, d_act, d_hid, d_x, err, zero_row, rtc_jac; /* F32 */
     float *h_rtc_jac;
     float *h_rtc_g;                  /* [steps] host copy of rtc_g */
@@ -405,7 +407,7 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
 static pi0_status exact_buffers(model_sess *s) {
     if (s->exact_ready) return PI0_OK;
     pi0_backend *be = s->be;
-    if (!be->linear_t || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
+    if (!be->linear_t || !be->linear_t_cat || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
         !be->scale_rows || !be->rtc_error || !be->rtc_correct)
         return pi0_fail(PI0_ERR_ARG, "exact real-time chunking: the %s backend lacks the expert's transpose ops", be->name);
     size_t Ms = (size_t)s->max_b * s->S, Mh = (size_t)s->max_b * s->H, depth = (size_t)s->c->ex.depth;
@@ -422,11 +424,13 @@ static pi0_status exact_buffers(model_sess *s) {
     s->d_sy = buf(s, Ms * s->De, PT_ACT);
     s->d_tmp = buf(s, Ms * s->De, PT_ACT);
     s->d_a = buf(s, Ms * s->Fe, PT_ACT);
-    s->d_g = buf(s, Ms * s->Fe, PT_ACT);
-    s->d_u = buf(s, Ms * s->Fe, PT_ACT);
-    s->d_q = buf(s, Ms * qw, PT_ACT);
-    s->d_k = buf(s, Ms * kvw, PT_ACT);
-    s->d_v = buf(s, Ms * kvw, PT_ACT);
+    /* the rows of the side-by-side cotangents, padded with zero columns (alloc zero-fills; no op writes them) to a
+     * multiple of 1024: the CUDA backend's few-row product reads its inner dimension in slices of 1024 (q | k | v:
+     * 2560 -> 3072), so that each transposed group is one product (linear_t_cat) */
+    s->ld_gu = (int)((2 * (size_t)s->Fe + 1023) / 1024 * 1024);
+    s->ld_qkv = (int)((qw + 2 * kvw + 1023) / 1024 * 1024);
+    s->d_gu = buf(s, Ms * s->ld_gu, PT_ACT);
+    s->d_qkv = buf(s, Ms * s->ld_qkv, PT_ACT);
     s->d_vin = buf(s, Mh * s->De, PT_F32);
     s->d_act = buf(s, Mh * s->De, PT_F32);
     s->d_hid = buf(s, Mh * s->De, PT_F32);
@@ -503,20 +507,20 @@ static void expert_backward(model_sess *s, const pi0_expert_step *e) {
         const pi0_gemma_layer *L = &e->layers[l];
         /* MLP: s += down(gelu(gate(n)) * up(n)), n = norm(xh2) */
         ex_residual_bwd(s, e, s->d_a, s->d_s, &L->down, Fd, 2 * l + 1);
-        be->gelu_mul_bwd(be, s->d_g, s->d_u, s->d_a, slab(s, s->xg, l, Fd), slab(s, s->xu, l, Fd), M, Fd);
-        be->linear_t(be, s->d_sy, s->d_g, &L->gate, M, Fd, D, 0, EPI_STORE);
-        be->linear_t(be, s->d_sy, s->d_u, &L->up, M, Fd, D, 0, EPI_ADD);
+        be->gelu_mul_bwd(be, s->d_gu, pt_at(be, s->d_gu, (size_t)Fd), s->d_a, slab(s, s->xg, l, Fd),
+                         slab(s, s->xu, l, Fd), M, Fd, s->ld_gu);
+        const pi0_wt *gu[2] = {&L->gate, &L->up}, *qkv[3] = {&L->q, &L->k, &L->v};
+        be->linear_t_cat(be, s->d_sy, s->d_gu, s->ld_gu, gu, 2, M, D, EPI_STORE);
         ex_norm_bwd(be, e, s->d_s, s->d_sy, slab(s, s->xh2, l, D), &L->mlp_norm, 2 * l + 1, EPI_ADD);
         /* attention: s += o(attn(rope(q(n)), [cache, rope(k(n))], [cache, v(n)])), n = norm(xh) */
         ex_residual_bwd(s, e, e->att, s->d_s, &L->o, qw, 2 * l);   /* att: the attention output's cotangent */
         a.k1 = e->kc[l];
         a.v1 = e->vc[l];
         if (!a.tail) { a.k2 = slab(s, s->xk, l, kvw); a.v2 = slab(s, s->xv, l, kvw); }
-        be->attention_bwd(be, s->d_q, s->d_k, s->d_v, e->att, slab(s, s->xq, l, qw), &a);
-        be->rope_bwd(be, s->d_q, a.heads, s->d_k, a.kv_heads, e->pos, M, a.head_dim);
-        be->linear_t(be, s->d_sy, s->d_q, &L->q, M, qw, D, 0, EPI_STORE);
-        be->linear_t(be, s->d_sy, s->d_k, &L->k, M, (int)kvw, D, 0, EPI_ADD);
-        be->linear_t(be, s->d_sy, s->d_v, &L->v, M, (int)kvw, D, 0, EPI_ADD);
+        pt dq = s->d_qkv, dk = pt_at(be, dq, (size_t)qw), dv = pt_at(be, dk, kvw);
+        be->attention_bwd(be, dq, dk, dv, e->att, slab(s, s->xq, l, qw), &a, s->ld_qkv);
+        be->rope_bwd(be, dq, a.heads, dk, a.kv_heads, e->pos, M, a.head_dim, s->ld_qkv);
+        be->linear_t_cat(be, s->d_sy, s->d_qkv, s->ld_qkv, qkv, 3, M, D, EPI_STORE);
         ex_norm_bwd(be, e, s->d_s, s->d_sy, slab(s, s->xh, l, D), &L->attn_norm, 2 * l, EPI_ADD);
     }
 }

@@ -421,8 +421,13 @@ static void t_rope(int M, int qh, int kh, int hd, int bwd) {
     set_ints(&pos, p);
     set_rand(&q, 1.0f);
     set_rand(&k, 1.0f);
-    (bwd ? cpu->rope_bwd : cpu->rope)(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd);
-    (bwd ? gpu->rope_bwd : gpu->rope)(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd);
+    if (bwd) {
+        cpu->rope_bwd(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd, 0);
+        gpu->rope_bwd(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd, 0);
+    } else {
+        cpu->rope(cpu, q.c, qh, kh ? k.c : (pt){0}, kh, pos.c, M, hd);
+        gpu->rope(gpu, q.g, qh, kh ? k.g : (pt){0}, kh, pos.g, M, hd);
+    }
     const char *op = bwd ? "rope_bwd" : "rope";
     char shape[64];
     snprintf(shape, sizeof shape, "M=%d q heads=%d hd=%d", M, qh, hd);
@@ -431,6 +436,24 @@ static void t_rope(int M, int qh, int kh, int hd, int bwd) {
     compare(op, shape, &k, (size_t)(kh ? kh : 1) * hd, kh ? 8e-3 : 0);   /* kh = 0: k must be untouched (equal) */
     free(p);
     rel(&q); rel(&k); rel(&pos);
+}
+
+/* rope_bwd on q and k side by side in rows of stride ld (the model's q | k | v cotangent rows): the columns past k
+ * start random and must stay as they were */
+static void t_rope_bwd_ld(int M, int qh, int kh, int hd, int ld) {
+    dbuf r = mk((size_t)M * ld, PT_ACT), pos = mk((size_t)M, PT_I32);
+    int32_t *p = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) p[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, p);
+    set_rand(&r, 1.0f);
+    size_t ko = (size_t)qh * hd;
+    cpu->rope_bwd(cpu, r.c, qh, pt_at(cpu, r.c, ko), kh, pos.c, M, hd, ld);
+    gpu->rope_bwd(gpu, r.g, qh, pt_at(gpu, r.g, ko), kh, pos.g, M, hd, ld);
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d heads=%d+%d hd=%d ld=%d", M, qh, kh, hd, ld);
+    compare("rope_bwd", shape, &r, (size_t)ld, 8e-3);
+    free(p);
+    rel(&r); rel(&pos);
 }
 
 /* nseg segments: query counts nq[s], source-1 key counts nk[s]; with_k2 adds the suffix source.
@@ -613,6 +636,32 @@ static void t_linear_t(int M, int N, int K, int k0, int kcols, enum pi0_epi epi,
     free_wts(ar, ws, 1);
 }
 
+/* linear_t_cat: out (M, K) [op]= the weights' transposes applied to dy's column groups side by side (rows of ld, the
+ * columns past the groups random: they must count for nothing) */
+static void t_linear_t_cat(int M, const int *rows, int nw, int K, int ld, enum pi0_epi epi) {
+    hwt W[4], *ws[4];
+    const pi0_wt *wl[4];
+    PI0_ASSERT(nw <= 4);
+    for (int i = 0; i < nw; i++) {
+        W[i] = mkw(rows[i], K, 1.0f / sqrtf((float)rows[i]), 0);
+        ws[i] = &W[i];
+        wl[i] = &W[i].w;
+    }
+    void *ar = upload_wts(ws, nw);
+    dbuf dy = mk((size_t)M * ld, PT_ACT), out = mk((size_t)M * K, PT_ACT);
+    set_rand(&dy, 1.0f);
+    if (epi == EPI_ADD) set_rand(&out, 1.0f); else poison(&out);
+    cpu->linear_t_cat(cpu, out.c, dy.c, ld, wl, nw, M, K, epi);
+    gpu->linear_t_cat(gpu, out.g, dy.g, ld, wl, nw, M, K, epi);
+    char shape[96];
+    int n = snprintf(shape, sizeof shape, "M=%d rows=", M);
+    for (int i = 0; i < nw; i++) n += snprintf(shape + n, sizeof shape - n, "%s%d", i ? "|" : "", rows[i]);
+    snprintf(shape + n, sizeof shape - n, " K=%d ld=%d %s", K, ld, ename(epi));
+    compare("linear_t_cat", shape, &out, (size_t)K, 8e-3);
+    rel(&dy); rel(&out);
+    free_wts(ar, ws, nw);
+}
+
 /* norm_bwd: the cotangent through RMSNorm (weights) or adaRMS (modulation rows shared by `per` rows) */
 static void t_norm_bwd(int M, int D, int ada, int per, enum pi0_epi epi) {
     hwt w = mkw(D, 1, 0.2f, 0);
@@ -638,10 +687,20 @@ static void t_elementwise_bwd(int M, int F) {
     dbuf g = mk((size_t)M * F, PT_ACT), u = mk((size_t)M * F, PT_ACT), dy = mk((size_t)M * F, PT_ACT);
     dbuf dg = mk((size_t)M * F, PT_ACT), du = mk((size_t)M * F, PT_ACT);
     set_rand(&g, 2.0f); set_rand(&u, 1.0f); set_rand(&dy, 1.0f); poison(&dg); poison(&du);
-    cpu->gelu_mul_bwd(cpu, dg.c, du.c, dy.c, g.c, u.c, M, F);
-    gpu->gelu_mul_bwd(gpu, dg.g, du.g, dy.g, g.g, u.g, M, F);
+    cpu->gelu_mul_bwd(cpu, dg.c, du.c, dy.c, g.c, u.c, M, F, 0);
+    gpu->gelu_mul_bwd(gpu, dg.g, du.g, dy.g, g.g, u.g, M, F, 0);
     compare("gelu_mul_bwd.g", shape, &dg, (size_t)F, 8e-3);
     compare("gelu_mul_bwd.u", shape, &du, (size_t)F, 8e-3);
+    /* dg | du side by side in rows of 2F + 8 (the model's gate | up cotangent rows); the padding must stay */
+    int ld = 2 * F + 8;
+    dbuf gu = mk((size_t)M * ld, PT_ACT);
+    set_rand(&gu, 1.0f);
+    cpu->gelu_mul_bwd(cpu, gu.c, pt_at(cpu, gu.c, (size_t)F), dy.c, g.c, u.c, M, F, ld);
+    gpu->gelu_mul_bwd(gpu, gu.g, pt_at(gpu, gu.g, (size_t)F), dy.g, g.g, u.g, M, F, ld);
+    snprintf(shape, sizeof shape, "M=%d F=%d ld=%d", M, F, ld);
+    compare("gelu_mul_bwd.gu", shape, &gu, (size_t)ld, 8e-3);
+    rel(&gu);
+    snprintf(shape, sizeof shape, "M=%d F=%d", M, F);
     /* scale_rows: the gate part (offset 2F, stride 3F) of modulation rows shared by ceil(M / 3) rows */
     int per = (M + 2) / 3;
     dbuf mod = mk((size_t)3 * 3 * F, PT_F32);
@@ -668,7 +727,7 @@ static void t_elementwise_bwd(int M, int F) {
  * keys; the suffix keys a second source or the range's last `tail`). tight: on a second backend whose scratch holds one
  * segment's logits (reserve's contract), so that each segment is a chunk of its own. */
 static void t_attention_bwd(const char *what, int nseg, const int *nq, const int *nk, int heads, int kv, int hd,
-                            int with_k2, int block0, int tail, int tight) {
+                            int with_k2, int block0, int tail, int tight, int side) {
     int32_t qo[129] = {0}, ko[129] = {0};
     PI0_ASSERT(nseg <= 128);
     size_t all = 0, one = 0;
@@ -685,6 +744,17 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
     dbuf k2 = mk(nsv, PT_ACT), v2 = mk(nsv, PT_ACT), dk = mk(nsv, PT_ACT), dv = mk(nsv, PT_ACT);
     set_rand(&q, 1.0f); set_rand(&g, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); set_rand(&k2, 1.0f); set_rand(&v2, 1.0f);
     poison(&dq); poison(&dk); poison(&dv);
+    /* side: dq | dk | dv side by side in rows of ld (the model's layout), one head's width of padding that starts
+     * random and must stay */
+    int ld = side ? (heads + 2 * kv + 1) * hd : 0;
+    dbuf all3 = mk(side ? (size_t)Mq * ld : 1, PT_ACT);
+    set_rand(&all3, 1.0f);
+    pt dqc = dq.c, dkc = dk.c, dvc = dv.c, dqg = dq.g, dkg = dk.g, dvg = dv.g;
+    if (side) {
+        size_t ok = (size_t)heads * hd, ov = ok + (size_t)kv * hd;
+        dqc = all3.c; dkc = pt_at(cpu, all3.c, ok); dvc = pt_at(cpu, all3.c, ov);
+        dqg = all3.g; dkg = pt_at(gpu, all3.g, ok); dvg = pt_at(gpu, all3.g, ov);
+    }
     pi0_backend *gb = gpu;
     if (tight && cuda_backend_create(&gb, 0) != PI0_OK) {
         CHECK(0, "second backend: %s", pi0_last_error());
@@ -696,14 +766,20 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
                       .q_off = qo, .k_off = ko, .block0 = block0, .tail = tail};
         a.k1 = k.c; a.v1 = v.c;
         if (with_k2) { a.k2 = k2.c; a.v2 = v2.c; }
-        cpu->attention_bwd(cpu, dq.c, dk.c, dv.c, g.c, q.c, &a);
+        cpu->attention_bwd(cpu, dqc, dkc, dvc, g.c, q.c, &a, ld);
         a.k1 = k.g; a.v1 = v.g;
         if (with_k2) { a.k2 = k2.g; a.v2 = v2.g; }
-        gb->attention_bwd(gb, dq.g, dk.g, dv.g, g.g, q.g, &a);
+        gb->attention_bwd(gb, dqg, dkg, dvg, g.g, q.g, &a, ld);
         CHECK(gb->sync(gb) == PI0_OK, "attention_bwd %s: %s", what, pi0_last_error());
         char shape[96];
         snprintf(shape, sizeof shape, "%s seg=%d q=%d k=%d h=%d/%d hd=%d%s", what, nseg, nq[0], nk[0], heads, kv, hd,
-                 tight ? " tight" : "");
+                 tight ? " tight" : side ? " side by side" : "");
+        if (side) {   /* the whole rows: dq, dk, dv and the untouched padding */
+            compare_ex("attn_bwd.dqkv", shape, &all3, (size_t)hd, 1e-2, 5e-2);
+            if (tight) gb->destroy(gb);
+            rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv); rel(&all3);
+            return;
+        }
         compare_ex("attn_bwd.dq", shape, &dq, (size_t)hd, 1e-2, 5e-2);   /* rows: one head's hd values */
         compare_ex("attn_bwd.dk", shape, &dk, (size_t)hd, 1e-2, 5e-2);
         compare_ex("attn_bwd.dv", shape, &dv, (size_t)hd, 1e-2, 5e-2);
@@ -713,7 +789,7 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
         int same = 0;
         if (h) {
             for (int run = 0; run < 2; run++) {
-                if (run) gb->attention_bwd(gb, dq.g, dk.g, dv.g, g.g, q.g, &a);
+                if (run) gb->attention_bwd(gb, dq.g, dk.g, dv.g, g.g, q.g, &a, 0);
                 float *o = h + run * nall;
                 same = gpu->download(gpu, o, dq.g, nqv) == PI0_OK && gpu->download(gpu, o + nqv, dk.g, nsv) == PI0_OK &&
                        gpu->download(gpu, o + nqv + nsv, dv.g, nsv) == PI0_OK;
@@ -725,7 +801,7 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
         CHECK(same, "attention_bwd %s: a second run differs", what);
         if (tight) gb->destroy(gb);
     }
-    rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv);
+    rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv); rel(&all3);
 }
 
 /* rtc_error and rtc_correct: 2 samples x 50 rows of 32, prefix weights from 1 down to 0, step 3 of 5; the exact form
@@ -949,6 +1025,18 @@ static const linear_t_case LINEAR_T[] = {
     {100, 1024, 32, 0, 32, 0, 1, 1e-5, "fp32 rows, no fp32 copy: the kernel at many rows"},
 };
 
+/* linear_t_cat: transposed groups side by side, each row at EPI_STORE and EPI_ADD */
+typedef struct { int M, nw, rows[3], K, ld; const char *why; } linear_t_cat_case;
+static const linear_t_cat_case LINEAR_T_CAT[] = {
+    {11, 3, {2048, 256, 256}, 1024, 3072, "expert q|k|v^T at B = 1, 10 steps ahead (padded to 3072: the few-row kernel)"},
+    {11, 2, {4096, 4096}, 1024, 8192, "expert gate|up^T at B = 1"},
+    {51, 3, {2048, 256, 256}, 1024, 3072, "q|k|v^T at the 50-step horizon (17-64 rows)"},
+    {51, 2, {4096, 4096}, 1024, 8192, "gate|up^T at the 50-step horizon"},
+    {102, 3, {2048, 256, 256}, 1024, 3072, "q|k|v^T at B = 2: one cuBLASLt product per weight"},
+    {5, 2, {40, 24}, 72, 80, "tiny, ld past the groups"},
+    {3, 3, {16, 8, 8}, 48, 32, "tiny q|k|v, ld exactly the groups"},
+};
+
 typedef struct { int M, D, ada, per; enum pi0_epi epi; const char *why; } norm_bwd_case;
 static const norm_bwd_case NORM_BWD[] = {
     {51, 1024, 0, 1, EPI_STORE, "the final RMSNorm^T, 50-step horizon"},
@@ -1012,7 +1100,9 @@ static void attn_bwd_rows(void) {
         int q[128], k[128];
         for (int s = 0; s < c->nseg; s++) { q[s] = c->nq ? c->nq[s] : c->uq; k[s] = c->nk ? c->nk[s] : c->uk; }
         printf("-- attention_bwd: %s\n", c->why);
-        t_attention_bwd(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->tight);
+        t_attention_bwd(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, c->tight, 0);
+        if (c->nseg <= 2 && !c->tight)   /* the model's layout: dq | dk | dv side by side */
+            t_attention_bwd(c->name, c->nseg, q, k, c->heads, c->kv, c->hd, c->k2, c->block0, c->tail, 0, 1);
     }
 }
 
@@ -1027,7 +1117,7 @@ typedef struct {
 } ab_timing;
 static void ab_time_fn(void *p) {
     ab_timing *t = p;
-    for (int i = 0; i < AB_REPS; i++) gpu->attention_bwd(gpu, t->dq, t->dk, t->dv, t->g, t->q, &t->a);
+    for (int i = 0; i < AB_REPS; i++) gpu->attention_bwd(gpu, t->dq, t->dk, t->dv, t->g, t->q, &t->a, 0);
 }
 static void t_time_attention_bwd(void) {
     static const int batches[] = {1, 8, 64};
@@ -1100,6 +1190,8 @@ static void op_tests(void) {
         printf("-- rope / rope_bwd: %s\n", ROPE[i].why);
         t_rope(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd, 0);
         t_rope(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd, 1);
+        if (ROPE[i].kh)
+            t_rope_bwd_ld(ROPE[i].M, ROPE[i].qh, ROPE[i].kh, ROPE[i].hd, (ROPE[i].qh + 3 * ROPE[i].kh) * ROPE[i].hd);
     }
     for (size_t i = 0; i < N_OF(ATTN); i++) {
         printf("-- attention: %s\n", ATTN[i].why);
@@ -1112,6 +1204,12 @@ static void op_tests(void) {
         printf("-- linear_t: %s\n", c->why);
         t_linear_t(c->M, c->N, c->K, c->k0, c->kcols, EPI_STORE, c->f32, c->tol);
         if (c->add) t_linear_t(c->M, c->N, c->K, c->k0, c->kcols, EPI_ADD, c->f32, c->tol);
+    }
+    for (size_t i = 0; i < N_OF(LINEAR_T_CAT); i++) {
+        const linear_t_cat_case *c = &LINEAR_T_CAT[i];
+        printf("-- linear_t_cat: %s\n", c->why);
+        t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_STORE);
+        t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_ADD);
     }
     for (size_t i = 0; i < N_OF(NORM_BWD); i++) {
         const norm_bwd_case *c = &NORM_BWD[i];

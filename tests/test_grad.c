@@ -124,6 +124,49 @@ static void t_linear_t(int M, int N, int K, int k0, int cols, enum pi0_epi epi) 
     be->release(be, px); be->release(be, py); be->release(be, pd); be->release(be, po);
 }
 
+/* ---- linear_t_cat: the gradient of sum(dy * [x . W_0^T | x . W_1^T | ... | 0 padding]) (rows of ld) ---- */
+struct linc { int M, K, ld, nw; const int *rows; float *const *W; const float *x0; };
+static void f_linc(void *vc, const double *x, double *y) {
+    struct linc *c = vc;
+    for (int m = 0; m < c->M; m++) {
+        int col = 0;
+        for (int i = 0; i < c->nw; col += c->rows[i], i++)
+            for (int n = 0; n < c->rows[i]; n++) {
+                double a = 0;
+                for (int k = 0; k < c->K; k++)
+                    a += (x ? x[(size_t)m * c->K + k] : c->x0[(size_t)m * c->K + k]) * c->W[i][(size_t)n * c->K + k];
+                y[(size_t)m * c->ld + col + n] = a;
+            }
+        for (; col < c->ld; col++) y[(size_t)m * c->ld + col] = 0;
+    }
+}
+
+static void t_linear_t_cat(int M, int K, int ld, int nw, const int *rows, enum pi0_epi epi) {
+    char what[64];
+    int n = snprintf(what, sizeof what, "M %d K %d ld %d rows ", M, K, ld);
+    for (int i = 0; i < nw; i++) n += snprintf(what + n, sizeof what - n, "%s%d", i ? "|" : "", rows[i]);
+    snprintf(what + n, sizeof what - n, " %s", epi == EPI_ADD ? "add" : "store");
+    float *W[3], *x = rnd((size_t)M * K, 1), *dy = rnd((size_t)M * ld, 1), *o0 = rnd((size_t)M * K, 1);
+    pi0_wt w[3];
+    const pi0_wt *wl[3];
+    for (int i = 0; i < nw; i++) {
+        W[i] = rnd((size_t)rows[i] * K, 0.3);
+        w[i] = wt(W[i], rows[i], K);
+        wl[i] = &w[i];
+    }
+    struct linc c = {M, K, ld, nw, rows, W, x};
+    pt pd = dev(dy, (size_t)M * ld, PT_ACT), po = dev(o0, (size_t)M * K, PT_ACT);
+    be->linear_t_cat(be, po, pd, ld, wl, nw, M, K, epi);
+    float *got = host(po, (size_t)M * K);
+    double *g = malloc((size_t)M * K * sizeof(double));
+    fd_grad(f_linc, &c, x, (size_t)M * K, dy, (size_t)M * ld, g);
+    if (epi == EPI_ADD) for (size_t i = 0; i < (size_t)M * K; i++) g[i] += o0[i];
+    check_grad("linear_t_cat", what, got, g, (size_t)M * K);
+    for (int i = 0; i < nw; i++) free(W[i]);
+    free(x); free(dy); free(o0); free(got); free(g);
+    be->release(be, pd); be->release(be, po);
+}
+
 /* ---- norm_bwd: Gemma RMSNorm x r (1 + w) and adaRMS x r (1 + scale) + shift ---- */
 struct nrm { int M, D, per; const float *w, *mod, *x0; float eps; };
 static void f_norm(void *vc, const double *x, double *y) {
@@ -198,13 +241,28 @@ static void t_elementwise(int M, int D) {
     be->gelu_mul(be, po, pg, pu, M, D);
     float *y = host(po, n);
     check_fwd("gelu_mul", f_gelu_mul, &c, n, y);
-    be->gelu_mul_bwd(be, pdg, pdu, pd, pg, pu, M, D);
+    be->gelu_mul_bwd(be, pdg, pdu, pd, pg, pu, M, D, 0);
     double *gr = malloc(2 * n * sizeof(double));
     fd_grad(f_gelu_mul, &c, gu, 2 * n, dy, n, gr);
     float *got_g = host(pdg, n), *got_u = host(pdu, n);
     check_grad("gelu_mul_bwd", "dg", got_g, gr, n);
     check_grad("gelu_mul_bwd", "du", got_u, gr + n, n);
     free(y);
+    /* dg | du side by side in rows of 2D + 3 (the model's layout): the same values, the padding untouched */
+    int ld = 2 * D + 3;
+    float *pad = rnd((size_t)M * ld, 1), *want = malloc((size_t)M * ld * sizeof(float));
+    memcpy(want, pad, (size_t)M * ld * sizeof(float));
+    for (int r = 0; r < M; r++) {
+        memcpy(want + (size_t)r * ld, got_g + (size_t)r * D, (size_t)D * sizeof(float));
+        memcpy(want + (size_t)r * ld + D, got_u + (size_t)r * D, (size_t)D * sizeof(float));
+    }
+    pt pgu = dev(pad, (size_t)M * ld, PT_ACT);
+    be->gelu_mul_bwd(be, pgu, pt_at(be, pgu, (size_t)D), pd, pg, pu, M, D, ld);
+    y = host(pgu, (size_t)M * ld);
+    CHECK(!memcmp(y, want, (size_t)M * ld * sizeof(float)), "gelu_mul_bwd: rows of stride %d differ from the packed ones", ld);
+    printf("%-14s %-40s %s\n", "gelu_mul_bwd", "dg | du in rows of 2D + 3", "equal to packed, padding kept");
+    free(y); free(pad); free(want);
+    be->release(be, pgu);
 
     /* swish: forward as add_rows(ACT_SWISH) of a zero vector; cotangent in place (dz aliases dy), as model.c calls it */
     pt pz = dev(g, n, PT_F32), pzero = dev(NULL, (size_t)D, PT_F32), pdd = dev(dy, n, PT_F32);
@@ -275,7 +333,7 @@ static void t_rope_bwd(int M, int qh, int kh, int hd) {
     check_fwd("rope", f_rope, &c, n, y);
     be->upload(be, pq, dq, nq);
     be->upload(be, pk, dk, nk);
-    be->rope_bwd(be, pq, qh, pk, kh, ppos, M, hd);
+    be->rope_bwd(be, pq, qh, pk, kh, ppos, M, hd, 0);
     float *gq = host(pq, nq), *gk = host(pk, nk), *got = malloc(n * sizeof(float));
     for (int r = 0; r < M; r++) {
         memcpy(got + (size_t)r * rows * hd, gq + (size_t)r * qh * hd, (size_t)qh * hd * sizeof(float));
@@ -286,6 +344,14 @@ static void t_rope_bwd(int M, int qh, int kh, int hd) {
     char what[64];
     snprintf(what, sizeof what, "M %d, %d q + %d k heads of %d", M, qh, kh, hd);
     check_grad("rope_bwd", what, got, g, n);
+    /* q and k side by side in rows of ld = rows * hd (the model's q | k | v layout): dy as it is laid out */
+    pt pqk = dev(dy, n, PT_ACT);
+    be->rope_bwd(be, pqk, qh, pt_at(be, pqk, (size_t)qh * hd), kh, ppos, M, hd, rows * hd);
+    float *gs = host(pqk, n);
+    snprintf(what, sizeof what, "M %d, %d q + %d k heads of %d, one row", M, qh, kh, hd);
+    check_grad("rope_bwd", what, gs, g, n);
+    free(gs);
+    be->release(be, pqk);
     free(x); free(dy); free(q); free(k); free(dq); free(dk); free(pos); free(yq); free(yk); free(y); free(gq); free(gk);
     free(got); free(g);
     be->release(be, pq); be->release(be, pk); be->release(be, ppos);
@@ -363,7 +429,7 @@ static void t_attention_bwd(const char *what, int nseg, const int *np, int S, in
     be->attention(be, po, pq, &a);
     float *y = host(po, nqv);
     check_fwd("attention", f_attn, &c, nqv, y);
-    be->attention_bwd(be, pdq, pdk, pdv, pd, pq, &a);
+    be->attention_bwd(be, pdq, pdk, pdv, pd, pq, &a, 0);
     float *got = malloc((nqv + 2 * nkv) * sizeof(float)), *t;
     t = host(pdq, nqv); memcpy(got, t, nqv * sizeof(float)); free(t);
     t = host(pdk, nkv); memcpy(got + nqv, t, nkv * sizeof(float)); free(t);
@@ -418,6 +484,8 @@ int main(void) {
     t_linear_t(5, 7, 9, 0, 9, EPI_STORE);
     t_linear_t(3, 12, 16, 5, 24, EPI_ADD);
     t_linear_t(1, 300, 260, 0, 260, EPI_STORE);   /* more than one column block of the CPU op */
+    t_linear_t_cat(3, 10, 20, 3, (const int[]){8, 4, 4}, EPI_STORE);   /* q | k | v, 4 columns of padding */
+    t_linear_t_cat(2, 9, 14, 2, (const int[]){7, 7}, EPI_ADD);        /* gate | up, no padding */
     t_norm(5, 13, 0, EPI_STORE);
     t_norm(4, 16, 0, EPI_ADD);
     t_norm(5, 13, 1, EPI_STORE);

@@ -228,14 +228,16 @@ static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0
     }
 }
 
-/* RoPE on M rows of `heads` heads, in place; transpose: the rotation by minus the same angles (rope_bwd). */
-static void rope1(pi0_backend *be, pt x, pt pos, int M, int heads, int hd, int transpose) {
+/* RoPE on M rows of `heads` heads (row stride ld, 0: heads * hd), in place; transpose: the rotation by minus the same
+ * angles (rope_bwd). */
+static void rope1(pi0_backend *be, pt x, pt pos, int M, int heads, int hd, int ld, int transpose) {
+    size_t rs = ld ? (size_t)ld : (size_t)heads * hd;
     int half = hd / 2;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
         float p = (float)I(pos)[r];
         for (int h = 0; h < heads; h++) {
-            float *v = F(x) + ((size_t)r * heads + h) * hd;
+            float *v = F(x) + (size_t)r * rs + (size_t)h * hd;
             for (int i = 0; i < half; i++) {
                 /* docs/model.md 3.7: inv_freq_i = 10000^(-2i/hd), angle in fp32 */
                 float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = p * inv_freq;
@@ -289,8 +291,8 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
 }
 
 static void cpu_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    rope1(be, q, pos, M, qh, hd, 0);
-    if (k.p) rope1(be, k, pos, M, kh, hd, 0);
+    rope1(be, q, pos, M, qh, hd, 0, 0);
+    if (k.p) rope1(be, k, pos, M, kh, hd, 0, 0);
 }
 
 static void cpu_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int Fd) {
@@ -377,24 +379,27 @@ static void cpu_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int ste
 /* ---- exact real-time chunking: the transposes of the expert's ops (backend.h); all math in double where a sum
  * runs over a row, each output element computed by one thread in a fixed order ---- */
 
-static void cpu_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi) {
-    /* out[m][j] = sum_n dy[m][n] W[n][k0 + j]: parallel over blocks of output columns, W streamed row by row */
+/* out[m][j] = sum_i sum_n dy[m][c_i + n] W_i[n][k0 + j] (c_i: the rows of the weights before W_i): parallel over
+ * blocks of output columns, the weights streamed row by row, one double sum per output over all of them */
+static void linear_t_rows(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *Ws, int nw, int M, int K, int k0,
+                          enum pi0_epi epi) {
     int nblocks = (K + KB - 1) / KB;
     #pragma omp parallel for num_threads(NT) schedule(dynamic, 1)
     for (int jb = 0; jb < nblocks; jb++) {
         int j0 = jb * KB, jj = K - j0 < KB ? K - j0 : KB;
         double *acc = calloc((size_t)M * jj, sizeof(double));
         float *wr = malloc((size_t)jj * sizeof(float));
-        if (acc && wr) {
-            for (int n = 0; n < N; n++) {
-                wrow(wr, W, (int64_t)n * W->cols + k0 + j0, jj);
+        for (int i = 0, c = 0; acc && wr && i < nw; c += (int)Ws[i]->rows, i++)
+            for (int n = 0; n < (int)Ws[i]->rows; n++) {
+                wrow(wr, Ws[i], (int64_t)n * Ws[i]->cols + k0 + j0, jj);
                 for (int m = 0; m < M; m++) {
-                    double d = F(dy)[(size_t)m * N + n];
+                    double d = F(dy)[(size_t)m * ld + c + n];
                     if (d == 0) continue;
                     double *a = acc + (size_t)m * jj;
                     for (int j = 0; j < jj; j++) a[j] += d * wr[j];
                 }
             }
+        if (acc && wr) {
             for (int m = 0; m < M; m++)
                 for (int j = 0; j < jj; j++) {
                     float *o = F(out) + (size_t)m * K + j0 + j;
@@ -404,6 +409,18 @@ static void cpu_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M,
         free(acc);
         free(wr);
     }
+}
+
+static void cpu_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi) {
+    pi0_wt w = *W;
+    w.rows = N;
+    const pi0_wt *ws = &w;
+    linear_t_rows(be, out, dy, N, &ws, 1, M, K, k0, epi);
+}
+
+static void cpu_linear_t_cat(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
+                             enum pi0_epi epi) {
+    linear_t_rows(be, out, dy, ld, W, nw, M, K, 0, epi);
 }
 
 static void cpu_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod, int rows_per_mod, int M, int D,
@@ -425,15 +442,16 @@ static void cpu_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, p
     }
 }
 
-static void cpu_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int Fd) {
+static void cpu_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int Fd, int ld) {
     size_t n = (size_t)M * Fd;
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (size_t i = 0; i < n; i++) {
+        size_t o = ld ? i / Fd * ld + i % Fd : i;   /* dg, du rows of stride ld */
         double x = F(g)[i], c = 0.7978845608028654, th = tanh(c * (x + 0.044715 * x * x * x));
         double gelu = 0.5 * x * (1.0 + th), d = 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * c * (1.0 + 3 * 0.044715 * x * x);
         double t = F(dy)[i];
-        F(dg)[i] = (float)(t * F(u)[i] * d);
-        F(du)[i] = (float)(t * gelu);
+        F(dg)[o] = (float)(t * F(u)[i] * d);
+        F(du)[o] = (float)(t * gelu);
     }
 }
 
@@ -446,16 +464,17 @@ static void cpu_swish_bwd(pi0_backend *be, pt dz, pt dy, pt z, int M, int D) {
     }
 }
 
-static void cpu_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    rope1(be, q, pos, M, qh, hd, 1);
-    if (k.p) rope1(be, k, pos, M, kh, hd, 1);
+static void cpu_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd, int ld) {
+    rope1(be, q, pos, M, qh, hd, ld, 1);
+    if (k.p) rope1(be, k, pos, M, kh, hd, ld, 1);
 }
 
 /* Two passes: (1) per query row and head, the softmax P over its visible keys, dP = dout . v, dS = P (dP - dout . o),
  * dq = scale dS . K, keeping P and dS of the segment's suffix keys; (2) per suffix key row, dk = scale sum dS q and
  * dv = sum P dout over the segment's query rows and the heads of its kv head, in a fixed order. */
-static void cpu_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a) {
+static void cpu_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a, int ld) {
     int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
+    size_t ldq = ld ? (size_t)ld : (size_t)H * hd, ldkv = ld ? (size_t)ld : (size_t)kvw;   /* the outputs' rows */
     const int32_t *qo = a->q_off, *ko = a->k_off;
     int total_q = qo[a->nseg], smax = 0;
     for (int s = 0; s < a->nseg; s++) if (qo[s + 1] - qo[s] > smax) smax = qo[s + 1] - qo[s];
@@ -514,7 +533,7 @@ static void cpu_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt 
                     }
                 }
 #undef KROW
-                float *dqr = F(dq) + ((size_t)r * H + h) * hd;
+                float *dqr = F(dq) + (size_t)r * ldq + (size_t)h * hd;
                 for (int e = 0; e < hd; e++) dqr[e] = (float)(dqa[e] * a->scale);
             }
         free(p);
@@ -538,7 +557,7 @@ static void cpu_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt 
                         if (dss[i] != 0) for (int e = 0; e < hd; e++) ak[e] += dss[i] * qr[e];
                         if (ps[i] != 0) for (int e = 0; e < hd; e++) av[e] += ps[i] * g[e];
                     }
-                float *dkr = F(dk) + (size_t)kr * kvw + kvh * hd, *dvr = F(dv) + (size_t)kr * kvw + kvh * hd;
+                float *dkr = F(dk) + (size_t)kr * ldkv + kvh * hd, *dvr = F(dv) + (size_t)kr * ldkv + kvh * hd;
                 for (int e = 0; e < hd; e++) { dkr[e] = (float)(ak[e] * a->scale); dvr[e] = (float)av[e]; }
             }
         free(ak);
@@ -645,6 +664,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->axpy = cpu_axpy;
     be->rtc_guide = cpu_rtc_guide;
     be->linear_t = cpu_linear_t;
+    be->linear_t_cat = cpu_linear_t_cat;
     be->norm_bwd = cpu_norm_bwd;
     be->gelu_mul_bwd = cpu_gelu_mul_bwd;
     be->swish_bwd = cpu_swish_bwd;

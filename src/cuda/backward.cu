@@ -69,24 +69,29 @@ __global__ void __launch_bounds__(32 * LT_WARPS) linear_t_f32_kernel(float *out,
     }
 }
 
-// out [K, N] = w [N, K]^T, 32 x 32 tiles through shared memory (once per weight and session)
-__global__ void transpose_kernel(bf16 *out, const bf16 *w, int N, int K) {
-    __shared__ bf16 tile[32][33];
+// out[k * ldo + n] = w[n * K + k] (w [N, K] row-major): 32 x 32 tiles through shared memory (once per weight and session)
+template <typename T>
+__global__ void transpose_kernel(T *out, int ldo, const T *w, int N, int K) {
+    __shared__ T tile[32][33];
     int k0 = blockIdx.x * 32, n0 = blockIdx.y * 32;
     for (int i = threadIdx.y; i < 32; i += 8)
         if (n0 + i < N && k0 + threadIdx.x < K) tile[i][threadIdx.x] = w[(size_t)(n0 + i) * K + k0 + threadIdx.x];
     __syncthreads();
     for (int i = threadIdx.y; i < 32; i += 8)
-        if (k0 + i < K && n0 + threadIdx.x < N) out[(size_t)(k0 + i) * N + n0 + threadIdx.x] = tile[threadIdx.x][i];
+        if (k0 + i < K && n0 + threadIdx.x < N) out[(size_t)(k0 + i) * ldo + n0 + threadIdx.x] = tile[threadIdx.x][i];
 }
 
-// The transposed bf16 copy [K, N] of W [N, K] (the whole matrix), keyed by its device address (a session's backend
-// never outlives the model whose weights it reads), made at its first use; NULL where it cannot be had
-// (out of memory, or first met while a graph is being captured: then cuBLASLt reads W as it is). The expert's
-// transposes cost the weights' size again (π0: 0.6 GB), kept until the session ends.
-static const bf16 *transposed(cuda_ctx *c, const pi0_wt *W, int N, int K) {
+// The transposed copy [K, ld] of the weights W[0..nw) (rows[i] x K each, whole matrices) side by side: columns
+// c_i .. c_i + rows[i] hold W[i]^T, c_i the rows before it, and the columns past their sum are zero; bf16, or with f32
+// the weights' fp32 copies (dev32) in fp32. Keyed by the first weight's device address, nw, ld and f32 (a session's
+// backend never outlives the model whose weights it reads),
+// made at its first use; NULL where it cannot be had (out of memory, or first met while a graph is being captured:
+// then cuBLASLt reads the weights as they are). The expert's transposes cost the weights' size again (π0: 0.6 GB),
+// kept until the session ends.
+static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *rows, int nw, int K, int ld, int f32) {
     for (int i = 0; i < c->n_wts; i++)
-        if (c->wts[i].w == W->dev) return (const bf16 *)c->wts[i].wt;
+        if (c->wts[i].w == W[0]->dev && c->wts[i].nw == nw && c->wts[i].ld == ld && c->wts[i].f32 == f32)
+            return c->wts[i].wt;
     cudaStreamCaptureStatus cs;
     if (cudaStreamIsCapturing(c->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return NULL;
     if (c->n_wts == c->cap_wts) {
@@ -97,14 +102,24 @@ static const bf16 *transposed(cuda_ctx *c, const pi0_wt *W, int N, int K) {
         c->cap_wts = cap;
     }
     void *wt = NULL;
-    if (cudaMalloc(&wt, (size_t)N * K * sizeof(bf16)) != cudaSuccess) {
+    size_t es = f32 ? sizeof(float) : sizeof(bf16);
+    if (cudaMalloc(&wt, (size_t)K * ld * es) != cudaSuccess) {
         cudaGetLastError();
         return NULL;
     }
-    transpose_kernel<<<dim3(cdiv(K, 32), cdiv(N, 32)), dim3(32, 8), 0, c->stream>>>((bf16 *)wt, (const bf16 *)W->dev, N, K);
-    c->wts[c->n_wts].w = W->dev;
+    int col = 0;
+    for (int i = 0; i < nw; col += rows[i], i++) {
+        dim3 grid(cdiv(K, 32), cdiv(rows[i], 32)), block(32, 8);
+        if (f32) transpose_kernel<<<grid, block, 0, c->stream>>>((float *)wt + col, ld, (const float *)W[i]->dev32, rows[i], K);
+        else transpose_kernel<<<grid, block, 0, c->stream>>>((bf16 *)wt + col, ld, (const bf16 *)W[i]->dev, rows[i], K);
+    }
+    if (col < ld) cudaMemset2DAsync((char *)wt + col * es, (size_t)ld * es, 0, (size_t)(ld - col) * es, K, c->stream);
+    c->wts[c->n_wts].w = W[0]->dev;
+    c->wts[c->n_wts].nw = nw;
+    c->wts[c->n_wts].ld = ld;
+    c->wts[c->n_wts].f32 = f32;
     c->wts[c->n_wts++].wt = wt;
-    return (const bf16 *)wt;
+    return wt;
 }
 
 extern "C" void cuda_forget_transposes(pi0_backend *be) {
@@ -127,6 +142,19 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
                          add ? 1.0f : 0.0f, out.p, K, CUDA_R_32F, NULL, 1, 0, 0, 0, 0, 0);
             return;
         }
+        // fewer: the forward fp32 kernel on a transposed copy (the weights' own values: bf16, or the fp32 copy of an
+        // F32 / F16 file), which spreads the output columns over blocks; the kernel below walks all N rows in each
+        // block and took 66 us at N = 1024 (the action MLP's transposes, bench/RESULTS.md L138)
+        int f32w = W->dev32 && W->dtype != PI0_DT_BF16;
+        const void *tw = k0 == 0 && K == W->cols ? transposed(c, &W, &N, 1, K, N, f32w) : NULL;
+        if (tw) {
+            pi0_wt T = {};
+            T.rows = K; T.cols = N;
+            if (f32w) { T.dtype = PI0_DT_F32; T.dev32 = (void *)tw; T.dev = (void *)tw; }
+            else { T.dtype = PI0_DT_BF16; T.dev = (void *)tw; }
+            cuda_linear(be, out, dy, &T, NULL, M, K, N, 0, epi);
+            return;
+        }
         dim3 grid(cdiv(K, LT_COLS), cdiv(M, LT_ROWS));
         if (W->dev32 && W->dtype != PI0_DT_BF16)   // an F32 / F16 file: its own values, as cuda_linear reads them
             cuda_launch(c, linear_t_f32_kernel<float>, grid, dim3(32 * LT_WARPS), 0, (float *)out.p, (const float *)dy.p,
@@ -140,7 +168,7 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
     // few rows (the denoise at small batches): the product with a transposed copy of the whole weight, as a forward
     // linear, so that gemv.cu's few-row kernel streams it (cuBLASLt reading the weight untransposed took ~3x as long
     // at 51 rows: bench/RESULTS.md L136)
-    const bf16 *wt = M <= GEMV_ROWS && k0 == 0 && K == W->cols ? transposed(c, W, N, K) : NULL;
+    const void *wt = M <= GEMV_ROWS && k0 == 0 && K == W->cols ? transposed(c, &W, &N, 1, K, N, 0) : NULL;
     if (wt) {
         pi0_wt T = {};
         T.dtype = PI0_DT_BF16; T.rows = K; T.cols = N; T.dev = (void *)wt;
@@ -153,7 +181,88 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
                  add ? 1.0f : 0.0f, out.p, K, CUDA_R_16BF, NULL, 1, 0, 0, 0, 0, 0);
 }
 
-// ---- norm_bwd: one block of 256 threads per row; both row sums in fp32 (block_sum), then the row ----
+// Few rows: one product over the concatenated transposes (zero-padded to ld columns, so that a padded ld makes the
+// inner dimension a multiple of gemv.cu's 1024-column slices: the expert's q|k|v, 2560 columns, as 3072); else one
+// cuBLASLt product per weight on dy's columns (stride ld), the first storing or adding as asked, the rest adding.
+void cuda_linear_t_cat(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
+                       enum pi0_epi epi) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0 || K <= 0 || nw <= 0) return;
+    PI0_ASSERT(dy.kind == PT_ACT && out.kind == PT_ACT && nw <= 8);
+    int rows[8], sum = 0;
+    for (int i = 0; i < nw; i++) {
+        PI0_ASSERT(W[i]->cols == K);
+        rows[i] = (int)W[i]->rows;
+        sum += rows[i];
+    }
+    PI0_ASSERT(ld >= sum);
+    const void *wt = M <= GEMV_ROWS ? transposed(c, W, rows, nw, K, ld, 0) : NULL;
+    if (wt) {
+        pi0_wt T = {};
+        T.dtype = PI0_DT_BF16; T.rows = K; T.cols = ld; T.dev = (void *)wt;
+        cuda_linear(be, out, dy, &T, NULL, M, K, ld, 0, epi);
+        return;
+    }
+    for (int i = 0, col = 0; i < nw; col += rows[i], i++)
+        cuda_gemm_ex(c, 0, M, K, rows[i], 1.0f, (const bf16 *)dy.p + col, ld, CUDA_R_16BF, (const bf16 *)W[i]->dev, K,
+                     CUDA_R_16BF, i || epi == EPI_ADD ? 1.0f : 0.0f, out.p, K, CUDA_R_16BF, NULL, 1, 0, 0, 0, 0, 0);
+}
+
+// ---- norm_bwd: one warp per row where D <= 1024 and D % 8 == 0 (the row in registers, 16-byte accesses, the factors
+// (constants) fetched before the programmatic-launch wait), else one block of 256 threads per row; both row sums in
+// fp32, then the row. The block form took 7.3 us per call at 51 rows x 1024 under ncu (bench/RESULTS.md L138). ----
+
+enum { NB_ROWS = 4, NB_NC = 4 };   // rows (warps) per block; 8-element chunks per lane: D <= 32 * 8 * NB_NC
+__global__ void __launch_bounds__(32 * NB_ROWS) norm_bwd_warp_kernel(bf16 *dx, const bf16 *dy, const bf16 *x,
+                                                                     const float *w, const float *mod, int rows_per_mod,
+                                                                     int M, int D, float eps, int add) {
+    int row = blockIdx.x * NB_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const float *a = w ? w : mod + (size_t)(row < M ? row / rows_per_mod : 0) * 3 * D;   // the scale part: 1 + a[i]
+    float av[NB_NC][8], xv[NB_NC][8], gv[NB_NC][8], ov[NB_NC][8];
+#pragma unroll
+    for (int j = 0; j < NB_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i >= D) continue;
+        float4 p = __ldg((const float4 *)(a + i)), q = __ldg((const float4 *)(a + i) + 1);
+        float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) av[j][e] = t[e];
+    }
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    if (row >= M) return;
+    size_t off = (size_t)row * D;
+    float ss = 0, dot = 0;
+#pragma unroll
+    for (int j = 0; j < NB_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i >= D) continue;
+        ldv<8>(xv[j], x + off + i);
+        ldv<8>(gv[j], dy + off + i);
+        if (add) ldv<8>(ov[j], dx + off + i);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            ss += xv[j][e] * xv[j][e];
+            dot += (1.0f + av[j][e]) * gv[j][e] * xv[j][e];
+        }
+    }
+    ss = warp_sum(ss);
+    dot = warp_sum(dot);
+    float r = 1.0f / sqrtf(ss / D + eps), cf = r * r * r / D * dot;
+#pragma unroll
+    for (int j = 0; j < NB_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i >= D) continue;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v[e] = r * (1.0f + av[j][e]) * gv[j][e] - xv[j][e] * cf;
+            if (add) v[e] += ov[j][e];
+        }
+        stv<8>(dx + off + i, v);
+    }
+}
+
 
 __global__ void __launch_bounds__(256) norm_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *w,
                                                        const float *mod, int rows_per_mod, int D, float eps, int add) {
@@ -180,8 +289,14 @@ void cuda_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod,
                    float eps, enum pi0_epi epi) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    cuda_launch(c, norm_bwd_kernel, dim3(M), dim3(256), 0, (bf16 *)dx.p, (const bf16 *)dy.p, (const bf16 *)x.p,
-                w ? (const float *)w->dev32 : NULL, (const float *)mod.p, rows_per_mod, D, eps, (int)(epi == EPI_ADD));
+    const float *wp = w ? (const float *)w->dev32 : NULL, *mp = (const float *)mod.p;
+    if (D % 8 == 0 && D <= 32 * 8 * NB_NC && aligned16(dx.p) && aligned16(dy.p) && aligned16(x.p) &&
+        aligned16(w ? (const void *)wp : (const void *)mp))
+        cuda_launch(c, norm_bwd_warp_kernel, dim3(cdiv(M, NB_ROWS)), dim3(32 * NB_ROWS), 0, (bf16 *)dx.p,
+                    (const bf16 *)dy.p, (const bf16 *)x.p, wp, mp, rows_per_mod, M, D, eps, (int)(epi == EPI_ADD));
+    else
+        cuda_launch(c, norm_bwd_kernel, dim3(M), dim3(256), 0, (bf16 *)dx.p, (const bf16 *)dy.p, (const bf16 *)x.p, wp, mp,
+                    rows_per_mod, D, eps, (int)(epi == EPI_ADD));
 }
 
 // ---- elementwise: gelu_mul_bwd (ACT), swish_bwd (F32), scale_rows (ACT), rope_bwd (ACT, in place) ----
@@ -189,7 +304,8 @@ void cuda_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod,
 // gelu_tanh'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 0.044715 x^2), th = tanh(c (x + 0.044715 x^3)), c = sqrt(2/pi).
 // V = 8 elements per thread (16-byte accesses) when n % 8 == 0 and the pointers allow.
 template <int V>
-__global__ void gelu_mul_bwd_kernel(bf16 *dg, bf16 *du, const bf16 *dy, const bf16 *g, const bf16 *u, size_t n) {
+__global__ void gelu_mul_bwd_kernel(bf16 *dg, bf16 *du, const bf16 *dy, const bf16 *g, const bf16 *u, size_t n, int F,
+                                    int ld) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
     size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
@@ -206,20 +322,22 @@ __global__ void gelu_mul_bwd_kernel(bf16 *dg, bf16 *du, const bf16 *dy, const bf
         og[e] = t[e] * uu[e] * d;
         ou[e] = t[e] * 0.5f * x[e] * (1.0f + th);
     }
-    stv<V>(dg + i, og);
-    stv<V>(du + i, ou);
+    size_t o = i / F * ld + i % F;   // (F % V == 0: the V elements share a row)
+    stv<V>(dg + o, og);
+    stv<V>(du + o, ou);
 }
 
-void cuda_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F) {
+void cuda_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F, int ld) {
     cuda_ctx *c = CTX(be);
     size_t n = (size_t)M * F;
     if (c->err || !n) return;
     bf16 *a = (bf16 *)dg.p, *b = (bf16 *)du.p;
     const bf16 *t = (const bf16 *)dy.p, *gp = (const bf16 *)g.p, *up = (const bf16 *)u.p;
-    if (n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(t) && aligned16(gp) && aligned16(up))
-        cuda_launch(c, gelu_mul_bwd_kernel<8>, GRID(n / 8), a, b, t, gp, up, n);
+    if (!ld) ld = F;
+    if (F % 8 == 0 && ld % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(t) && aligned16(gp) && aligned16(up))
+        cuda_launch(c, gelu_mul_bwd_kernel<8>, GRID(n / 8), a, b, t, gp, up, n, F, ld);
     else
-        cuda_launch(c, gelu_mul_bwd_kernel<1>, GRID(n), a, b, t, gp, up, n);
+        cuda_launch(c, gelu_mul_bwd_kernel<1>, GRID(n), a, b, t, gp, up, n, F, ld);
 }
 
 // dz may be dy (the model runs it in place): each thread reads its element before it writes it.
@@ -360,6 +478,7 @@ struct ab_args {
     float *S, *G;    // scratch rows (stride ld): s, dP; then P (suffix keys), dS
     float *X;        // statistics: X[(3 c + i) npairs + row], i = 0, 1, 2: m_c, l_c, a_c of chunk c
     int H, group, kv_heads, hd, ld, block0, npairs, w, colb;
+    int ldq, ldkv;   // the rows of dq; of dk and dv
     float sl2;       // scale log2(e)
     float scale;
 };
@@ -739,7 +858,10 @@ __device__ __forceinline__ void ab_dq(const ab_args &a, const ab_segs &sg, int s
     for (int e = tid; e < 16 * AB_DC; e += AB_GT) {
         int i = i0 + e / AB_DC, d = c0 + e % AB_DC;
         if (i < np && d < a.hd)
-            a.dq[(size_t)ab_pair_row(a.H, a.group, &sg, s, kvh, i) * a.hd + d] = __float2bfloat16(red[e] * a.scale);
+        {
+            int pr = ab_pair_row(a.H, a.group, &sg, s, kvh, i);   // r H + h
+            a.dq[(size_t)(pr / a.H) * a.ldq + (size_t)(pr % a.H) * a.hd + d] = __float2bfloat16(red[e] * a.scale);
+        }
     }
 }
 
@@ -807,7 +929,7 @@ __device__ __forceinline__ void ab_dkv(const ab_args &a, const ab_segs &sg, int 
     for (int e = tid; e < 16 * AB_DC; e += AB_GT) {
         int u = u0 + e / AB_DC, d = c0 + e % AB_DC;
         if (u < nq && d < a.hd)   // rows past the segment's queries belong to the next segment
-            out[(size_t)(sg.qo[s] + u) * a.kv_heads * a.hd + (size_t)kvh * a.hd + d] = __float2bfloat16(red[e] * f);
+            out[(size_t)(sg.qo[s] + u) * a.ldkv + (size_t)kvh * a.hd + d] = __float2bfloat16(red[e] * f);
     }
 }
 
@@ -836,7 +958,7 @@ static void ab_opt_in(cuda_ctx *c, int wmax) {
     }
 }
 
-void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a) {
+void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a, int ld) {
     cuda_ctx *c = CTX(be);
     if (c->err) return;
     PI0_ASSERT(a->kv_heads >= 1 && a->heads % a->kv_heads == 0);
@@ -849,6 +971,8 @@ void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, con
     x.H = a->heads; x.group = a->heads / a->kv_heads; x.kv_heads = a->kv_heads; x.hd = a->head_dim;
     x.block0 = a->block0; x.scale = a->scale; x.sl2 = a->scale * 1.4426950408889634f;
     x.colb = cdiv(a->head_dim, AB_DC);
+    x.ldq = ld ? ld : a->heads * a->head_dim;
+    x.ldkv = ld ? ld : a->kv_heads * a->head_dim;
     // the logits blocks' most columns per pass: all of head_dim 256 (135 KB) where the device has the shared memory
     // (compute capability 8.0 / 9.0), else fewer (8.6 / 8.9 / 12.x: 99 KB); the grad blocks' 84 KB fit all of them
     int most = 0, wmax = a->head_dim < AB_W ? (a->head_dim + 63) / 64 * 64 : AB_W;

@@ -87,7 +87,7 @@ void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_
 // (x1 cos - x2 sin, x2 cos + x1 sin); one thread per (row, head of q or k, i < hd/2), one launch for both.
 // TRANSPOSE: the rotation by minus the same angle, RoPE's transpose (backend.h rope_bwd, exact RTC).
 template <bool TRANSPOSE>
-__global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos, int M, int hd) {
+__global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos, int M, int hd, int ldq, int ldk) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
     int half = hd / 2, heads = qh + kh;
@@ -96,7 +96,7 @@ __global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos
     int i = (int)(idx % half), h = (int)((idx / half) % heads), r = (int)(idx / half / heads);
     float inv_freq = (float)pow(10000.0, -2.0 * i / hd), th = (float)pos[r] * inv_freq;
     float cs = cosf(th), sn = sinf(th);
-    bf16 *v = h < qh ? q + ((size_t)r * qh + h) * hd : k + ((size_t)r * kh + h - qh) * hd;
+    bf16 *v = h < qh ? q + (size_t)r * ldq + (size_t)h * hd : k + (size_t)r * ldk + (size_t)(h - qh) * hd;
     float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[half + i]);
     if (TRANSPOSE) {
         v[i] = __float2bfloat16(x1 * cs + x2 * sn);
@@ -107,21 +107,21 @@ __global__ void rope_kernel(bf16 *q, int qh, bf16 *k, int kh, const int32_t *pos
     }
 }
 
-static void launch_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd, bool transpose) {
+static void launch_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd, int ld, bool transpose) {
     cuda_ctx *c = CTX(be);
     if (!k.p) kh = 0;
     size_t n = (size_t)M * (qh + kh) * (hd / 2);
     if (c->err || !n) return;
     cuda_launch(c, transpose ? rope_kernel<true> : rope_kernel<false>, GRID(n), (bf16 *)q.p, qh, (bf16 *)k.p, kh,
-                (const int32_t *)pos.p, M, hd);
+                (const int32_t *)pos.p, M, hd, ld ? ld : qh * hd, ld ? ld : kh * hd);
 }
 
 void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    launch_rope(be, q, qh, k, kh, pos, M, hd, false);
+    launch_rope(be, q, qh, k, kh, pos, M, hd, 0, false);
 }
 
-void cuda_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd) {
-    launch_rope(be, q, qh, k, kh, pos, M, hd, true);
+void cuda_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int hd, int ld) {
+    launch_rope(be, q, qh, k, kh, pos, M, hd, ld, true);
 }
 
 __global__ void embed_kernel(bf16 *out, const int32_t *rows, const int32_t *ids, int n, const bf16 *table, int D,
