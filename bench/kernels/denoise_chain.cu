@@ -203,7 +203,7 @@ int main(void) {
     struct { const char *name; int what, pdl, small; } vers[] = {
         {"persistent kernel", 256, 1, 1},   {"layer (norms fused)", 159, 1, 1}, {"  no PDL", 159, 0, 1},          {"  cuBLASLt/GEMM path", 159, 1, 0},
         {"layer (norm kernels)", 127, 1, 1}, {"  norm+q|k|v fused", 129, 1, 1}, {"  norm+gate|up fused", 136, 1, 1},
-        {"  without attention", 125, 1, 1}, {"  without norms", 31, 1, 1},     {"  only norm+q|k|v", 33, 1, 1},
+        {"  without attention", 125, 1, 1}, {"  norms fused, no attention", 157, 1, 1}, {"  without norms", 31, 1, 1},     {"  only norm+q|k|v", 33, 1, 1},
         {"  only q|k|v", 1, 1, 1},          {"  only attention", 2, 1, 1},     {"  only o", 4, 1, 1},
         {"  only norm+gate|up", 72, 1, 1},  {"  only gate|up", 8, 1, 1},       {"  only down", 16, 1, 1},
         {"  only norms", 96, 1, 1},          {"layer + L2 prefetch o..down", 159 | 512, 1, 1},

@@ -4,17 +4,15 @@
 //
 // Design (HazyResearch/Megakernels' low-latency idea, our shapes):
 //   - one persistent block per SM (cooperative launch), 8 compute warps and 1 loader warp;
-//   - the work is a list of instructions in a fixed global order, layer by layer: q|k|v (160 tiles of 16 weight
-//     rows x 1024), o (64 row tiles x 2 K chunks), gate|up (512 tiles: 8 gate + 8 up rows), down (64 row tiles x 4 K
-//     chunks): 1056 instructions of 32 KB of weights per layer, 8 per block per layer; block b takes b, b + G, ...;
+//   - the work is a list of instructions per block (build_plan), layer by layer in op order: q|k|v (160 tiles of 16
+//     weight rows x 1024), o (64 tiles of 16 rows over all 2048 columns: 2 pages), gate|up (512 tiles of 8 gate + 8
+//     up rows), down (64 tiles of 16 rows over all 4096 columns: 4 pages): 1056 pages of 32 KB per layer, 8 per
+//     block; a block runs its consecutive instructions of one op as a batch (one wait, one X, one signal);
 //   - the loader warp walks the block's instructions and copies each one's 16 weight rows (bulk copies, evict-first
 //     in L2) into a ring of NP shared-memory pages, limited only by free pages: it runs ahead across products and
 //     layers while the compute warps wait for activations;
-//   - dependencies are counters in global memory, as fine as the math allows: o's K chunk kc waits for the 64 q|k|v
-//     tiles of its 1024 columns, down's chunk kc for the 128 gate|up tiles of its columns of h, q|k|v and gate|up for
-//     the 64 row tiles of the residual they normalise. No grid barrier;
-//   - split-K partial sums (o, down) meet in a fixed order: the last of a row tile's chunks to arrive (a ticket)
-//     adds them chunk by chunk and the residual (deterministic);
+//   - dependencies are counters in global memory: o waits for the 128 q tiles, gate|up for the 64 o tiles, down for
+//     the 512 gate|up tiles, the next q|k|v for the 64 down tiles. No grid barrier; every sum in a fixed order;
 //   - every activation buffer is per layer (no write-after-read hazard inside a launch); the last block out resets
 //     the counters for the next launch.
 // Not yet here (the next steps of issue 41): attention (o reads q's first 2048 columns as its input, so the chain
@@ -44,14 +42,20 @@ enum {
     MW = 8,               // compute warps
     MCT = MW * 32,        // compute threads
     MT = MCT + 32,        // + the loader warp
-    MNP = 6,              // most pages
+    MNP = 5,              // most pages (4 and 6 measured the same with one page per MMA step)
     MMAXL = 18,           // most layers
-    NQKV = MQKV / 16, NO = MD / 16 * (MQ / MD), NGU = MF / 8, NDN = MD / 16 * (MF / MD),
-    NPL = NQKV + NO + NGU + NDN,   // instructions per layer (1056)
+    MMAXB = 5,            // most tiles in a batch (gate|up: 3-5 per block)
+    NQKV = MQKV / 16, NQT = MQ / 16, NO = MD / 8, NGU = MF / 8, NDN = MD / 8,
+    MST = 6,              // lab stamps per batch: start, inputs ready, X loaded, MMAs done, reduced, signalled
 };
 enum { OP_QKV, OP_O, OP_GU, OP_DN };
-
 static_assert(MCT == 256, "cbar() names 256 threads");
+
+// An instruction: one tile of an op of a layer; its pages (16 rows of 1024 weight columns each): q|k|v 16 weight
+// rows, 1 page; gate|up 8 gate + 8 up rows, 1 page; o 8 rows over its K = 2048 (rows 8..15 of the page: the same
+// weight rows' second 1024 columns), 1 page; down 8 rows over K = 4096, 2 pages.
+struct mk_ins { short l, op, t, np; };
+__host__ __device__ inline int op_pages(int op) { return op == OP_DN ? 2 : 1; }
 
 struct mk_layer {
     const bf16 *wqkv, *wo, *wgu, *wd;   // [2560][1024], [1024][2048], [gate 4096; up 4096][1024], [1024][4096]
@@ -61,40 +65,26 @@ struct mk_args {
     mk_layer L[MMAXL];
     int depth, M, np, mode;
     float eps;
-    bf16 *xs;        // residual rows per layer and half: [2 depth + 1][16][1024] (xs[0] the input)
-    bf16 *qkv;       // [depth][16][2560]
-    bf16 *h;         // [depth][16][4096]: gelu(gate) * up
-    float *part;     // [depth][2][64][4][16][16] split-K partial sums (o, down)
-    unsigned *cnt;   // counters (see cnt_*), tickets, blocks done: zero between launches
+    const mk_ins *ins;   // every block's instructions in its order; block b's are ins[io[b] .. io[b + 1])
+    const int *io;
+    bf16 *xs;            // residual rows per layer and half: [2 depth + 1][16][1024] (xs[0] the input)
+    bf16 *qkv;           // [depth][16][2560]
+    bf16 *h;             // [depth][16][4096]: gelu(gate) * up
+    unsigned *cnt;       // per layer: q tiles done, k|v tiles done, o tiles, gate|up tiles, down tiles; then blocks
+                         // done (zero between launches)
+    long long *prof;     // NULL, or clock64 stamps [block][layer][op][MST]
 };
-// counter layout: per layer 3 q|k|v chunks, 1 o, 4 gate|up chunks, 1 down = 9; then tickets [depth][2][64]; then done
-__host__ __device__ inline unsigned *cnt_at(unsigned *c, int l, int k) { return c + l * 9 + k; }
-__host__ __device__ inline unsigned *ticket_at(unsigned *c, int l, int op, int t) { return c + MMAXL * 9 + (l * 2 + op) * 64 + t; }
-__host__ __device__ inline unsigned *done_at(unsigned *c) { return c + MMAXL * 9 + MMAXL * 128; }
-static const size_t MK_CNT = MMAXL * 9 + MMAXL * 128 + 1;
+__host__ __device__ inline unsigned *cnt_at(unsigned *c, int l, int k) { return c + l * 5 + k; }
+static const size_t MK_CNT = MMAXL * 5 + 1;
 
-struct mk_ins { int l, op, t, kc; };
-__device__ __forceinline__ mk_ins decode(int i) {
-    mk_ins s;
-    s.l = i / NPL;
-    int r = i % NPL;
-    if (r < NQKV) { s.op = OP_QKV; s.t = r; s.kc = 0; return s; }
-    r -= NQKV;
-    if (r < NO) { s.op = OP_O; s.kc = r / 64; s.t = r % 64; return s; }
-    r -= NO;
-    if (r < NGU) { s.op = OP_GU; s.t = r; s.kc = 0; return s; }
-    r -= NGU;
-    s.op = OP_DN; s.kc = r / 64; s.t = r % 64;
-    return s;
-}
-// Weight row r (0..15) of instruction s: 2 KB (1024 columns).
-__device__ __forceinline__ const bf16 *wrow(const mk_args &a, const mk_ins &s, int r) {
+// Weight row r (0..15) of page p of instruction s: 2 KB (1024 columns).
+__device__ __forceinline__ const bf16 *wrow(const mk_args &a, const mk_ins &s, int p, int r) {
     const mk_layer &L = a.L[s.l];
     switch (s.op) {
     case OP_QKV: return L.wqkv + (size_t)(16 * s.t + r) * MD;
-    case OP_O: return L.wo + (size_t)(16 * s.t + r) * MQ + s.kc * MD;
+    case OP_O: return L.wo + (size_t)(8 * s.t + (r & 7)) * MQ + (r >> 3) * MD;
     case OP_GU: return L.wgu + (size_t)((r < 8 ? 0 : MF) + 8 * s.t + (r & 7)) * MD;
-    default: return L.wd + (size_t)(16 * s.t + r) * MF + s.kc * MD;
+    default: return L.wd + (size_t)(8 * s.t + (r & 7)) * MF + (2 * p + (r >> 3)) * MD;
     }
 }
 
@@ -151,6 +141,19 @@ __device__ __forceinline__ void page_mma(float (&acc)[2][4], const unsigned char
             mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
         }
 }
+// The same for a page whose two halves hold the same 8 weight rows at two K chunks: acc[t] += X_t . W_t^T.
+__device__ __forceinline__ void page_mma_k2(float (&acc)[2][4], const unsigned char *W, const uint4 (&x0)[4][2],
+                                            const uint4 (&x1)[4][2], int g, int kw) {
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const uint4(&xv)[4][2] = t ? x1 : x0;
+            uint4 w = *(const uint4 *)(W + (8 * t + g) * MLDS + (kw + 32 * u) * 2);
+            mma_bf16(acc[t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, w.x, w.y);
+            mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
+        }
+}
 // Output (row m, weight row 8t + j) summed over the 8 warps in warp order.
 __device__ __forceinline__ float frag_sum(const float *red, int t, int m, int j) {
     const int i = (m >> 3) * 2 + (j & 1), ln = (m & 7) * 4 + (j >> 1);
@@ -160,15 +163,32 @@ __device__ __forceinline__ float frag_sum(const float *red, int t, int m, int j)
     return s;
 }
 
+// The compute side's ring position: page k of the block's pages is in slot k % NP, filled for the (k / NP)-th time.
+struct mk_ring {
+    unsigned char *pages;
+    uint64_t *full, *empty;
+    int np, k;
+    bool wait_full;
+    __device__ __forceinline__ const unsigned char *get() {
+        if (wait_full) mbar_wait(&full[k % np], (k / np) & 1);
+        return pages + (k % np) * MPAGE;
+    }
+    __device__ __forceinline__ void put(int lane) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[k % np]);
+        k++;
+    }
+};
+
 __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_args a) {
     extern __shared__ __align__(128) unsigned char sm[];
     unsigned char *pages = sm;
-    float *red = (float *)(sm + MNP * MPAGE);           // [8 warps][2 tiles][4][32]
-    float *nss = red + MW * 2 * 4 * 32;                 // [8 warps][16 rows]
+    float *red2 = (float *)(sm + MNP * MPAGE);          // MMAXB x [8 warps][2 n tiles][4][32]: a batch's partial sums
+    float *nss = red2 + MMAXB * MW * 2 * 4 * 32;        // [8 warps][16 rows]
     uint64_t *full = (uint64_t *)(nss + MW * 16), *empty = full + MNP;
-    int *flag = (int *)(empty + MNP);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, G = gridDim.x, b = blockIdx.x, NP = a.np;
-    const int total = a.depth * NPL;
+    const mk_ins *ins = a.ins + a.io[b];
+    const int nins = a.io[b + 1] - a.io[b];
     if (tid == 0) {
         for (int p = 0; p < NP; p++) { mbar_init(&full[p], 1); mbar_init(&empty[p], MW); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -176,107 +196,169 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
     __syncthreads();
     if (warp == MW) {   // the loader: every instruction's weights, as far ahead as the pages allow
         if (a.mode != 2)
-            for (int i = b, k = 0; i < total; i += G, k++) {
-                const int slot = k % NP;
-                if (k >= NP) mbar_wait(&empty[slot], ((k / NP) - 1) & 1);
-                const mk_ins s = decode(i);
-                if (lane == 0) mbar_expect_tx(&full[slot], 16 * MD * 2);
-                __syncwarp();
-                if (lane < 16) bulk_copy_stream(pages + slot * MPAGE + lane * MLDS, wrow(a, s, lane), MD * 2, &full[slot]);
+            for (int i = 0, k = 0; i < nins; i++) {
+                const mk_ins s = ins[i];
+                for (int p = 0; p < s.np; p++, k++) {
+                    const int slot = k % NP;
+                    if (k >= NP) mbar_wait(&empty[slot], ((k / NP) - 1) & 1);
+                    if (lane == 0) mbar_expect_tx(&full[slot], 16 * MD * 2);
+                    __syncwarp();
+                    if (lane < 16) bulk_copy_stream(pages + slot * MPAGE + lane * MLDS, wrow(a, s, p, lane), MD * 2, &full[slot]);
+                }
             }
     } else {
-        const int g = lane >> 2, c = lane & 3, kw = warp * 128 + c * 8, M = a.M;
-        uint4 xv[4][2];
-        int have = -1;   // the (layer, op, chunk) whose X is in xv
-        for (int i = b, k = 0; i < total; i += G, k++) {
-            const mk_ins s = decode(i);
-            const int slot = k % NP;
+        const int g = lane >> 2, c = lane & 3, kw = warp * 128 + c * 8, M = a.M, m = tid >> 4, j = tid & 15;
+        mk_ring R = {pages, full, empty, NP, 0, a.mode != 2};
+        for (int i = 0; i < nins;) {
+            // a batch: this block's consecutive instructions of one op of one layer
+            const int l = ins[i].l, op = ins[i].op;
+            int n = 1;
+            while (i + n < nins && ins[i + n].l == l && ins[i + n].op == op && n < MMAXB) n++;
+            long long *st = a.prof && tid == 0 ? a.prof + (((size_t)b * a.depth + l) * 4 + op) * MST : NULL;
+            if (st) st[0] = clock64();
             if (a.mode == 1) {   // the weight stream alone
-                mbar_wait(&full[slot], (k / NP) & 1);
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&empty[slot]);
+                for (int q = 0; q < n; q++)
+                    for (int p = 0; p < ins[i + q].np; p++) { R.get(); R.put(lane); }
+                i += n;
                 continue;
             }
-            // wait for the inputs
             unsigned *dep = NULL, need = 0;
-            if (s.op == OP_QKV && s.l > 0) { dep = cnt_at(a.cnt, s.l - 1, 8); need = 64; }
-            else if (s.op == OP_O) { dep = cnt_at(a.cnt, s.l, s.kc); need = 64; }
-            else if (s.op == OP_GU) { dep = cnt_at(a.cnt, s.l, 3); need = 64; }
-            else if (s.op == OP_DN) { dep = cnt_at(a.cnt, s.l, 4 + s.kc); need = 128; }
-            const int key = (s.l * 4 + s.op) * 4 + s.kc;
-            if (key != have) {
-                if (dep && tid == 0) while (ld_acquire_u32(dep) < need) {}
-                cbar();
-                const mk_layer &L = a.L[s.l];
-                if (s.op == OP_QKV || s.op == OP_GU) {
-                    load_x(xv, a.xs + (size_t)(2 * s.l + (s.op == OP_GU)) * 16 * MD, MD, M, g, kw);
-                    norm_x(xv, s.op == OP_QKV ? L.n_attn : L.n_mlp, nss, warp, g, c, kw);
-                } else if (s.op == OP_O) {
-                    load_x(xv, a.qkv + (size_t)s.l * 16 * MQKV + s.kc * MD, MQKV, M, g, kw);
-                } else {
-                    load_x(xv, a.h + (size_t)s.l * 16 * MF + s.kc * MD, MF, M, g, kw);
-                }
-                have = key;
-            }
-            float acc[2][4] = {};
-            if (a.mode != 2) mbar_wait(&full[slot], (k / NP) & 1);
-            page_mma(acc, pages + slot * MPAGE, xv, g, kw);
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[slot]);
-#pragma unroll
-            for (int t = 0; t < 2; t++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) red[((warp * 2 + t) * 4 + q) * 32 + lane] = acc[t][q];
+            if (op == OP_QKV && l > 0) { dep = cnt_at(a.cnt, l - 1, 4); need = NDN; }
+            else if (op == OP_O) { dep = cnt_at(a.cnt, l, 0); need = NQT; }
+            else if (op == OP_GU) { dep = cnt_at(a.cnt, l, 2); need = NO; }
+            else if (op == OP_DN) { dep = cnt_at(a.cnt, l, 3); need = NGU; }
+            if (dep && tid == 0) while (ld_acquire_u32(dep) < need) {}
             cbar();
-            const int m = tid >> 4, j = tid & 15;
+            if (st) st[1] = clock64();
+            const mk_layer &L = a.L[l];
             float r = 0;
-            if (s.op == OP_QKV || s.op == OP_GU) {
-                float ss = 0;
+            if (op == OP_QKV || op == OP_GU) {   // one X for the whole batch: the normed residual
+                uint4 xv[4][2];
+                load_x(xv, a.xs + (size_t)(2 * l + (op == OP_GU)) * 16 * MD, MD, M, g, kw);
+                norm_x(xv, op == OP_QKV ? L.n_attn : L.n_mlp, nss, warp, g, c, kw);
+                if (st) { asm volatile("" ::"r"(xv[0][0].x)); st[2] = clock64(); }
+                // page by page (each released at once: a tile-interleaved loop over all the batch's pages measured
+                // slower, 24.0 -> 25.5 us per layer), then one barrier for all the partial sums
+                float acc[MMAXB][2][4] = {};
 #pragma unroll
-                for (int w = 0; w < MW; w++) ss += nss[w * 16 + m];
-                r = rsqrtf(ss * (1.0f / MD) + a.eps);
-            }
-            unsigned *sig = NULL;
-            if (s.op == OP_QKV) {
-                if (m < M) a.qkv[((size_t)s.l * 16 + m) * MQKV + 16 * s.t + j] = __float2bfloat16(frag_sum(red, j >> 3, m, j & 7) * r);
-                sig = cnt_at(a.cnt, s.l, 16 * s.t / MD);
-            } else if (s.op == OP_GU) {
-                if (m < M && j < 8) {
-                    const float gv = frag_sum(red, 0, m, j) * r, uv = frag_sum(red, 1, m, j) * r;
-                    a.h[((size_t)s.l * 16 + m) * MF + 8 * s.t + j] = __float2bfloat16(gelu_tanh(gv) * uv);
-                }
-                sig = cnt_at(a.cnt, s.l, 4 + 8 * s.t / MD);
-            } else {   // o / down: this chunk's partial sums; the last chunk of the row tile adds them and the residual
-                const int dn = s.op == OP_DN, KC = dn ? MF / MD : MQ / MD;
-                float *pt = a.part + ((((size_t)s.l * 2 + dn) * 64 + s.t) * 4) * 256;
-                pt[s.kc * 256 + tid] = frag_sum(red, j >> 3, m, j & 7);
-                __threadfence();
-                cbar();
-                if (tid == 0) flag[0] = (atomicAdd(ticket_at(a.cnt, s.l, dn, s.t), 1u) % KC) == (unsigned)KC - 1;
-                cbar();
-                if (flag[0]) {
-                    __threadfence();
-                    if (m < M) {
-                        float v = 0;
-                        for (int q = 0; q < KC; q++) v += __ldcg(pt + q * 256 + tid);
-                        const bf16 *xin = a.xs + (size_t)(2 * s.l + dn) * 16 * MD;
-                        bf16 *xout = a.xs + (size_t)(2 * s.l + dn + 1) * 16 * MD;
-                        const size_t o = (size_t)m * MD + 16 * s.t + j;
-                        xout[o] = __float2bfloat16(__bfloat162float(__ldcg(xin + o)) + v);
+                for (int q = 0; q < MMAXB; q++)
+                    if (q < n) {
+                        page_mma(acc[q], R.get(), xv, g, kw);
+                        R.put(lane);
                     }
-                    sig = cnt_at(a.cnt, s.l, dn ? 8 : 3);
+                if (st) st[3] = clock64();
+#pragma unroll
+                for (int q = 0; q < MMAXB; q++)
+                    if (q < n)
+#pragma unroll
+                        for (int t = 0; t < 2; t++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++) red2[(((q * MW + warp) * 2 + t) * 4 + e) * 32 + lane] = acc[q][t][e];
+                cbar();
+                {
+                    float ss = 0;
+#pragma unroll
+                    for (int w = 0; w < MW; w++) ss += nss[w * 16 + m];
+                    r = rsqrtf(ss * (1.0f / MD) + a.eps);
+                }
+                for (int q = 0; q < n; q++) {
+                        const float *red = red2 + q * (MW * 2 * 4 * 32);
+                        const int t = ins[i + q].t;
+                        if (op == OP_QKV) {
+                            if (m < M) a.qkv[((size_t)l * 16 + m) * MQKV + 16 * t + j] = __float2bfloat16(frag_sum(red, j >> 3, m, j & 7) * r);
+                        } else if (m < M && j < 8) {
+                            const float gv = frag_sum(red, 0, m, j) * r, uv = frag_sum(red, 1, m, j) * r;
+                            a.h[((size_t)l * 16 + m) * MF + 8 * t + j] = __float2bfloat16(gelu_tanh(gv) * uv);
+                        }
+                }
+            } else {   // o / down: 8 weight rows over all of K (1 or 2 pages of two K chunks each), then the residual
+                const int dn = op == OP_DN, KC = dn ? MF / MD : MQ / MD, ldx = dn ? MF : MQKV;
+                const bf16 *X = dn ? a.h + (size_t)l * 16 * MF : a.qkv + (size_t)l * 16 * MQKV;
+                for (int q = 0; q < n; q++) {
+                    uint4 xv[4][4][2];
+#pragma unroll
+                    for (int kc = 0; kc < 4; kc++)
+                        if (kc < KC) load_x(xv[kc], X + kc * MD, ldx, M, g, kw);
+                    const int t = ins[i + q].t;
+                    const size_t o = (size_t)m * MD + 8 * t + (j & 7);
+                    const bf16 *xin = a.xs + (size_t)(2 * l + dn) * 16 * MD;
+                    const float old = m < M && j < 8 ? __bfloat162float(__ldcg(xin + o)) : 0.0f;
+                    if (st) { asm volatile("" ::"r"(xv[0][0][0].x)); st[2] = clock64(); }
+                    float acc[2][4] = {};
+#pragma unroll
+                    for (int kc = 0; kc < 4; kc += 2)
+                        if (kc < KC) {
+                            page_mma_k2(acc, R.get(), xv[kc], xv[kc + 1], g, kw);
+                            R.put(lane);
+                        }
+                    if (st) st[3] = clock64();
+                    float *red = red2 + (q & 1) * (MW * 2 * 4 * 32);   // alternating: one barrier per tile
+#pragma unroll
+                    for (int tt = 0; tt < 2; tt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) red[((warp * 2 + tt) * 4 + e) * 32 + lane] = acc[tt][e];
+                    cbar();
+                    if (m < M && j < 8)   // the K chunks' sums in order (even chunks in half 0, odd in half 1)
+                        a.xs[(size_t)(2 * l + dn + 1) * 16 * MD + o] = __float2bfloat16(old + (frag_sum(red, 0, m, j) + frag_sum(red, 1, m, j)));
                 }
             }
-            if (sig) __threadfence();
-            cbar();   // the outputs are out; red and nss may be reused
-            if (sig && tid == 0) red_release_add(sig, 1);
+            cbar();   // the batch's outputs are written (and red2's half and nss are free again)
+            if (st) st[4] = clock64();
+            // the counters, by warp 7 while thread 0 goes on to the next batch's wait: a release reduction, cumulative
+            // over the block's writes ordered before it by the barrier (a release is fence.acq_rel + the reduction)
+            if (tid == MCT - 32) {
+                if (op == OP_QKV) {
+                    int nq = 0;
+                    for (int q = 0; q < n; q++) nq += ins[i + q].t < NQT;
+                    if (nq) red_release_add(cnt_at(a.cnt, l, 0), nq);
+                    if (n - nq) red_release_add(cnt_at(a.cnt, l, 1), n - nq);
+                } else {
+                    red_release_add(cnt_at(a.cnt, l, op == OP_O ? 2 : op == OP_GU ? 3 : 4), n);
+                }
+            }
+            if (st) st[5] = clock64();
+            i += n;
         }
     }
     __syncthreads();
-    if (tid == 0 && atomicAdd(done_at(a.cnt), 1u) == (unsigned)G - 1) {   // the last block out: counters for the next launch
-        for (size_t i = 0; i < MK_CNT; i++) a.cnt[i] = 0;
+    if (tid == 0) __threadfence();   // the block's reductions (warp 7's) are performed before it counts itself out
+    if (tid == 0 && atomicAdd(cnt_at(a.cnt, MMAXL, 0), 1u) == (unsigned)G - 1) {   // the last block out resets
+        __threadfence();
+        for (size_t q = 0; q < MK_CNT; q++) a.cnt[q] = 0;
         __threadfence();
     }
+}
+
+// Every block's instructions, layer by layer: o tile t and down tile t on block t % G, then the q|k|v and gate|up
+// tiles each to the block with the fewest pages so far (8 per block per layer at 132 blocks). Within a block the
+// order is the global one (layer, then op), which every dependency follows: no block waits for work queued behind it.
+static void build_plan(int depth, int G, std::vector<mk_ins> &ins, std::vector<int> &io) {
+    std::vector<std::vector<mk_ins>> per(G);
+    for (int l = 0; l < depth; l++) {
+        std::vector<std::vector<mk_ins>> lay(4 * G);   // [op][block]
+        std::vector<int> load(G);
+        for (int t = 0; t < NO; t++) { lay[OP_O * G + t % G].push_back({(short)l, OP_O, (short)t, 1}); load[t % G] += 1; }
+        for (int t = 0; t < NDN; t++) { lay[OP_DN * G + t % G].push_back({(short)l, OP_DN, (short)t, 2}); load[t % G] += 2; }
+        auto spread = [&](int op, int n) {
+            for (int t = 0; t < n; t++) {
+                int best = 0;
+                for (int b = 1; b < G; b++) if (load[b] < load[best]) best = b;
+                lay[op * G + best].push_back({(short)l, (short)op, (short)t, 1});
+                load[best]++;
+            }
+        };
+        spread(OP_QKV, NQKV);
+        spread(OP_GU, NGU);
+        for (int b = 0; b < G; b++)
+            for (int op = 0; op < 4; op++) per[b].insert(per[b].end(), lay[op * G + b].begin(), lay[op * G + b].end());
+    }
+    io.assign(G + 1, 0);
+    ins.clear();
+    for (int b = 0; b < G; b++) {
+        io[b] = (int)ins.size();
+        ins.insert(ins.end(), per[b].begin(), per[b].end());
+    }
+    io[G] = (int)ins.size();
 }
 
 // ---- host: the CPU model (same math and rounding points), set-up, timing ----
@@ -320,7 +402,7 @@ int main(int argc, char **argv) {
     if (depth < 1 || depth > MMAXL || np < 2 || np > MNP) { printf("usage: megakernel [layers 1..%d] [pages 2..%d]\n", MMAXL, MNP); return 1; }
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    const size_t smem = (size_t)MNP * MPAGE + MW * 2 * 4 * 32 * 4 + MW * 16 * 4 + 2 * MNP * 8 + 16;
+    const size_t smem = (size_t)MNP * MPAGE + MMAXB * MW * 2 * 4 * 32 * 4 + MW * 16 * 4 + 2 * MNP * 8;
     CK(cudaFuncSetAttribute(mk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     mk_args a = {};
     a.depth = depth; a.M = M; a.np = np; a.eps = 1e-6f;
@@ -347,7 +429,34 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&a.xs, (size_t)(2 * depth + 1) * 16 * MD * 2));
     CK(cudaMalloc(&a.qkv, (size_t)depth * 16 * MQKV * 2));
     CK(cudaMalloc(&a.h, (size_t)depth * 16 * MF * 2));
-    CK(cudaMalloc(&a.part, (size_t)depth * 2 * 64 * 4 * 256 * 4));
+    std::vector<mk_ins> ins;
+    std::vector<int> io;
+    build_plan(depth, sms, ins, io);
+    {
+        mk_ins *di;
+        int *dio;
+        CK(cudaMalloc(&di, ins.size() * sizeof(mk_ins)));
+        CK(cudaMalloc(&dio, io.size() * sizeof(int)));
+        CK(cudaMemcpy(di, ins.data(), ins.size() * sizeof(mk_ins), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dio, io.data(), io.size() * sizeof(int), cudaMemcpyHostToDevice));
+        a.ins = di;
+        a.io = dio;
+        int most = 0, least = 1 << 30;
+        for (int b = 0; b < sms; b++) {
+            int p = 0;
+            for (int i = io[b]; i < io[b + 1]; i++) p += ins[i].np;
+            most = p > most ? p : most;
+            least = p < least ? p : least;
+        }
+        int run = 0, longest = 0;
+        for (int b = 0; b < sms; b++)
+            for (int i = io[b]; i < io[b + 1]; i++) {
+                run = i > io[b] && ins[i].l == ins[i - 1].l && ins[i].op == ins[i - 1].op ? run + 1 : 1;
+                longest = run > longest ? run : longest;
+            }
+        printf("plan: %zu instructions, pages per block %d..%d (%d layers), longest run of one op %d\n", ins.size(), least,
+               most, depth, longest);
+    }
     CK(cudaMalloc(&a.cnt, MK_CNT * 4));
     CK(cudaMemset(a.xs, 0, (size_t)(2 * depth + 1) * 16 * MD * 2));
     CK(cudaMemset(a.cnt, 0, MK_CNT * 4));
@@ -427,6 +536,45 @@ int main(int argc, char **argv) {
         float ms = lab_graph_median_ms(st, &cap, [&] { launch(mode); });
         printf("%-36s %8.2f us per layer  %7.1f GB/s of weights  (%d layers: %.1f us)\n", names[mode], ms * 1e3 / depth,
                bytes / (ms * 1e-3) / 1e9, depth, ms * 1e3);
+    }
+    // where a batch's time goes (clock64 at the SM clock; means over blocks and layers 1..depth-1), modes 0 and 2
+    for (int mode = 0; mode < 3; mode += 2) {
+        const size_t n = (size_t)sms * depth * 4 * MST;
+        long long *prof;
+        CK(cudaMalloc(&prof, n * 8));
+        CK(cudaMemset(prof, 0, n * 8));
+        a.prof = prof;
+        launch(mode);
+        CK(cudaStreamSynchronize(st));
+        a.prof = NULL;
+        std::vector<long long> h(n);
+        CK(cudaMemcpy(h.data(), prof, n * 8, cudaMemcpyDeviceToHost));
+        CK(cudaFree(prof));
+        int khz = 0;
+        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+        const char *ops[4] = {"q|k|v", "o", "gate|up", "down"};
+        printf("batches%s (us at %d MHz): inputs wait, X load, MMAs (+ page waits), reduce + store, (signal: by warp 7) | batches\n",
+               mode ? " without weight traffic" : "", khz / 1000);
+        for (int op = 0; op < 4; op++) {
+            double d[MST] = {0}, work = 0, wmax = 0;
+            int cntb = 0;
+            for (int l = 1; l < depth; l++) {
+                double lmax = 0;
+                for (int b = 0; b < sms; b++) {
+                    const long long *r = &h[(((size_t)b * depth + l) * 4 + op) * MST];
+                    if (!r[0]) continue;
+                    cntb++;
+                    for (int k = 1; k < MST; k++) d[k] += (double)(r[k] - r[k - 1]) / khz * 1e3;
+                    const double w = (double)(r[4] - r[1]) / khz * 1e3;   // inputs ready -> outputs written
+                    work += w;
+                    lmax = w > lmax ? w : lmax;
+                }
+                wmax += lmax;
+            }
+            printf("  %-8s", ops[op]);
+            for (int k = 1; k < MST; k++) printf(" %7.2f", cntb ? d[k] / cntb : 0.0);
+            printf(" | %d | work mean %.2f, slowest block %.2f\n", cntb, cntb ? work / cntb : 0.0, wmax / (depth - 1));
+        }
     }
     CK(cudaGetLastError());
     return 0;
