@@ -1,25 +1,35 @@
 // megakernel.cu — kernel lab for issue 41: the first piece of a denoise megakernel, a dataflow interpreter over
 // the action expert's four weight products (B = 1, M = 11 suffix rows, 18 layers), in which the weights never wait
 // for the activations. Not used by libpi0.
+// RESULT (H100, bench/RESULTS.md L140-L142, bench/data/2026-11-26-s37-h100-megakernel-lab.txt): correct (CPU model of
+// the same rounding, 5.9e-4) and deterministic; 23.5 us per layer for the four products against 23.4 for the
+// production chain without attention in its own lab. The weights alone stream at 2.84 TB/s (12.2 us per layer), so
+// the loader does what it should; the latency chain alone (no weight traffic) takes 16.8 us: per dependent phase an
+// X load from L2 (1.2 us, down's 90 KB 2.0), the block's work (0.6-2.2 us) and the counter's way to the waiting
+// blocks (~1.3 us; ~2.4 with the weight stream running). With attention still to come, the issue's 13 us per layer
+// is below this structure's measured latency.
 //
 // Design (HazyResearch/Megakernels' low-latency idea, our shapes):
 //   - one persistent block per SM (cooperative launch), 8 compute warps and 1 loader warp;
 //   - the work is a list of instructions per block (build_plan), layer by layer in op order: q|k|v (160 tiles of 16
-//     weight rows x 1024), o (64 tiles of 16 rows over all 2048 columns: 2 pages), gate|up (512 tiles of 8 gate + 8
-//     up rows), down (64 tiles of 16 rows over all 4096 columns: 4 pages): 1056 pages of 32 KB per layer, 8 per
-//     block; a block runs its consecutive instructions of one op as a batch (one wait, one X, one signal);
-//   - the loader warp walks the block's instructions and copies each one's 16 weight rows (bulk copies, evict-first
-//     in L2) into a ring of NP shared-memory pages, limited only by free pages: it runs ahead across products and
-//     layers while the compute warps wait for activations;
-//   - dependencies are counters in global memory: o waits for the 128 q tiles, gate|up for the 64 o tiles, down for
-//     the 512 gate|up tiles, the next q|k|v for the 64 down tiles. No grid barrier; every sum in a fixed order;
+//     weight rows x 1024), o (128 tiles of 8 rows over all 2048 columns: one page of two K chunks), gate|up (512
+//     tiles of 8 gate + 8 up rows), down (128 tiles of 8 rows over all 4096 columns: 2 pages): 1056 pages of 32 KB
+//     per layer, 8 per block; a block runs its consecutive instructions of one op as a batch (one wait, one X, one
+//     reduction barrier, one signal);
+//   - the loader warp walks the block's instructions and copies each page's 16 rows (bulk copies, evict-first in L2)
+//     into a ring of NP shared-memory pages, limited only by free pages: it runs ahead across products and layers
+//     while the compute warps wait for activations;
+//   - dependencies are counters in global memory: o waits for the 128 q tiles, gate|up for the 128 o tiles, down for
+//     the 512 gate|up tiles, the next q|k|v for the 128 down tiles; warp 7 signals with a release reduction while
+//     thread 0 goes on to the next wait. No grid barrier; every sum in a fixed order;
 //   - every activation buffer is per layer (no write-after-read hazard inside a launch); the last block out resets
 //     the counters for the next launch.
 // Not yet here (the next steps of issue 41): attention (o reads q's first 2048 columns as its input, so the chain
 // keeps attention's place in the dependency graph with zero cost), RoPE and the KV-cache writes, π0.5's adaRMS and
 // gates, the time / action projections, the ten steps.
 // Modes: 0 the chain; 1 the weight stream alone (pages filled and released, no math, no waits); 2 no weight traffic
-// (the loader copies nothing, the math reads stale pages: wrong results, the latency chain alone).
+// (the loader copies nothing, the math reads stale pages: wrong results, the latency chain alone). With stamps:
+// where each op's batches spend their time, and the slowest block's work per op.
 // Checked against a CPU model of the same math and rounding (two layers), then timed as one CUDA graph per step.
 // Build: make lab (build/lab/megakernel); run: build/lab/megakernel [layers] [pages].
 #include <math.h>
