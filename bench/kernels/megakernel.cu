@@ -1,13 +1,15 @@
 // megakernel.cu — kernel lab for issue 41: the first piece of a denoise megakernel, a dataflow interpreter over
 // the action expert's four weight products (B = 1, M = 11 suffix rows, 18 layers), in which the weights never wait
 // for the activations. Not used by libpi0.
-// RESULT (H100, bench/RESULTS.md L140-L142, bench/data/2026-11-26-s37-h100-megakernel-lab.txt): correct (CPU model of
-// the same rounding, 5.9e-4) and deterministic; 23.5 us per layer for the four products against 23.4 for the
-// production chain without attention in its own lab. The weights alone stream at 2.84 TB/s (12.2 us per layer), so
-// the loader does what it should; the latency chain alone (no weight traffic) takes 16.8 us: per dependent phase an
-// X load from L2 (1.2 us, down's 90 KB 2.0), the block's work (0.6-2.2 us) and the counter's way to the waiting
-// blocks (~1.3 us; ~2.4 with the weight stream running). With attention still to come, the issue's 13 us per layer
-// is below this structure's measured latency.
+// RESULT (H100 and H200, bench/RESULTS.md L140-L144, bench/data/2026-11-26-s37-megakernel-lab.txt): correct (CPU
+// model of the same rounding, 5.9e-4) and deterministic; 23.5 us per layer for the four products against 23.4 for
+// the production chain without attention in its own lab (H100). The weights alone stream at 2.84 TB/s (12.2 us per
+// layer), so the loader does what it should; the latency chain alone (no weight traffic) takes 16.8 us, and without
+// the MMAs too 16.2 (H200): per dependent phase an X load from L2 (1.3 us, down's 90 KB 2.5), the reduction and
+// stores (0.4-0.8 us) and the counter's way to the waiting blocks (~1.3 us; ~2.4 with the weight stream running).
+// With attention still to come, the issue's 13 us per layer needs fewer dependent phases, not faster ones.
+// The flagged variant (LL = true: activations carry the launch's epoch, consumers poll the data, no counters) was
+// slower: 23.0 -> 27.5 us per layer (L143); it stays selectable here as the measured alternative.
 //
 // Design (HazyResearch/Megakernels' low-latency idea, our shapes):
 //   - one persistent block per SM (cooperative launch), 8 compute warps and 1 loader warp;
@@ -28,7 +30,8 @@
 // keeps attention's place in the dependency graph with zero cost), RoPE and the KV-cache writes, π0.5's adaRMS and
 // gates, the time / action projections, the ten steps.
 // Modes: 0 the chain; 1 the weight stream alone (pages filled and released, no math, no waits); 2 no weight traffic
-// (the loader copies nothing, the math reads stale pages: wrong results, the latency chain alone). With stamps:
+// (the loader copies nothing, the math reads stale pages: wrong results, the latency chain alone); 3 as 2 without the
+// MMAs (the dependency chain's communication: waits, X loads, reductions, stores, signals). With stamps:
 // where each op's batches spend their time, and the slowest block's work per op.
 // Checked against a CPU model of the same math and rounding (two layers), then timed as one CUDA graph per step.
 // Build: make lab (build/lab/megakernel); run: build/lab/megakernel [layers] [pages].
@@ -81,11 +84,15 @@ struct mk_args {
     bf16 *qkv;           // [depth][16][2560]
     bf16 *h;             // [depth][16][4096]: gelu(gate) * up
     unsigned *cnt;       // per layer: q tiles done, k|v tiles done, o tiles, gate|up tiles, down tiles; then blocks
-                         // done (zero between launches)
+                         // done (zero between launches); then the epoch of the last launch (flagged variant)
+    // the flagged variant (LL): the same activations as units of 8 bytes, two bf16 and the launch's epoch, written
+    // by one 8-byte store each, so a consumer polls the data itself (NCCL's LL protocol): [rows 16][pairs]
+    unsigned long long *xs_ll, *qkv_ll, *h_ll;
     long long *prof;     // NULL, or clock64 stamps [block][layer][op][MST]
 };
 __host__ __device__ inline unsigned *cnt_at(unsigned *c, int l, int k) { return c + l * 5 + k; }
-static const size_t MK_CNT = MMAXL * 5 + 1;
+static const size_t MK_CNT = MMAXL * 5 + 1;   // (the epoch after them is kept)
+static const size_t MK_EPOCH = MK_CNT;
 
 // Weight row r (0..15) of page p of instruction s: 2 KB (1024 columns).
 __device__ __forceinline__ const bf16 *wrow(const mk_args &a, const mk_ins &s, int p, int r) {
@@ -108,6 +115,47 @@ __device__ __forceinline__ void red_release_add(unsigned *p, unsigned v) {
 }
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 256;" ::: "memory"); }   // the MCT compute threads only
 __device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
+__device__ __forceinline__ void ld_ll2(const unsigned long long *p, unsigned long long &a, unsigned long long &b) {
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void st_ll(unsigned long long *p, float lo, float hi, unsigned ep) {
+    const unsigned long long v = (unsigned long long)ep << 32 | f2_to_bf2(lo, hi);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// One unit (two values), waited for.
+__device__ __forceinline__ float2 ld_ll1(const unsigned long long *p, unsigned ep) {
+    unsigned long long v;
+    for (;;) {
+        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+        if ((unsigned)(v >> 32) == ep) break;
+        __nanosleep(32);
+    }
+    return bf2_to_f2((uint32_t)v);
+}
+// load_x from flagged rows (ldp units per row), polling until every unit carries this launch's epoch. The warp loops
+// together (the quad shuffles of the norm follow).
+__device__ __forceinline__ void load_x_ll(uint4 (&xv)[4][2], const unsigned long long *x, int ldp, int M, int g, int kw,
+                                          unsigned ep) {
+    for (;;) {
+        bool ok = true;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = g + 8 * r;
+                if (row >= M) { xv[u][r] = make_uint4(0, 0, 0, 0); continue; }
+                const unsigned long long *p = x + (size_t)row * ldp + (kw + 32 * u) / 2;
+                unsigned long long a0, a1, b0, b1;
+                ld_ll2(p, a0, a1);
+                ld_ll2(p + 2, b0, b1);
+                ok &= (unsigned)(a0 >> 32) == ep && (unsigned)(a1 >> 32) == ep && (unsigned)(b0 >> 32) == ep &&
+                      (unsigned)(b1 >> 32) == ep;
+                xv[u][r] = make_uint4((uint32_t)a0, (uint32_t)a1, (uint32_t)b0, (uint32_t)b1);
+            }
+        if (__all_sync(0xffffffffu, ok)) break;
+        __nanosleep(32);
+    }
+}
 
 // X rows g, g + 8 (zero past M) at this lane's columns kw + 32 u (ld: the row stride), as gemv.cu's few-row layout.
 __device__ __forceinline__ void load_x(uint4 (&xv)[4][2], const bf16 *x, int ld, int M, int g, int kw) {
@@ -190,6 +238,8 @@ struct mk_ring {
     }
 };
 
+// LL = false: counters order the work; true: the activations carry the launch's epoch and are polled (no counters).
+template <bool LL>
 __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_args a) {
     extern __shared__ __align__(128) unsigned char sm[];
     unsigned char *pages = sm;
@@ -203,9 +253,16 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
         for (int p = 0; p < NP; p++) { mbar_init(&full[p], 1); mbar_init(&empty[p], MW); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
+    // the launch's epoch (flagged variant): one more than the last launch's; the input rows go out flagged with it
+    const unsigned ep = LL ? *(volatile unsigned *)(a.cnt + MK_EPOCH) + 1 : 0;
+    if (LL && a.mode != 1)
+        for (int e = b * MT + tid; e < a.M * (MD / 2); e += G * MT) {
+            const float2 v = bf2_to_f2(*(const uint32_t *)(a.xs + 2 * (size_t)e));
+            st_ll(a.xs_ll + e, v.x, v.y, ep);
+        }
     __syncthreads();
     if (warp == MW) {   // the loader: every instruction's weights, as far ahead as the pages allow
-        if (a.mode != 2)
+        if (a.mode < 2)
             for (int i = 0, k = 0; i < nins; i++) {
                 const mk_ins s = ins[i];
                 for (int p = 0; p < s.np; p++, k++) {
@@ -217,8 +274,8 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
                 }
             }
     } else {
-        const int g = lane >> 2, c = lane & 3, kw = warp * 128 + c * 8, M = a.M, m = tid >> 4, j = tid & 15;
-        mk_ring R = {pages, full, empty, NP, 0, a.mode != 2};
+        const int g = lane >> 2, c = lane & 3, kw = warp * 128 + c * 8, M = a.M;
+        mk_ring R = {pages, full, empty, NP, 0, a.mode < 2};
         for (int i = 0; i < nins;) {
             // a batch: this block's consecutive instructions of one op of one layer
             const int l = ins[i].l, op = ins[i].op;
@@ -237,14 +294,19 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
             else if (op == OP_O) { dep = cnt_at(a.cnt, l, 0); need = NQT; }
             else if (op == OP_GU) { dep = cnt_at(a.cnt, l, 2); need = NO; }
             else if (op == OP_DN) { dep = cnt_at(a.cnt, l, 3); need = NGU; }
-            if (dep && tid == 0) while (ld_acquire_u32(dep) < need) {}
-            cbar();
+            // the norm factors are constants: into L1 while the inputs are awaited (their first read in a step
+            // missed L2 and sat inside the X load)
+            if ((op == OP_QKV || op == OP_GU) && tid < MD / 32)
+                asm volatile("prefetch.global.L1 [%0];" ::"l"((op == OP_QKV ? a.L[l].n_attn : a.L[l].n_mlp) + 32 * tid));
+            if (!LL && dep && tid == 0) while (ld_acquire_u32(dep) < need) {}
+            if (!LL) cbar();
             if (st) st[1] = clock64();
             const mk_layer &L = a.L[l];
             float r = 0;
             if (op == OP_QKV || op == OP_GU) {   // one X for the whole batch: the normed residual
                 uint4 xv[4][2];
-                load_x(xv, a.xs + (size_t)(2 * l + (op == OP_GU)) * 16 * MD, MD, M, g, kw);
+                if (LL) load_x_ll(xv, a.xs_ll + (size_t)(2 * l + (op == OP_GU)) * 16 * (MD / 2), MD / 2, M, g, kw, ep);
+                else load_x(xv, a.xs + (size_t)(2 * l + (op == OP_GU)) * 16 * MD, MD, M, g, kw);
                 norm_x(xv, op == OP_QKV ? L.n_attn : L.n_mlp, nss, warp, g, c, kw);
                 if (st) { asm volatile("" ::"r"(xv[0][0].x)); st[2] = clock64(); }
                 // page by page (each released at once: a tile-interleaved loop over all the batch's pages measured
@@ -253,7 +315,8 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
 #pragma unroll
                 for (int q = 0; q < MMAXB; q++)
                     if (q < n) {
-                        page_mma(acc[q], R.get(), xv, g, kw);
+                        const unsigned char *pg = R.get();
+                        if (a.mode != 3) page_mma(acc[q], pg, xv, g, kw);
                         R.put(lane);
                     }
                 if (st) st[3] = clock64();
@@ -265,40 +328,63 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
 #pragma unroll
                             for (int e = 0; e < 4; e++) red2[(((q * MW + warp) * 2 + t) * 4 + e) * 32 + lane] = acc[q][t][e];
                 cbar();
-                {
+                // outputs in pairs of columns (the flagged variant's unit): q|k|v 8 pairs per tile, gate|up 4
+                const int per = op == OP_QKV ? 8 : 4;
+                for (int e = tid; e < n * 16 * per; e += MCT) {
+                    const int q = e / (16 * per), mm = (e / per) & 15, jp = e % per;
+                    if (mm >= M) continue;
                     float ss = 0;
 #pragma unroll
-                    for (int w = 0; w < MW; w++) ss += nss[w * 16 + m];
+                    for (int w = 0; w < MW; w++) ss += nss[w * 16 + mm];
                     r = rsqrtf(ss * (1.0f / MD) + a.eps);
-                }
-                for (int q = 0; q < n; q++) {
-                        const float *red = red2 + q * (MW * 2 * 4 * 32);
-                        const int t = ins[i + q].t;
-                        if (op == OP_QKV) {
-                            if (m < M) a.qkv[((size_t)l * 16 + m) * MQKV + 16 * t + j] = __float2bfloat16(frag_sum(red, j >> 3, m, j & 7) * r);
-                        } else if (m < M && j < 8) {
-                            const float gv = frag_sum(red, 0, m, j) * r, uv = frag_sum(red, 1, m, j) * r;
-                            a.h[((size_t)l * 16 + m) * MF + 8 * t + j] = __float2bfloat16(gelu_tanh(gv) * uv);
-                        }
+                    const float *red = red2 + q * (MW * 2 * 4 * 32);
+                    const int t = ins[i + q].t;
+                    float v0, v1;
+                    size_t o;
+                    if (op == OP_QKV) {
+                        v0 = frag_sum(red, jp >> 2, mm, (2 * jp) & 7) * r;
+                        v1 = frag_sum(red, jp >> 2, mm, (2 * jp + 1) & 7) * r;
+                        o = ((size_t)l * 16 + mm) * MQKV + 16 * t + 2 * jp;
+                    } else {
+                        v0 = gelu_tanh(frag_sum(red, 0, mm, 2 * jp) * r) * (frag_sum(red, 1, mm, 2 * jp) * r);
+                        v1 = gelu_tanh(frag_sum(red, 0, mm, 2 * jp + 1) * r) * (frag_sum(red, 1, mm, 2 * jp + 1) * r);
+                        o = ((size_t)l * 16 + mm) * MF + 8 * t + 2 * jp;
+                    }
+                    if (LL) st_ll((op == OP_QKV ? a.qkv_ll : a.h_ll) + o / 2, v0, v1, ep);
+                    else *(uint32_t *)((op == OP_QKV ? a.qkv : a.h) + o) = f2_to_bf2(v0, v1);
                 }
             } else {   // o / down: 8 weight rows over all of K (1 or 2 pages of two K chunks each), then the residual
                 const int dn = op == OP_DN, KC = dn ? MF / MD : MQ / MD, ldx = dn ? MF : MQKV;
                 const bf16 *X = dn ? a.h + (size_t)l * 16 * MF : a.qkv + (size_t)l * 16 * MQKV;
+                const unsigned long long *Xl = dn ? a.h_ll + (size_t)l * 16 * (MF / 2) : a.qkv_ll + (size_t)l * 16 * (MQKV / 2);
                 for (int q = 0; q < n; q++) {
+                    // counters: all of X at once (one round trip); flagged: a page's two chunks at a time (all four
+                    // polled at once spilled 1.3 KB per thread)
                     uint4 xv[4][4][2];
 #pragma unroll
                     for (int kc = 0; kc < 4; kc++)
-                        if (kc < KC) load_x(xv[kc], X + kc * MD, ldx, M, g, kw);
-                    const int t = ins[i + q].t;
-                    const size_t o = (size_t)m * MD + 8 * t + (j & 7);
-                    const bf16 *xin = a.xs + (size_t)(2 * l + dn) * 16 * MD;
-                    const float old = m < M && j < 8 ? __bfloat162float(__ldcg(xin + o)) : 0.0f;
+                        if (!LL && kc < KC) load_x(xv[kc], X + kc * MD, ldx, M, g, kw);
+                    const int t = ins[i + q].t, mm = tid >> 2, jp = tid & 3;   // output pair jp of row mm (tid < 64)
+                    const size_t o = (size_t)mm * MD + 8 * t + 2 * jp;
+                    float2 old = make_float2(0, 0);
+                    if (tid < 64 && mm < M) {
+                        if (LL) old = ld_ll1(a.xs_ll + (size_t)(2 * l + dn) * 16 * (MD / 2) + o / 2, ep);
+                        else old = bf2_to_f2(__ldcg((const unsigned *)(a.xs + (size_t)(2 * l + dn) * 16 * MD + o)));
+                    }
                     if (st) { asm volatile("" ::"r"(xv[0][0][0].x)); st[2] = clock64(); }
                     float acc[2][4] = {};
 #pragma unroll
                     for (int kc = 0; kc < 4; kc += 2)
                         if (kc < KC) {
-                            page_mma_k2(acc, R.get(), xv[kc], xv[kc + 1], g, kw);
+                            if (LL) {
+                                load_x_ll(xv[0], Xl + kc * (MD / 2), ldx / 2, M, g, kw, ep);
+                                load_x_ll(xv[1], Xl + (kc + 1) * (MD / 2), ldx / 2, M, g, kw, ep);
+                                const unsigned char *pg = R.get();
+                                if (a.mode != 3) page_mma_k2(acc, pg, xv[0], xv[1], g, kw);
+                            } else {
+                                const unsigned char *pg = R.get();
+                                if (a.mode != 3) page_mma_k2(acc, pg, xv[kc], xv[kc + 1], g, kw);
+                            }
                             R.put(lane);
                         }
                     if (st) st[3] = clock64();
@@ -308,15 +394,19 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
 #pragma unroll
                         for (int e = 0; e < 4; e++) red[((warp * 2 + tt) * 4 + e) * 32 + lane] = acc[tt][e];
                     cbar();
-                    if (m < M && j < 8)   // the K chunks' sums in order (even chunks in half 0, odd in half 1)
-                        a.xs[(size_t)(2 * l + dn + 1) * 16 * MD + o] = __float2bfloat16(old + (frag_sum(red, 0, m, j) + frag_sum(red, 1, m, j)));
+                    if (tid < 64 && mm < M) {   // the K chunks' sums in order (even chunks in half 0, odd in half 1)
+                        const float v0 = old.x + (frag_sum(red, 0, mm, 2 * jp) + frag_sum(red, 1, mm, 2 * jp));
+                        const float v1 = old.y + (frag_sum(red, 0, mm, 2 * jp + 1) + frag_sum(red, 1, mm, 2 * jp + 1));
+                        if (LL) st_ll(a.xs_ll + (size_t)(2 * l + dn + 1) * 16 * (MD / 2) + o / 2, v0, v1, ep);
+                        else *(uint32_t *)(a.xs + (size_t)(2 * l + dn + 1) * 16 * MD + o) = f2_to_bf2(v0, v1);
+                    }
                 }
             }
             cbar();   // the batch's outputs are written (and red2's half and nss are free again)
             if (st) st[4] = clock64();
             // the counters, by warp 7 while thread 0 goes on to the next batch's wait: a release reduction, cumulative
             // over the block's writes ordered before it by the barrier (a release is fence.acq_rel + the reduction)
-            if (tid == MCT - 32) {
+            if (!LL && tid == MCT - 32) {
                 if (op == OP_QKV) {
                     int nq = 0;
                     for (int q = 0; q < n; q++) nq += ins[i + q].t < NQT;
@@ -335,6 +425,7 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
     if (tid == 0 && atomicAdd(cnt_at(a.cnt, MMAXL, 0), 1u) == (unsigned)G - 1) {   // the last block out resets
         __threadfence();
         for (size_t q = 0; q < MK_CNT; q++) a.cnt[q] = 0;
+        if (LL) a.cnt[MK_EPOCH] = ep;
         __threadfence();
     }
 }
@@ -413,7 +504,8 @@ int main(int argc, char **argv) {
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const size_t smem = (size_t)MNP * MPAGE + MMAXB * MW * 2 * 4 * 32 * 4 + MW * 16 * 4 + 2 * MNP * 8;
-    CK(cudaFuncSetAttribute(mk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CK(cudaFuncSetAttribute(mk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CK(cudaFuncSetAttribute(mk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     mk_args a = {};
     a.depth = depth; a.M = M; a.np = np; a.eps = 1e-6f;
     const size_t wl = (size_t)MQKV * MD + (size_t)MD * MQ + 2 * (size_t)MF * MD + (size_t)MD * MF;   // per layer
@@ -467,9 +559,16 @@ int main(int argc, char **argv) {
         printf("plan: %zu instructions, pages per block %d..%d (%d layers), longest run of one op %d\n", ins.size(), least,
                most, depth, longest);
     }
-    CK(cudaMalloc(&a.cnt, MK_CNT * 4));
+    CK(cudaMalloc(&a.cnt, (MK_CNT + 1) * 4));
     CK(cudaMemset(a.xs, 0, (size_t)(2 * depth + 1) * 16 * MD * 2));
-    CK(cudaMemset(a.cnt, 0, MK_CNT * 4));
+    CK(cudaMemset(a.cnt, 0, (MK_CNT + 1) * 4));
+    const size_t nxl = (size_t)(2 * depth + 1) * 16 * (MD / 2), nql = (size_t)depth * 16 * (MQKV / 2), nhl = (size_t)depth * 16 * (MF / 2);
+    CK(cudaMalloc(&a.xs_ll, nxl * 8));
+    CK(cudaMalloc(&a.qkv_ll, nql * 8));
+    CK(cudaMalloc(&a.h_ll, nhl * 8));
+    CK(cudaMemset(a.xs_ll, 0, nxl * 8));   // epoch 0: never a launch's
+    CK(cudaMemset(a.qkv_ll, 0, nql * 8));
+    CK(cudaMemset(a.h_ll, 0, nhl * 8));
     fill_kernel<<<64, 256>>>(a.xs, (size_t)M * MD, 11, 1.0f);
     CK(cudaDeviceSynchronize());
     cudaStream_t st;
@@ -484,13 +583,30 @@ int main(int argc, char **argv) {
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    printf("megakernel lab: %d layers, M = %d, %d blocks x %d threads, %d pages of %d KB, %zu KB shared memory\n", depth, M,
+           sms, MT, np, MPAGE / 1024, smem / 1024);
+    for (int ll = 0; ll < 2; ll++) {
+    printf("== %s\n", ll ? "flagged activations (each 8-byte unit carries the launch's epoch; consumers poll the data)"
+                         : "counters (release reductions; consumers poll a counter, then load)");
     auto launch = [&](int mode) {
         mk_args x = a;
         x.mode = mode;
-        CK(cudaLaunchKernelEx(&cfg, mk_kernel, x));
+        if (ll) CK(cudaLaunchKernelEx(&cfg, mk_kernel<true>, x));
+        else CK(cudaLaunchKernelEx(&cfg, mk_kernel<false>, x));
     };
-    printf("megakernel lab: %d layers, M = %d, %d blocks x %d threads, %d pages of %d KB, %zu KB shared memory\n", depth, M,
-           sms, MT, np, MPAGE / 1024, smem / 1024);
+    // the residual rows after half-layer k, from whichever variant ran
+    auto rows = [&](int k) {
+        if (!ll) return dl(a.xs + (size_t)k * 16 * MD, (size_t)M * MD);
+        std::vector<unsigned long long> u((size_t)M * (MD / 2));
+        CK(cudaMemcpy(u.data(), a.xs_ll + (size_t)k * 16 * (MD / 2), u.size() * 8, cudaMemcpyDeviceToHost));
+        std::vector<float> v((size_t)M * MD);
+        for (size_t i = 0; i < u.size(); i++) {
+            uint32_t lo = (uint32_t)(u[i] & 0xffff) << 16, hi = (uint32_t)u[i] & 0xffff0000u;
+            memcpy(&v[2 * i], &lo, 4);
+            memcpy(&v[2 * i + 1], &hi, 4);
+        }
+        return v;
+    };
 
     // correctness: the first two layers against the CPU model of the same math and rounding points
     launch(0);
@@ -520,7 +636,7 @@ int main(int argc, char **argv) {
                     hh[(size_t)m * MF + n] = bf(gelu_ref((float)y[(size_t)m * 2 * MF + n] * r[m]) * ((float)y[(size_t)m * 2 * MF + MF + n] * r[m]));
             mm(hh.data(), MF, Wd, MF, M, MD, MF, y.data());
             for (int i = 0; i < M * MD; i++) x[i] = bf(x[i] + (float)y[i]);
-            got = dl(a.xs + (size_t)(2 * l + 2) * 16 * MD, (size_t)M * MD);
+            got = rows(2 * l + 2);
             double num = 0, den = 0;
             for (int i = 0; i < M * MD; i++) { num += (got[i] - x[i]) * (double)(got[i] - x[i]); den += (double)x[i] * x[i]; }
             const double e = sqrt(num / den);
@@ -533,22 +649,23 @@ int main(int argc, char **argv) {
     }
     // determinism: two launches give the same bits
     {
-        std::vector<float> x1 = dl(a.xs + (size_t)(2 * depth) * 16 * MD, (size_t)M * MD);
+        std::vector<float> x1 = rows(2 * depth);
         launch(0);
         CK(cudaStreamSynchronize(st));
-        std::vector<float> x2 = dl(a.xs + (size_t)(2 * depth) * 16 * MD, (size_t)M * MD);
+        std::vector<float> x2 = rows(2 * depth);
         printf("determinism: a third launch %s\n", memcmp(x1.data(), x2.data(), x1.size() * 4) ? "DIFFERS (FAIL)" : "gives the same bits");
     }
     const double bytes = (double)wl * 2 * depth;
-    const char *names[3] = {"the chain", "weight stream only", "no weight traffic (wrong results)"};
-    for (int mode = 0; mode < 3; mode++) {
+    const char *names[4] = {"the chain", "weight stream only", "no weight traffic (wrong results)",
+                            "no weights, no MMAs (wrong results)"};
+    for (int mode = 0; mode < 4; mode++) {
         int cap = 0;
         float ms = lab_graph_median_ms(st, &cap, [&] { launch(mode); });
         printf("%-36s %8.2f us per layer  %7.1f GB/s of weights  (%d layers: %.1f us)\n", names[mode], ms * 1e3 / depth,
                bytes / (ms * 1e-3) / 1e9, depth, ms * 1e3);
     }
-    // where a batch's time goes (clock64 at the SM clock; means over blocks and layers 1..depth-1), modes 0 and 2
-    for (int mode = 0; mode < 3; mode += 2) {
+    // where a batch's time goes (clock64 at the SM clock; means over blocks and layers 1..depth-1), modes 0, 2 and 3
+    for (int mode : {0, 2, 3}) {
         const size_t n = (size_t)sms * depth * 4 * MST;
         long long *prof;
         CK(cudaMalloc(&prof, n * 8));
@@ -563,8 +680,8 @@ int main(int argc, char **argv) {
         int khz = 0;
         CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
         const char *ops[4] = {"q|k|v", "o", "gate|up", "down"};
-        printf("batches%s (us at %d MHz): inputs wait, X load, MMAs (+ page waits), reduce + store, (signal: by warp 7) | batches\n",
-               mode ? " without weight traffic" : "", khz / 1000);
+        printf("batches%s (us at %d MHz): inputs wait, X load (flagged: + its wait), MMAs (+ page waits), reduce + store, (signal) | batches\n",
+               mode == 3 ? " without weights or MMAs" : mode ? " without weight traffic" : "", khz / 1000);
         for (int op = 0; op < 4; op++) {
             double d[MST] = {0}, work = 0, wmax = 0;
             int cntb = 0;
@@ -585,6 +702,7 @@ int main(int argc, char **argv) {
             for (int k = 1; k < MST; k++) printf(" %7.2f", cntb ? d[k] / cntb : 0.0);
             printf(" | %d | work mean %.2f, slowest block %.2f\n", cntb, cntb ? work / cntb : 0.0, wmax / (depth - 1));
         }
+    }
     }
     CK(cudaGetLastError());
     return 0;
