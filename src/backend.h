@@ -157,8 +157,10 @@ struct pi0_backend {
     /* out (M, K) [op]= dy (M, N) . W[:, k0:k0+K]: linear's input cotangent (op EPI_STORE or EPI_ADD). */
     void (*linear_t)(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);
     /* out (M, K) [op]= sum_i dy[:, c_i : c_i + W[i]->rows] . W[i], c_i = W[0]->rows + ... + W[i-1]->rows, K = the
-     * weights' cols, dy rows of stride ld >= the sum of the rows (columns past it are not read): the transposes of
-     * products that read one input (q, k, v; gate, up) as one product over their output cotangents side by side. */
+     * weights' cols, dy rows of stride ld >= the sum of the rows: the transposes of products that read one input (q,
+     * k, v; gate, up) as one product over their output cotangents side by side. The columns past the sum must be
+     * finite (the CUDA backend multiplies them by zero weights, so that a padded ld makes one product of the group);
+     * the model keeps them zero. */
     void (*linear_t_cat)(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
                          enum pi0_epi epi);
     /* dx [op]= the input cotangent of rmsnorm (w != NULL) or adarms (w == NULL; mod, rows_per_mod as adarms) at

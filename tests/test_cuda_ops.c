@@ -614,9 +614,10 @@ static void t_patch(int R, int P, int Dv, int nimg) {
 
 /* ---- exact real-time chunking: the transposes of the expert's ops (backward.cu) against their CPU twins ---- */
 
-/* linear_t: out (M, K) [op]= dy (M, N) . W[:, k0:k0+K], W (N, kcols); f32 as t_linear's (0: bf16 rows, cuBLASLt with the
- * weight as stored; 1: fp32 rows, the kernel; 2: fp32 rows with the weight's fp32 copy, cuBLASLt in fp32 from 64 rows;
- * 3: an F32 file's weights) */
+/* linear_t: out (M, K) [op]= dy (M, N) . W[:, k0:k0+K], W (N, kcols); f32 as t_linear's (0: bf16 rows: few rows through
+ * a transposed copy, else cuBLASLt with the weight as stored; 1: fp32 rows: whole weights through a transposed copy
+ * and the forward fp32 kernel, a column block (k0, K < cols) through linear_t's own fp32 kernel; 2: fp32 rows with
+ * the weight's fp32 copy, cuBLASLt in fp32 from 64 rows; 3: an F32 file's weights) */
 static void t_linear_t(int M, int N, int K, int k0, int kcols, enum pi0_epi epi, int f32, double bound) {
     hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)N)) : mkw(N, kcols, 1.0f / sqrtf((float)N), 0);
     W.w.want32 = f32 >= 2;
@@ -1015,14 +1016,16 @@ static const linear_t_case LINEAR_T[] = {
     {3264, 256, 1024, 0, 1024, 1, 0, 8e-3, "k^T / v^T at B = 64"},
     {3264, 2048, 1024, 0, 1024, 0, 0, 8e-3, "q^T at B = 64"},
     {7, 40, 24, 8, 40, 1, 0, 8e-3, "bf16: tiny, a column offset k0"},
-    {50, 32, 1024, 0, 1024, 1, 1, 1e-5, "fp32 rows: action_out_proj^T (the kernel)"},
+    {50, 32, 1024, 0, 1024, 1, 1, 1e-5, "fp32 rows: action_out_proj^T (a transposed copy)"},
     {50, 1024, 1024, 0, 1024, 1, 1, 1e-5, "fp32 rows: action_time_mlp_out^T"},
     {50, 1024, 32, 0, 32, 0, 1, 1e-5, "fp32 rows: action_in_proj^T / the time MLP's action half^T (K = 32)"},
     {50, 1024, 1024, 0, 1024, 0, 3, 1e-5, "fp32 rows: an F32 file's weights (not bf16-representable)"},
-    {5, 300, 47, 3, 60, 1, 1, 1e-5, "fp32 rows: odd K, a column offset, 2 dy chunks"},
+    {5, 300, 47, 3, 60, 1, 1, 1e-5, "fp32 rows: odd K, a column offset, 2 dy chunks (linear_t's fp32 kernel)"},
+    {7, 300, 40, 8, 64, 1, 3, 1e-5, "an F32 file's weights, a column offset (linear_t's fp32 kernel on fp32 weights)"},
+    {100, 1024, 40, 8, 64, 1, 1, 1e-5, "fp32 rows, a column offset at 100 rows, no fp32 copy (linear_t's fp32 kernel)"},
     {3200, 1024, 1024, 0, 1024, 0, 2, 1e-5, "fp32 copy, 64+ rows: cuBLASLt in fp32 at B = 64"},
     {3200, 32, 1024, 0, 1024, 1, 2, 1e-5, "fp32 copy: action_out_proj^T at B = 64"},
-    {100, 1024, 32, 0, 32, 0, 1, 1e-5, "fp32 rows, no fp32 copy: the kernel at many rows"},
+    {100, 1024, 32, 0, 32, 0, 1, 1e-5, "fp32 rows, no fp32 copy, many rows (a transposed copy)"},
 };
 
 /* linear_t_cat: transposed groups side by side, each row at EPI_STORE and EPI_ADD */

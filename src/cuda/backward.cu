@@ -83,14 +83,16 @@ __global__ void transpose_kernel(T *out, int ldo, const T *w, int N, int K) {
 
 // The transposed copy [K, ld] of the weights W[0..nw) (rows[i] x K each, whole matrices) side by side: columns
 // c_i .. c_i + rows[i] hold W[i]^T, c_i the rows before it, and the columns past their sum are zero; bf16, or with f32
-// the weights' fp32 copies (dev32) in fp32. Keyed by the first weight's device address, nw, ld and f32 (a session's
-// backend never outlives the model whose weights it reads),
-// made at its first use; NULL where it cannot be had (out of memory, or first met while a graph is being captured:
-// then cuBLASLt reads the weights as they are). The expert's transposes cost the weights' size again (π0: 0.6 GB),
-// kept until the session ends.
+// the weights' fp32 copies (dev32) in fp32. Keyed by the first and last weights' device addresses, nw, K, ld and f32
+// (a session's backend never outlives the model whose weights it reads), made at its first use, and the stream
+// synchronised once then: its consumers read weights before their programmatic-launch wait, which only constants
+// may (common.cuh). NULL where it cannot be had (out of memory, or first met while a graph is being captured: then
+// the caller's fallback reads the weights as they are). The expert's transposes cost the weights' size again
+// (π0: 614 MiB), kept until the session ends.
 static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *rows, int nw, int K, int ld, int f32) {
     for (int i = 0; i < c->n_wts; i++)
-        if (c->wts[i].w == W[0]->dev && c->wts[i].nw == nw && c->wts[i].ld == ld && c->wts[i].f32 == f32)
+        if (c->wts[i].w == W[0]->dev && c->wts[i].wl == W[nw - 1]->dev && c->wts[i].nw == nw && c->wts[i].k == K &&
+            c->wts[i].ld == ld && c->wts[i].f32 == f32)
             return c->wts[i].wt;
     cudaStreamCaptureStatus cs;
     if (cudaStreamIsCapturing(c->stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) return NULL;
@@ -114,7 +116,14 @@ static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *ro
         else transpose_kernel<<<grid, block, 0, c->stream>>>((bf16 *)wt + col, ld, (const bf16 *)W[i]->dev, rows[i], K);
     }
     if (col < ld) cudaMemset2DAsync((char *)wt + col * es, (size_t)ld * es, 0, (size_t)(ld - col) * es, K, c->stream);
+    if (cudaStreamSynchronize(c->stream) != cudaSuccess) {   // (once per copy and session, never under capture)
+        cudaGetLastError();
+        cudaFree(wt);
+        return NULL;
+    }
     c->wts[c->n_wts].w = W[0]->dev;
+    c->wts[c->n_wts].wl = W[nw - 1]->dev;
+    c->wts[c->n_wts].k = K;
     c->wts[c->n_wts].nw = nw;
     c->wts[c->n_wts].ld = ld;
     c->wts[c->n_wts].f32 = f32;
@@ -150,7 +159,7 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
         if (tw) {
             pi0_wt T = {};
             T.rows = K; T.cols = N;
-            if (f32w) { T.dtype = PI0_DT_F32; T.dev32 = (void *)tw; T.dev = (void *)tw; }
+            if (f32w) { T.dtype = PI0_DT_F32; T.dev32 = (void *)tw; }   // (no bf16 copy: dev stays NULL)
             else { T.dtype = PI0_DT_BF16; T.dev = (void *)tw; }
             cuda_linear(be, out, dy, &T, NULL, M, K, N, 0, epi);
             return;
@@ -302,7 +311,7 @@ void cuda_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod,
 // ---- elementwise: gelu_mul_bwd (ACT), swish_bwd (F32), scale_rows (ACT), rope_bwd (ACT, in place) ----
 
 // gelu_tanh'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 0.044715 x^2), th = tanh(c (x + 0.044715 x^3)), c = sqrt(2/pi).
-// V = 8 elements per thread (16-byte accesses) when n % 8 == 0 and the pointers allow.
+// V = 8 elements per thread (16-byte accesses) when F and the row stride are multiples of 8 and the pointers allow.
 template <int V>
 __global__ void gelu_mul_bwd_kernel(bf16 *dg, bf16 *du, const bf16 *dy, const bf16 *g, const bf16 *u, size_t n, int F,
                                     int ld) {
@@ -987,12 +996,12 @@ void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, con
         ab_segs sg;
         memset(&sg, 0, sizeof sg);
         sg.r0 = a->q_off[s];
-        int ld = 0, maxk = 0, tiles = 0, blocks = 0;
+        int lds = 0, maxk = 0, tiles = 0, blocks = 0;   // lds: the scratch rows' stride
         while (s + sg.n < a->nseg && sg.n < AB_SEGS) {
             int i = s + sg.n, nq = a->q_off[i + 1] - a->q_off[i], n1 = a->k_off[i + 1] - a->k_off[i];
             // suffix keys: the range's tail, or source 2's rows aligned with the queries, or none (then dk, dv = 0)
             int ns = a->tail ? a->tail : a->k2.p ? nq : 0, nc = a->tail ? n1 - a->tail : n1, nk = nc + ns;
-            int ld2 = ld > ((nk + 3) & ~3) ? ld : (nk + 3) & ~3;   // rows of 16-byte multiples
+            int ld2 = lds > ((nk + 3) & ~3) ? lds : (nk + 3) & ~3;   // rows of 16-byte multiples
             int maxk2 = nk > maxk ? nk : maxk;
             size_t pairs = (size_t)(a->q_off[i + 1] - sg.r0) * a->heads;
             if (pairs * ld2 > cap || pairs * 3 * cdiv(maxk2, AB_BK) > cap / 2) {
@@ -1010,7 +1019,7 @@ void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, con
             sg.go[sg.n] = blocks;
             tiles += a->kv_heads * cdiv(np, AB_BP);
             blocks += a->kv_heads * (2 * cdiv(nq, 16) + cdiv(np, 16)) * x.colb;
-            ld = ld2;
+            lds = ld2;
             maxk = maxk2;
             sg.n++;
         }
@@ -1020,7 +1029,7 @@ void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, con
         s += sg.n;
         int rows = sg.qo[sg.n] - sg.r0;
         if (!rows) continue;
-        x.ld = ld;
+        x.ld = lds;
         x.npairs = rows * a->heads;
         int chunks = cdiv(maxk > 0 ? maxk : 1, AB_BK);
         // all head-dim columns at once while the logits blocks fit in one wave (B = 1: one block per SM, no pass

@@ -78,7 +78,7 @@ struct cuda_ctx {
     float *pscratch;           // its partial results (CUDA_P_SCRATCH bytes) and counters (CUDA_P_COUNTERS, zero
     unsigned *pcounters;       // between launches)
     int sms;                   // streaming multiprocessors of the device
-    struct cuda_wt_t { const void *w; void *wt; int nw, ld, f32; } *wts;   // exact RTC: transposed copies of weights (backward.cu)
+    struct cuda_wt_t { const void *w, *wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights (backward.cu)
     int n_wts, cap_wts;
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
