@@ -129,6 +129,10 @@ struct pi0_backend {
      * is scratch (docs/model.md 3.7 MLP). */
     void (*mlp_up)(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                    const pi0_prenorm *pre);
+    /* mlp_up that also keeps the two products as stored, g = y . Wgate^T and u = y . Wup^T, (M, F) each: exact
+     * real-time chunking's forward keeps them for gelu_mul_bwd. */
+    void (*mlp_up_save)(pi0_backend *be, pt out, pt g, pt u, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                        const pi0_prenorm *pre);
     /* out = gelu_tanh(g) * u, (M, F) */
     void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
     /* out[rows[i]] = table[ids[i]] * scale, i < n (docs/model.md 3.6); ids were range-checked by the caller */

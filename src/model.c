@@ -407,7 +407,7 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
 static pi0_status exact_buffers(model_sess *s) {
     if (s->exact_ready) return PI0_OK;
     pi0_backend *be = s->be;
-    if (!be->linear_t || !be->linear_t_cat || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
+    if (!be->linear_t || !be->linear_t_cat || !be->mlp_up_save || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
         !be->scale_rows || !be->rtc_error || !be->rtc_correct)
         return pi0_fail(PI0_ERR_ARG, "exact real-time chunking: the %s backend lacks the expert's transpose ops", be->name);
     size_t Ms = (size_t)s->max_b * s->S, Mh = (size_t)s->max_b * s->H, depth = (size_t)s->c->ex.depth;
@@ -472,10 +472,7 @@ static void expert_layers_saving(model_sess *s, const pi0_expert_step *e) {
         ex_residual(be, e, e->att, &L->o, qw, 2 * l);
         be->copy_rows(be, slab(s, s->xh2, l, D), (pt){0}, e->s, (pt){0}, M, D);
         pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
-        pt y = prenorm_rows(be, e->s, &pn, M, D);
-        be->linear(be, slab(s, s->xg, l, e->F), y, &L->gate, NULL, M, e->F, D, 0, EPI_STORE);
-        be->linear(be, slab(s, s->xu, l, e->F), y, &L->up, NULL, M, e->F, D, 0, EPI_STORE);
-        be->gelu_mul(be, e->g, slab(s, s->xg, l, e->F), slab(s, s->xu, l, e->F), M, e->F);
+        be->mlp_up_save(be, e->g, slab(s, s->xg, l, e->F), slab(s, s->xu, l, e->F), e->s, L, M, e->F, D, &pn);
         ex_residual(be, e, e->g, &L->down, e->F, 2 * l + 1);
     }
 }

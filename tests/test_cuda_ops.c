@@ -382,6 +382,25 @@ static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
     compare("norm+qkv.v", shape, &ov, (size_t)nkv, 8e-3);
     snprintf(shape, sizeof shape, "%s M=%d K=%d F=%d", ada ? "adarms" : "rms", M, K, F);
     compare("norm+mlp_up", shape, &og, (size_t)F, 8e-3);
+    /* mlp_up_save (exact RTC's forward): the same output, and the two products kept; one few-row launch where
+     * mlp_up's norm folds in (else the products apart and gelu_mul) */
+    dbuf so = mk((size_t)M * F, PT_ACT), sg = mk((size_t)M * F, PT_ACT), su = mk((size_t)M * F, PT_ACT);
+    poison(&so); poison(&sg); poison(&su);
+    long p1 = cuda_gemv_launches();
+    cpu->mlp_up_save(cpu, so.c, sg.c, su.c, x.c, &L, M, F, K, &pc);
+    gpu->mlp_up_save(gpu, so.g, sg.g, su.g, x.g, &L, M, F, K, &pg);
+    if (M <= 16 && K == 1024 && !(ada && M > 15)) hopper_ran("the few-row kernel", "norm+mlp_up_save", shape, p1, cuda_gemv_launches(), 1);
+    compare("mlp_up_save", shape, &so, (size_t)F, 8e-3);
+    compare("mlp_up_save.g", shape, &sg, (size_t)F, 8e-3);
+    compare("mlp_up_save.u", shape, &su, (size_t)F, 8e-3);
+    {   /* the CPU twin's output is mlp_up's, bit for bit */
+        float *a = malloc((size_t)M * F * sizeof(float)), *b2 = malloc((size_t)M * F * sizeof(float));
+        int same = a && b2 && cpu->download(cpu, a, og.c, (size_t)M * F) == PI0_OK &&
+                   cpu->download(cpu, b2, so.c, (size_t)M * F) == PI0_OK && !memcmp(a, b2, (size_t)M * F * sizeof(float));
+        CHECK(same, "mlp_up_save %s: the CPU output differs from mlp_up's", shape);
+        free(a); free(b2);
+    }
+    rel(&so); rel(&sg); rel(&su);
     rel(&x); rel(&tmp); rel(&mod); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot); rel(&pos);
     free_wts(ar, ws, 6);
 }

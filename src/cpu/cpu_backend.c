@@ -317,6 +317,14 @@ static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_la
     cpu_gelu_mul(be, out, out, tmp, M, Fd);
 }
 
+static void cpu_mlp_up_save(pi0_backend *be, pt out, pt g, pt u, pt y, const pi0_gemma_layer *L, int M, int Fd, int K,
+                            const pi0_prenorm *pre) {
+    y = prenorm_rows(be, y, pre, M, K);
+    cpu_linear(be, g, y, &L->gate, NULL, M, Fd, K, 0, EPI_STORE);
+    cpu_linear(be, u, y, &L->up, NULL, M, Fd, K, 0, EPI_STORE);
+    cpu_gelu_mul(be, out, g, u, M, Fd);
+}
+
 static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {
     int D = (int)table->cols;
     #pragma omp parallel for num_threads(NT) schedule(static)
@@ -664,6 +672,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->axpy = cpu_axpy;
     be->rtc_guide = cpu_rtc_guide;
     be->linear_t = cpu_linear_t;
+    be->mlp_up_save = cpu_mlp_up_save;
     be->linear_t_cat = cpu_linear_t_cat;
     be->norm_bwd = cpu_norm_bwd;
     be->gelu_mul_bwd = cpu_gelu_mul_bwd;

@@ -267,6 +267,7 @@ struct gemv_args {
     const float *bias;        // (N) fp32 or NULL (not with pair)
     bf16 *y;                  // STORE/ADD/GELU/GATED_ADD: (M, ldy); GELU_MUL: (M, ldy) holding the N / 2 products
     int ldy;
+    bf16 *gs, *us;            // GELU_MUL, M <= 16: also the products themselves, (M, N / 2) each, or NULL
     bf16 *q, *k, *v;          // QKV_ROPE: (M, nq), (M, nk), (M, N - nq - nk); RoPE on q and k at pos
     int nq, nk, hd;
     const int32_t *pos;

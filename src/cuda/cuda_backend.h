@@ -19,6 +19,8 @@ void cuda_weights_free(void *arena);
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);
 /* backward.cu: exact real-time chunking's transposes of the expert's ops (backend.h; CPU twins cpu_<op>) */
+void cuda_mlp_up_save(pi0_backend *be, pt out, pt gs, pt us, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                      const pi0_prenorm *pre);
 void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);
 void cuda_linear_t_cat(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
                        enum pi0_epi epi);

@@ -598,3 +598,23 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     cuda_launch(c, v8 ? gelu_mul_split_kernel<8> : gelu_mul_split_kernel<1>, dim3(cdiv((long long)M * F / (v8 ? 8 : 1), 256)),
                 dim3(256), 0, (bf16 *)out.p, c->fused, M, F);
 }
+
+// Up to 16 rows: mlp_up's one launch with the products stored as well (gemv.cu's GELU_MUL epilogue; the gelu reads
+// them unrounded, as mlp_up does); else the products apart and gelu_mul on them, as the CPU twin composes it.
+void cuda_mlp_up_save(pi0_backend *be, pt out, pt gs, pt us, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                      const pi0_prenorm *pre) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    const pi0_wt *w[2] = {&L->gate, &L->up};
+    if (c->fused_small && M <= 16 && cuda_adjacent(w, 2)) {   // (past 16 rows cuda_gemv takes gemv_wg, which has no saves)
+        gemv_args g = {};
+        g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
+        g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F; g.gs = (bf16 *)gs.p; g.us = (bf16 *)us.p;
+        gemv_norm(&g, pre, M, K);
+        if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
+    }
+    y = prenorm_rows(be, y, pre, M, K);
+    cuda_linear(be, gs, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
+    cuda_linear(be, us, y, &L->up, NULL, M, F, K, 0, EPI_STORE);
+    cuda_gelu_mul(be, out, gs, us, M, F);
+}

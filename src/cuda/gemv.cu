@@ -64,6 +64,10 @@ template <int V>
 __device__ __forceinline__ void gemv_put_pair(const gemv_args &a, int m, int col, float (&x1)[V], float (&x2)[V], float p,
                                               const float (&inv_freq)[V]) {
     if (a.epi == GEMV_GELU_MUL) {
+        if (a.gs) {   // exact RTC's forward keeps the products (backend.h mlp_up_save)
+            stv<V>(a.gs + (size_t)m * a.pair + col, x1);
+            stv<V>(a.us + (size_t)m * a.pair + col, x2);
+        }
 #pragma unroll
         for (int e = 0; e < V; e++) x1[e] = gelu_tanh(x1[e]) * x2[e];
         stv<V>(a.y + (size_t)m * a.ldy + col, x1);
