@@ -144,6 +144,10 @@ struct pi0_backend {
      * backend may use for t (one product and one add; the CUDA few-row product adds in its epilogue) */
     void (*linear_gated)(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
                          int gate_stride, int rows_per_gate);
+    /* The expert's residual add that also keeps its result (exact real-time chunking's forward): x (M, N) += y (M, K)
+     * . W^T as linear's EPI_ADD, or with gate.p as linear_gated; then save = x (M, N) unless save.p is NULL. */
+    void (*residual_save)(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                          int gate_stride, int rows_per_gate);
     /* x[r] = act(x[r] + v[r / rows_per_vec]) with v F32 rows of D */
     void (*add_rows)(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
     /* x += alpha * y (F32) */

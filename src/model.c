@@ -407,7 +407,7 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
 static pi0_status exact_buffers(model_sess *s) {
     if (s->exact_ready) return PI0_OK;
     pi0_backend *be = s->be;
-    if (!be->linear_t || !be->linear_t_cat || !be->mlp_up_save || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
+    if (!be->linear_t || !be->linear_t_cat || !be->mlp_up_save || !be->residual_save || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
         !be->scale_rows || !be->rtc_error || !be->rtc_correct)
         return pi0_fail(PI0_ERR_ARG, "exact real-time chunking: the %s backend lacks the expert's transpose ops", be->name);
     size_t Ms = (size_t)s->max_b * s->S, Mh = (size_t)s->max_b * s->H, depth = (size_t)s->c->ex.depth;
@@ -450,16 +450,23 @@ static pt slab(model_sess *s, pt t, int l, size_t width) {   /* layer l's rows o
     return pt_at(s->be, t, (size_t)l * s->max_b * s->S * width);
 }
 
-/* expert_layers with primitive ops, keeping each layer's values for expert_backward (same math: the fused qkv /
- * mlp_up of expert_layers compose these ops on the CPU reference). */
+/* A residual branch's add (ex_residual) that also keeps the result in `save` (NULL: not kept). */
+static void ex_residual_save(pi0_backend *be, const pi0_expert_step *e, pt save, pt y, const pi0_wt *W, int K, int norm) {
+    pt gate = e->mods ? pt_at(be, e->mods[norm], 2 * (size_t)e->D) : (pt){0};
+    be->residual_save(be, e->s, save, e->stmp, y, W, e->M, e->D, K, gate, 3 * e->D, e->M);
+}
+
+/* expert_layers keeping each layer's values for expert_backward (same math: mlp_up_save and residual_save are
+ * mlp_up and the residual adds that also store what they computed; the residual rows before each block are the
+ * previous add's results). */
 static void expert_layers_saving(model_sess *s, const pi0_expert_step *e) {
     pi0_backend *be = s->be;
     pi0_attn a = e->attn;
     int M = e->M, D = e->D, qw = a.heads * a.head_dim;
     size_t kvw = (size_t)a.kv_heads * a.head_dim;
+    be->copy_rows(be, slab(s, s->xh, 0, D), (pt){0}, e->s, (pt){0}, M, D);   /* the first layer's input */
     for (int l = 0; l < e->depth; l++) {
         const pi0_gemma_layer *L = &e->layers[l];
-        be->copy_rows(be, slab(s, s->xh, l, D), (pt){0}, e->s, (pt){0}, M, D);
         pi0_prenorm pn = ex_prenorm(e, &L->attn_norm, 2 * l);
         pt sk = a.tail ? pt_at(be, e->kc[l], e->kv_tail) : slab(s, s->xk, l, kvw);
         pt sv = a.tail ? pt_at(be, e->vc[l], e->kv_tail) : slab(s, s->xv, l, kvw);
@@ -469,11 +476,10 @@ static void expert_layers_saving(model_sess *s, const pi0_expert_step *e) {
         a.v1 = e->vc[l];
         if (!a.tail) { a.k2 = sk; a.v2 = sv; }
         be->attention(be, e->att, slab(s, s->xq, l, qw), &a);
-        ex_residual(be, e, e->att, &L->o, qw, 2 * l);
-        be->copy_rows(be, slab(s, s->xh2, l, D), (pt){0}, e->s, (pt){0}, M, D);
+        ex_residual_save(be, e, slab(s, s->xh2, l, D), e->att, &L->o, qw, 2 * l);
         pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
         be->mlp_up_save(be, e->g, slab(s, s->xg, l, e->F), slab(s, s->xu, l, e->F), e->s, L, M, e->F, D, &pn);
-        ex_residual(be, e, e->g, &L->down, e->F, 2 * l + 1);
+        ex_residual_save(be, e, l + 1 < e->depth ? slab(s, s->xh, l + 1, D) : (pt){0}, e->g, &L->down, e->F, 2 * l + 1);
     }
 }
 

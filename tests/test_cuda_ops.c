@@ -682,6 +682,37 @@ static void t_linear_t_cat(int M, const int *rows, int nw, int K, int ld, enum p
     free_wts(ar, ws, nw);
 }
 
+/* residual_save (exact RTC's forward): x += y . W^T, plain or gated (a gate row per `per` rows), and the result kept
+ * in save (which must equal x bit for bit); one few-row launch up to 16 rows at K a multiple of 1024 */
+static void t_residual_save(int M, int N, int K, int gated, int per) {
+    hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0);
+    hwt *ws[1] = {&W};
+    void *ar = upload_wts(ws, 1);
+    dbuf x = mk((size_t)M * N, PT_ACT), y = mk((size_t)M * K, PT_ACT), sv = mk((size_t)M * N, PT_ACT);
+    dbuf tmp = mk((size_t)M * N, PT_ACT), gate = mk((size_t)((M + per - 1) / per) * 3 * N, PT_F32);
+    set_rand(&x, 1.0f); set_rand(&y, 1.0f); set_rand(&gate, 0.5f); poison(&sv);
+    pt gc = gated ? pt_at(cpu, gate.c, 2 * (size_t)N) : (pt){0}, gg = gated ? pt_at(gpu, gate.g, 2 * (size_t)N) : (pt){0};
+    long p0 = cuda_gemv_launches();
+    cpu->residual_save(cpu, x.c, sv.c, tmp.c, y.c, &W.w, M, N, K, gc, 3 * N, per);
+    gpu->residual_save(gpu, x.g, sv.g, tmp.g, y.g, &W.w, M, N, K, gg, 3 * N, per);
+    char shape[80];
+    snprintf(shape, sizeof shape, "%s M=%d N=%d K=%d rows/gate=%d", gated ? "gated" : "plain", M, N, K, gated ? per : 0);
+    if (M <= 16 && K % 1024 == 0) hopper_ran("the few-row kernel", "residual_save", shape, p0, cuda_gemv_launches(), 1);
+    compare("residual_save.x", shape, &x, (size_t)N, 8e-3);
+    compare("residual_save.save", shape, &sv, (size_t)N, 8e-3);
+    float *a = malloc((size_t)M * N * sizeof(float)), *b = malloc((size_t)M * N * sizeof(float));
+    int same = a && b && gpu->download(gpu, a, x.g, (size_t)M * N) == PI0_OK &&
+               gpu->download(gpu, b, sv.g, (size_t)M * N) == PI0_OK && !memcmp(a, b, (size_t)M * N * sizeof(float));
+    CHECK(same, "residual_save %s: the GPU's saved rows differ from its result", shape);
+    /* save NULL: the add alone */
+    cpu->residual_save(cpu, x.c, (pt){0}, tmp.c, y.c, &W.w, M, N, K, gc, 3 * N, per);
+    gpu->residual_save(gpu, x.g, (pt){0}, tmp.g, y.g, &W.w, M, N, K, gg, 3 * N, per);
+    compare("residual_save.nosave", shape, &x, (size_t)N, 8e-3);
+    free(a); free(b);
+    rel(&x); rel(&y); rel(&sv); rel(&tmp); rel(&gate);
+    free_wts(ar, ws, 1);
+}
+
 /* norm_bwd: the cotangent through RMSNorm (weights) or adaRMS (modulation rows shared by `per` rows) */
 static void t_norm_bwd(int M, int D, int ada, int per, enum pi0_epi epi) {
     hwt w = mkw(D, 1, 0.2f, 0);
@@ -1233,6 +1264,13 @@ static void op_tests(void) {
         t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_STORE);
         t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_ADD);
     }
+    printf("-- residual_save: the expert's o and down adds at B = 1 (the few-row kernel), 51 rows, tiny\n");
+    t_residual_save(11, 1024, 2048, 0, 11);
+    t_residual_save(11, 1024, 4096, 1, 11);
+    t_residual_save(11, 1024, 2048, 1, 4);
+    t_residual_save(51, 1024, 4096, 1, 51);
+    t_residual_save(51, 1024, 2048, 0, 51);
+    t_residual_save(3, 40, 24, 1, 2);
     for (size_t i = 0; i < N_OF(NORM_BWD); i++) {
         const norm_bwd_case *c = &NORM_BWD[i];
         printf("-- norm_bwd: %s\n", c->why);

@@ -353,6 +353,13 @@ static void cpu_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *
     }
 }
 
+static void cpu_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K,
+                              pt gate, int gate_stride, int rows_per_gate) {
+    if (gate.p) cpu_linear_gated(be, x, tmp, y, W, M, N, K, gate, gate_stride, rows_per_gate);
+    else cpu_linear(be, x, y, W, NULL, M, N, K, 0, EPI_ADD);
+    if (save.p) cpu_copy_rows(be, save, (pt){0}, x, (pt){0}, M, N);
+}
+
 static void cpu_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act) {
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int r = 0; r < M; r++) {
@@ -673,6 +680,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
     be->rtc_guide = cpu_rtc_guide;
     be->linear_t = cpu_linear_t;
     be->mlp_up_save = cpu_mlp_up_save;
+    be->residual_save = cpu_residual_save;
     be->linear_t_cat = cpu_linear_t_cat;
     be->norm_bwd = cpu_norm_bwd;
     be->gelu_mul_bwd = cpu_gelu_mul_bwd;

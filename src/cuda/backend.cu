@@ -588,6 +588,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->rtc_guide = cuda_rtc_guide;
     be->linear_t = cuda_linear_t;
     be->mlp_up_save = cuda_mlp_up_save;
+    be->residual_save = cuda_residual_save;
     be->linear_t_cat = cuda_linear_t_cat;
     be->norm_bwd = cuda_norm_bwd;
     be->gelu_mul_bwd = cuda_gelu_mul_bwd;

@@ -268,6 +268,7 @@ struct gemv_args {
     bf16 *y;                  // STORE/ADD/GELU/GATED_ADD: (M, ldy); GELU_MUL: (M, ldy) holding the N / 2 products
     int ldy;
     bf16 *gs, *us;            // GELU_MUL, M <= 16: also the products themselves, (M, N / 2) each, or NULL
+    bf16 *save;               // STORE/ADD/GATED_ADD, M <= 16: also the outputs here, (M, ldy), or NULL
     bf16 *q, *k, *v;          // QKV_ROPE: (M, nq), (M, nk), (M, N - nq - nk); RoPE on q and k at pos
     int nq, nk, hd;
     const int32_t *pos;
@@ -312,6 +313,8 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F);
 void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
 void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
 void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
+void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                        int gate_stride, int rows_per_gate);
 void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
                        int gate_stride, int rows_per_gate);
 void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);

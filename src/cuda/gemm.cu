@@ -399,6 +399,24 @@ void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int
     cuda_gated_add(be, x, tmp, gate, gate_stride, rows_per_gate, M, N);
 }
 
+// Up to 16 rows: the residual add in gemv.cu's epilogue, which stores the result twice; else the add, then a copy.
+void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                        int gate_stride, int rows_per_gate) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    if (c->fused_small && M <= 16) {   // (past 16 rows cuda_gemv takes gemv_wg, which has no save)
+        gemv_args g = {};
+        g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
+        g.epi = gate.p ? GEMV_GATED_ADD : GEMV_ADD;
+        g.y = (bf16 *)x.p; g.ldy = N; g.save = (bf16 *)save.p;
+        g.gate = (const float *)gate.p; g.gate_stride = gate_stride; g.rows_per_gate = rows_per_gate;
+        if (cuda_gemv(c, &g, 0)) return;
+    }
+    if (gate.p) cuda_linear_gated(be, x, tmp, y, W, M, N, K, gate, gate_stride, rows_per_gate);
+    else cuda_linear(be, x, y, W, NULL, M, N, K, 0, EPI_ADD);
+    if (save.p) cuda_copy_rows(be, save, pt{}, x, pt{}, M, N);
+}
+
 // ---- fused projections: q|k|v and gate|up as one product when the weights are adjacent in the arena
 // (backend.cu places them so), then one kernel splits (q, k, v) or applies gelu(gate) * up. ----
 

@@ -56,6 +56,7 @@ __device__ __forceinline__ void gemv_put(const gemv_args &a, int m, int n, float
                                  __bfloat162float(__float2bfloat16(v[e]));
     }
     stv<V>(a.y + (size_t)m * a.ldy + n, v);
+    if (a.save) stv<V>(a.save + (size_t)m * a.ldy + n, v);   // exact RTC's forward keeps the residual (residual_save)
 }
 
 // Outputs (m, col ..) and (m, col + pair ..) from their sums x1, x2 (pair layouts): gelu(gate) * up, or the q|k|v
