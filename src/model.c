@@ -372,11 +372,15 @@ static pi0_prenorm ex_prenorm(const pi0_expert_step *e, const pi0_wt *plain, int
     return p;
 }
 
+/* π0.5's residual gate of norm `norm` (the third part of its modulation row, stride 3D); none for π0 */
+static pt ex_gate(pi0_backend *be, const pi0_expert_step *e, int norm) {
+    return e->mods ? pt_at(be, e->mods[norm], 2 * (size_t)e->D) : (pt){0};
+}
+
 /* Residual s += y . W^T: plain (π0) or gated by norm `norm`'s gate (π0.5, docs/model.md 3.7; stmp is the scratch). */
 static void ex_residual(pi0_backend *be, const pi0_expert_step *e, pt y, const pi0_wt *W, int K, int norm) {
     if (e->mods)
-        be->linear_gated(be, e->s, e->stmp, y, W, e->M, e->D, K, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D,
-                         e->M);
+        be->linear_gated(be, e->s, e->stmp, y, W, e->M, e->D, K, ex_gate(be, e, norm), 3 * e->D, e->M);
     else
         be->linear(be, e->s, y, W, NULL, e->M, e->D, K, 0, EPI_ADD);
 }
@@ -407,8 +411,9 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
 static pi0_status exact_buffers(model_sess *s) {
     if (s->exact_ready) return PI0_OK;
     pi0_backend *be = s->be;
-    if (!be->linear_t || !be->linear_t_cat || !be->mlp_up_save || !be->residual_save || !be->norm_bwd || !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd ||
-        !be->scale_rows || !be->rtc_error || !be->rtc_correct)
+    if (!be->mlp_up_save || !be->residual_save || !be->linear_t || !be->linear_t_cat || !be->norm_bwd ||
+        !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd || !be->scale_rows || !be->rtc_error ||
+        !be->rtc_correct)
         return pi0_fail(PI0_ERR_ARG, "exact real-time chunking: the %s backend lacks the expert's transpose ops", be->name);
     size_t Ms = (size_t)s->max_b * s->S, Mh = (size_t)s->max_b * s->H, depth = (size_t)s->c->ex.depth;
     size_t qw = (size_t)s->Hq * s->Dh, kvw = (size_t)s->Kv * s->Dh;
@@ -452,8 +457,7 @@ static pt slab(model_sess *s, pt t, int l, size_t width) {   /* layer l's rows o
 
 /* A residual branch's add (ex_residual) that also keeps the result in `save` (NULL: not kept). */
 static void ex_residual_save(pi0_backend *be, const pi0_expert_step *e, pt save, pt y, const pi0_wt *W, int K, int norm) {
-    pt gate = e->mods ? pt_at(be, e->mods[norm], 2 * (size_t)e->D) : (pt){0};
-    be->residual_save(be, e->s, save, e->stmp, y, W, e->M, e->D, K, gate, 3 * e->D, e->M);
+    be->residual_save(be, e->s, save, e->stmp, y, W, e->M, e->D, K, ex_gate(be, e, norm), 3 * e->D, e->M);
 }
 
 /* expert_layers keeping each layer's values for expert_backward (same math: mlp_up_save and residual_save are
@@ -494,7 +498,7 @@ static void ex_norm_bwd(pi0_backend *be, const pi0_expert_step *e, pt dx, pt dy,
 static void ex_residual_bwd(model_sess *s, const pi0_expert_step *e, pt out, pt dy, const pi0_wt *W, int K, int norm) {
     pi0_backend *be = s->be;
     if (e->mods) {
-        be->scale_rows(be, s->d_tmp, dy, pt_at(be, e->mods[norm], 2 * (size_t)e->D), 3 * e->D, e->M, e->M, e->D);
+        be->scale_rows(be, s->d_tmp, dy, ex_gate(be, e, norm), 3 * e->D, e->M, e->M, e->D);
         dy = s->d_tmp;
     }
     be->linear_t(be, out, dy, W, e->M, e->D, K, 0, EPI_STORE);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# device run (issue 40, grouped transposes): op tests on both paths, end to end against the CPU, then exact RTC against
+# device run (issue 40; calls 1 and 2, with the binaries of each step): op tests on both paths, end to end against the CPU, then exact RTC against
 # plain inference, alternating, twice; then one exact layer-step's kernels under ncu (durations without launch gaps)
 cd "$(dirname "$0")/.."
 D=devc; O=${OUT:-/tmp/out}

@@ -1,5 +1,5 @@
 #!/bin/sh
-# device run (issue 40, mlp_up_save: the saving forward's gate|up in one launch): op tests, end to end, exact RTC against plain
+# device run (issue 40; calls 10 and 11, with the binaries of mlp_up_save and of residual_save): op tests, end to end, exact RTC against plain
 cd "$(dirname "$0")/.."
 D=devc; O=${OUT:-/tmp/out}
 export LD_LIBRARY_PATH=$PWD/$D/lib

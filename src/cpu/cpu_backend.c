@@ -309,20 +309,18 @@ static void cpu_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p,
     if (pos.p) cpu_rope(be, q, (int)p->w[0]->rows / hd, k, (int)p->w[1]->rows / hd, pos, M, hd);
 }
 
-static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int Fd, int K,
-                       const pi0_prenorm *pre) {
-    y = prenorm_rows(be, y, pre, M, K);
-    cpu_linear(be, out, y, &L->gate, NULL, M, Fd, K, 0, EPI_STORE);
-    cpu_linear(be, tmp, y, &L->up, NULL, M, Fd, K, 0, EPI_STORE);
-    cpu_gelu_mul(be, out, out, tmp, M, Fd);
-}
-
 static void cpu_mlp_up_save(pi0_backend *be, pt out, pt g, pt u, pt y, const pi0_gemma_layer *L, int M, int Fd, int K,
                             const pi0_prenorm *pre) {
     y = prenorm_rows(be, y, pre, M, K);
     cpu_linear(be, g, y, &L->gate, NULL, M, Fd, K, 0, EPI_STORE);
     cpu_linear(be, u, y, &L->up, NULL, M, Fd, K, 0, EPI_STORE);
     cpu_gelu_mul(be, out, g, u, M, Fd);
+}
+
+/* the gate product in out, the up product in tmp */
+static void cpu_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int Fd, int K,
+                       const pi0_prenorm *pre) {
+    cpu_mlp_up_save(be, out, out, tmp, y, L, M, Fd, K, pre);
 }
 
 static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale) {

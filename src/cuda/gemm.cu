@@ -381,20 +381,26 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
                  out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0, 0, epi == EPI_GELU);
 }
 
+// x += [gate *] bf16(y . W^T) in gemv.cu's epilogue, the result also stored to save if not NULL: 1 if it ran. A save
+// takes the few-row kernel itself (up to 16 rows); past 16 rows cuda_gemv takes gemv_wg, which has none.
+static int residual_gemv(cuda_ctx *c, pt x, pt save, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                         int gate_stride, int rows_per_gate) {
+    if (!c->fused_small || M > (save.p ? 16 : GEMV_ROWS)) return 0;
+    gemv_args g = {};
+    g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
+    g.epi = gate.p ? GEMV_GATED_ADD : GEMV_ADD;
+    g.y = (bf16 *)x.p; g.ldy = N; g.save = (bf16 *)save.p;
+    g.gate = (const float *)gate.p; g.gate_stride = gate_stride; g.rows_per_gate = rows_per_gate;
+    return cuda_gemv(c, &g, 0);
+}
+
 // x += gate * bf16(y . W^T) (backend.h linear_gated): gemv.cu's epilogue for few rows, else the product into tmp
 // and the gated add (the same roundings either way)
 void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
                        int gate_stride, int rows_per_gate) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    if (c->fused_small && M <= GEMV_ROWS) {
-        gemv_args g = {};
-        g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
-        g.epi = GEMV_GATED_ADD;
-        g.y = (bf16 *)x.p; g.ldy = N;
-        g.gate = (const float *)gate.p; g.gate_stride = gate_stride; g.rows_per_gate = rows_per_gate;
-        if (cuda_gemv(c, &g, 0)) return;
-    }
+    if (residual_gemv(c, x, pt{}, y, W, M, N, K, gate, gate_stride, rows_per_gate)) return;
     cuda_linear(be, tmp, y, W, NULL, M, N, K, 0, EPI_STORE);
     cuda_gated_add(be, x, tmp, gate, gate_stride, rows_per_gate, M, N);
 }
@@ -404,14 +410,7 @@ void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_
                         int gate_stride, int rows_per_gate) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    if (c->fused_small && M <= 16) {   // (past 16 rows cuda_gemv takes gemv_wg, which has no save)
-        gemv_args g = {};
-        g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
-        g.epi = gate.p ? GEMV_GATED_ADD : GEMV_ADD;
-        g.y = (bf16 *)x.p; g.ldy = N; g.save = (bf16 *)save.p;
-        g.gate = (const float *)gate.p; g.gate_stride = gate_stride; g.rows_per_gate = rows_per_gate;
-        if (cuda_gemv(c, &g, 0)) return;
-    }
+    if (residual_gemv(c, x, save, y, W, M, N, K, gate, gate_stride, rows_per_gate)) return;
     if (gate.p) cuda_linear_gated(be, x, tmp, y, W, M, N, K, gate, gate_stride, rows_per_gate);
     else cuda_linear(be, x, y, W, NULL, M, N, K, 0, EPI_ADD);
     if (save.p) cuda_copy_rows(be, save, pt{}, x, pt{}, M, N);
@@ -587,6 +586,19 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     }
 }
 
+// out = gelu(gate) * up in one few-row launch, the products also stored to gs, us if not NULL (then up to 16 rows:
+// gemv_wg has no such store), the pre-norm folded in where gemv.cu can: 1 if it ran.
+static int gateup_gemv(cuda_ctx *c, pt out, pt gs, pt us, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                       const pi0_prenorm *pre) {
+    const pi0_wt *w[2] = {&L->gate, &L->up};
+    if (!c->fused_small || M > (gs.p ? 16 : GEMV_ROWS) || !cuda_adjacent(w, 2)) return 0;
+    gemv_args g = {};
+    g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
+    g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F; g.gs = (bf16 *)gs.p; g.us = (bf16 *)us.p;
+    gemv_norm(&g, pre, M, K);
+    return (!pre || g.norm_a) && cuda_gemv(c, &g, 0);
+}
+
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                  const pi0_prenorm *pre) {
     cuda_ctx *c = CTX(be);
@@ -594,11 +606,7 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     const pi0_wt *w[2] = {&L->gate, &L->up};
     if (c->fused_small && M <= GEMV_ROWS && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
         y = gemv_prenorm(be, y, &pre, M, K);
-        gemv_args g = {};
-        g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
-        g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F;
-        gemv_norm(&g, pre, M, K);
-        if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
+        if (gateup_gemv(c, out, pt{}, pt{}, y, L, M, F, K, pre)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
     if (M > GEMV_ROWS && cuda_adjacent(w, 2) &&   // one launch: gateup.cu
@@ -623,14 +631,7 @@ void cuda_mlp_up_save(pi0_backend *be, pt out, pt gs, pt us, pt y, const pi0_gem
                       const pi0_prenorm *pre) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    const pi0_wt *w[2] = {&L->gate, &L->up};
-    if (c->fused_small && M <= 16 && cuda_adjacent(w, 2)) {   // (past 16 rows cuda_gemv takes gemv_wg, which has no saves)
-        gemv_args g = {};
-        g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
-        g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F; g.gs = (bf16 *)gs.p; g.us = (bf16 *)us.p;
-        gemv_norm(&g, pre, M, K);
-        if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
-    }
+    if (gateup_gemv(c, out, gs, us, y, L, M, F, K, pre)) return;
     y = prenorm_rows(be, y, pre, M, K);
     cuda_linear(be, gs, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
     cuda_linear(be, us, y, &L->up, NULL, M, F, K, 0, EPI_STORE);
