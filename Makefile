@@ -193,6 +193,7 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_st $(BUILD)/fuzz/corpus_cfg
 	cp tests/fixtures/tiny-pi0/b1.in.safetensors tests/fixtures/tiny-pi05/b2.out.safetensors $(BUILD)/fuzz/corpus_st/
 	cp tests/fixtures/tiny-pi0/config.json $(BUILD)/fuzz/corpus_cfg/
+	cp tests/fuzz/regress_config/* $(BUILD)/fuzz/corpus_cfg/   # an image grid that overflowed int (fixed in s38)
 	$(BUILD)/fuzz/fuzz_safetensors $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_st
 	$(BUILD)/fuzz/fuzz_config $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) $(BUILD)/fuzz/corpus_cfg
 	@mkdir -p $(BUILD)/fuzz/corpus_tok

@@ -182,11 +182,26 @@ pi0_status config_finish(pi0_config *c, const char *label) {
     if (b->width % 2 || b->width < 4)
         return pi0_fail(PI0_ERR_FORMAT, "%s: action_expert.width %d must be even and >= 4 (sin/cos time embedding)",
                         label, b->width);
-    /* Keep every product well inside int64 and every row count inside int. */
-    if ((int64_t)a->vocab_size * a->width > ((int64_t)1 << 34) || (int64_t)a->mlp_dim * a->width > ((int64_t)1 << 34) ||
-        (int64_t)v->mlp_dim * v->width > ((int64_t)1 << 34) || cfg_prefix_len(c) > (1 << 20) ||
-        c->action_horizon > (1 << 16) || c->action_dim > (1 << 16))
-        return pi0_fail(PI0_ERR_FORMAT, "%s: dimensions too large", label);
+    /* Keep every product well inside int64 and every row count inside int. The image grid is checked
+       first: cfg_tokens_per_image squares it in int. */
+    int64_t grid = v->image_size / v->patch_size;
+    if (grid * grid > (1 << 20))
+        return pi0_fail(PI0_ERR_FORMAT, "%s: vision.image_size %d / patch_size %d gives %lld patches per image "
+                        "(at most 1048576)", label, v->image_size, v->patch_size, (long long)(grid * grid));
+    struct { const char *what; int64_t found, limit; } lim[] = {
+        {"paligemma.vocab_size * width", (int64_t)a->vocab_size * a->width, (int64_t)1 << 34},
+        {"paligemma.mlp_dim * width", (int64_t)a->mlp_dim * a->width, (int64_t)1 << 34},
+        {"action_expert.mlp_dim * width", (int64_t)b->mlp_dim * b->width, (int64_t)1 << 34},
+        {"vision.mlp_dim * width", (int64_t)v->mlp_dim * v->width, (int64_t)1 << 34},
+        {"num_heads * head_dim", (int64_t)a->num_heads * a->head_dim, (int64_t)1 << 20},
+        {"prefix length (cameras * patches + max_token_len)", cfg_prefix_len(c), (int64_t)1 << 20},
+        {"action_horizon", c->action_horizon, (int64_t)1 << 16},
+        {"action_dim", c->action_dim, (int64_t)1 << 16},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (lim[i].found > lim[i].limit)
+            return pi0_fail(PI0_ERR_FORMAT, "%s: %s is %lld, at most %lld is supported", label, lim[i].what,
+                            (long long)lim[i].found, (long long)lim[i].limit);
     return PI0_OK;
 }
 

@@ -183,6 +183,11 @@ static void test_checkpoints(void) {
     EXPECT_ERR(load(d), PI0_ERR_FORMAT, "must share");   /* expert left at gemma_300m: depth 18 != 2 */
     write_text(d, "config.json", "{\"vision\": {\"image_size\": 57}}");
     EXPECT_ERR(load(d), PI0_ERR_FORMAT, "not a multiple of vision.patch_size");
+    /* the fuzzer's find: 1109658 patches a side used to square past int before the size check */
+    write_text(d, "config.json", "{\"vision\": {\"image_size\": 15535212}}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "gives 1231340876964 patches per image");
+    write_text(d, "config.json", "{\"action_horizon\": 70000}");
+    EXPECT_ERR(load(d), PI0_ERR_FORMAT, "action_horizon is 70000, at most 65536 is supported");
     snprintf(path, sizeof path, "%s/config.json", d);
     remove(path);
     EXPECT_ERR(load(d), PI0_ERR_IO, "config.json: cannot open");
