@@ -233,6 +233,8 @@ static int parse_dtype(const msgpack_object *o, np_dtype *d) {
 
 #define DTYPES_OK "|u1 |b1 <f4 <f8 <i4 <i8 (or '>' big-endian)"
 
+#define MSGNP_MAX_SPAN (1ull << 40)   /* the most elements an empty array's non-zero dimensions may name */
+
 /* "[2, 224, 224, 3]" into out (112 bytes hold 4 int64 dimensions). */
 static const char *shape_str(int ndim, const int64_t *shape, char *out) {
     int k = sprintf(out, "[");
@@ -268,12 +270,20 @@ static pi0_status parse_ndarray(const msgpack_object *m, const char *key, np_arr
     a->ndim = (int)shape->via.array.size;
     a->count = 1;
     int overflow = 0;
+    uint64_t span = 1;   /* the product with zero dimensions taken as 1: what any part of the shape multiplies to */
     for (int i = 0; i < a->ndim; i++) {
         const msgpack_object *e = &shape->via.array.ptr[i];
         if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 > (uint64_t)INT64_MAX)
             return fail(err, errlen, PI0_ERR_SHAPE, "%s: shape[%d] is not a non-negative integer", key, i);
         a->shape[i] = (int64_t)e->via.u64;
         overflow |= __builtin_mul_overflow(a->count, e->via.u64, &a->count);
+        overflow |= __builtin_mul_overflow(span, e->via.u64 ? e->via.u64 : 1, &span);
+    }
+    /* an empty array (a zero dimension) may name any other sizes; its consumers multiply them in int64 */
+    if (!overflow && a->count == 0 && span > MSGNP_MAX_SPAN) {
+        char sh[112];
+        return fail(err, errlen, PI0_ERR_SHAPE, "%s: shape %s: its non-zero dimensions multiply to %llu, more than %llu",
+                    key, shape_str(a->ndim, a->shape, sh), (unsigned long long)span, (unsigned long long)MSGNP_MAX_SPAN);
     }
     uint64_t need;
     overflow |= __builtin_mul_overflow(a->count, (uint64_t)a->dt.size, &need);

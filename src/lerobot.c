@@ -91,7 +91,7 @@ pi0_status lerobot_config(pi0_config *c, const char *label, const char *json, si
         snprintf(k, sizeof k, "observation.images.empty_camera_%d", i);
         n_cams += !json_object_get(in, k);
     }
-    if (in || empty) c->n_cameras = n_cams;
+    c->n_cameras = n_cams;   /* LeRobot's cameras are its VISUAL features: none named is none, not openpi's three */
     if (c->n_cameras < 1 || c->n_cameras > 16) {
         st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: %d cameras (VISUAL input_features + empty_cameras): 1 to 16 are supported",
                       label, c->n_cameras);

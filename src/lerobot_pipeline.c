@@ -16,6 +16,8 @@
 #include "safetensors.h"
 #include "util.h"
 
+#define LR_MAX_DIM 128   /* the most state / action dims (max_action_dim) the pipeline takes */
+
 #define LR_MAX_JSON (16u << 20)
 #define LR_MAX_SIDE 8192
 
@@ -321,7 +323,15 @@ pi0_status lerobot_pipeline_load(lerobot_pipeline **out, const char *dir, const 
         snprintf(k, sizeof k, "observation.images.empty_camera_%d", i);
         if (cam_index(p, nc, k) < 0 && !(p->cams[nc++] = strdup(k))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     }
-    PI0_ASSERT(nc == p->N);   /* lerobot_config counted them the same way */
+    if (nc != p->N) {   /* lerobot_config counts them the same way, so only a caller's mismatched model info gets here */
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: %d cameras (VISUAL input_features + empty_cameras), the model was loaded with %d",
+                      cfg_path, nc, p->N);
+        goto done;
+    }
+    if (p->A > LR_MAX_DIM) {   /* lerobot_prepare's state buffers */
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: max_action_dim %d: at most %d is supported", cfg_path, p->A, LR_MAX_DIM);
+        goto done;
+    }
     if ((f = json_object_get(outf, "action")) && !feature_dim(f, cfg_path, "action", &p->action_dim)) { st = PI0_ERR_FORMAT; goto done; }
     if (p->state_dim > p->A || p->action_dim > p->A) {
         st = pi0_fail(PI0_ERR_SHAPE, "%s: the state has %d values and the action %d, the model takes at most %d (max_state_dim "
@@ -656,12 +666,16 @@ pi0_status lerobot_prepare(const lerobot_pipeline *p, const pi0_tokenizer *tok, 
     }
     /* state: normalised in its own precision (float64 stays float64), padded with zeros to max_state_dim */
     if (!st_arr) return pi0_fail(PI0_ERR_ARG, "observation has no 'observation.state' (%d values)", p->state_dim);
-    int64_t n = 1;
-    for (int d = 0; d < st_arr->ndim; d++) n *= st_arr->shape[d];
-    if (st_arr->ndim > 2 || (st_arr->ndim == 2 && st_arr->shape[0] != 1) || n != p->state_dim)
+    /* (n) or (1, n); the shape is checked before anything is multiplied (a request can name any sizes) */
+    if (st_arr->ndim > 2 || (st_arr->ndim == 2 && st_arr->shape[0] != 1))
+        return pi0_fail(PI0_ERR_SHAPE, "observation '%s': expected %d state values as (%d) or (1, %d), found a %d-dimensional "
+                        "array%s", st_arr->key, p->state_dim, p->state_dim, p->state_dim, st_arr->ndim,
+                        st_arr->ndim == 2 ? " whose first dimension is not 1" : "");
+    const int64_t n = st_arr->ndim ? st_arr->shape[st_arr->ndim - 1] : 1;
+    if (n != p->state_dim)
         return pi0_fail(PI0_ERR_SHAPE, "observation '%s': expected %d state values, found %lld", st_arr->key, p->state_dim, (long long)n);
-    double sd[32 * 4];
-    float sf[32 * 4];
+    double sd[LR_MAX_DIM];   /* state_dim <= A <= LR_MAX_DIM (lerobot_pipeline_load) */
+    float sf[LR_MAX_DIM];
     int f64 = st_arr->dtype == PI0_DT_F64;
     if (st_arr->dtype != PI0_DT_F64 && st_arr->dtype != PI0_DT_F32 && st_arr->dtype != PI0_DT_I32 && st_arr->dtype != PI0_DT_I64)
         return pi0_fail(PI0_ERR_ARG, "observation '%s': dtype %s: expected float32, float64 or integers", st_arr->key,

@@ -43,12 +43,16 @@ struct pi0_policy {
     pi0_rng rng;                 /* noise of observations without noise and seed */
 };
 
+/* The most action dims (the model's action_dim, which the state is padded to) that a policy takes: openpi's and
+ * LeRobot's π0 / π0.5 use 32. The model alone (pi0_model_*) is not limited by this. */
+#define PI0_POLICY_MAX_A 32
+
 struct pi0_prepared {
     const pi0_policy *owner;
     uint8_t *images;             /* (N, R, R, 3) resized uint8 */
     float *fimages;              /* LeRobot: (N, R, R, 3) model input in [-1, 1] (images NULL) */
     uint8_t masks[16];
-    double state[32 > ROBOT_MAX_STATE ? 32 : ROBOT_MAX_STATE];   /* normalised, zero-padded to A (float64) */
+    double state[PI0_POLICY_MAX_A > ROBOT_MAX_STATE ? PI0_POLICY_MAX_A : ROBOT_MAX_STATE];   /* normalised, zero-padded to A (float64) */
     int32_t *tokens;             /* (L) */
     uint8_t *token_mask;         /* (L) */
     float *noise;                /* (H, A) or NULL */
@@ -198,6 +202,11 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
                           "keys, normalisation and actions, so %s does not apply", dir, opt);
             goto fail;
         }
+        if (p->A > PI0_POLICY_MAX_A) {   /* the policy's per-observation state buffers (the model alone takes more) */
+            st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: max_action_dim %d: the policy supports at most %d action dims", dir, p->A,
+                          PI0_POLICY_MAX_A);
+            goto fail;
+        }
         if ((st = lerobot_pipeline_load(&p->lr, mi.root, &mi)) != PI0_OK) goto fail;
         p->metadata = p->lr->metadata;
         if (!num_steps) num_steps = p->lr->num_steps;
@@ -216,9 +225,9 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
                       p->cfg->pi05 ? "π0.5" : "π0", dir, p->pi05 ? "π0.5" : "π0");
         goto fail;
     }
-    if (p->N != ROBOT_CAMS || p->A < p->D || p->A > 32) {
-        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: the robot transforms need 3 cameras and %d..32 action dims, the model has %d / %d",
-                      dir, p->D, p->N, p->A);
+    if (p->N != ROBOT_CAMS || p->A < p->D || p->A > PI0_POLICY_MAX_A) {
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: the robot transforms need 3 cameras and %d..%d action dims, the model has %d / %d",
+                      dir, p->D, PI0_POLICY_MAX_A, p->N, p->A);
         goto fail;
     }
     p->delta = params->delta_actions ? params->delta_actions > 0 : p->cfg ? p->cfg->delta : robot_default_delta(p->robot, p->pi05);
@@ -347,7 +356,7 @@ static pi0_status copy_flow_inputs(const pi0_policy *p, const pi0_observation *o
 /* LeRobot's preprocessor and model preprocessing (lerobot_pipeline.c): float images, float32 state */
 static pi0_status prepare_lerobot(pi0_policy *p, const pi0_observation *obs, pi0_prepared **out) {
     pi0_prepared *x = pi0_calloc(1, sizeof *x, "prepared observation");
-    float state[32];
+    float state[PI0_POLICY_MAX_A];
     pi0_status st = PI0_OK;
     if (!x || !(x->fimages = pi0_malloc((size_t)p->N * p->R * p->R * 3 * sizeof(float), "prepared images")) ||
         !(x->tokens = pi0_malloc((size_t)p->L * sizeof(int32_t), "prepared tokens")) ||
@@ -527,7 +536,7 @@ pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *a
 static pi0_status warmup_lerobot(pi0_policy *p, int batch, const char *prompt, double *ms, double t0) {
     pi0_array *a = pi0_calloc((size_t)p->N + 1, sizeof *a, "warm-up arrays");
     uint8_t *img = pi0_calloc((size_t)p->R * p->R, 3, "warm-up image");
-    float state[32] = {0};
+    float state[PI0_POLICY_MAX_A] = {0};
     pi0_prepared **x = pi0_calloc((size_t)batch, sizeof *x, "warm-up batch");
     double *act = pi0_malloc((size_t)batch * p->lr->n_action_steps * p->D * sizeof(double), "warm-up actions");
     pi0_status st = a && img && x && act ? PI0_OK : PI0_ERR_NOMEM;

@@ -104,6 +104,27 @@ def lerobot_dir(fixture, out, prefix=True, both_embeddings=True, **cfg_over):
     return out
 
 
+def widen_actions(d, A):
+    """A LeRobot directory's model made A action dims wide (zero weights for the new ones), config to match."""
+    path = os.path.join(d, "model.safetensors")
+    t, meta = read_st(path)
+
+    def pad(key, axis):
+        dt, shape, b = t["model." + key]
+        a = np.frombuffer(b, np.uint16).reshape(shape)   # bf16 bits; zero is zero
+        width = [(0, 0)] * len(shape)
+        width[axis] = (0, A - shape[axis])
+        a = np.pad(a, width)
+        t["model." + key] = (dt, list(a.shape), a.tobytes())
+    for key, axis in (("state_proj.weight", 1), ("action_in_proj.weight", 1), ("action_out_proj.weight", 0),
+                      ("action_out_proj.bias", 0)):
+        pad(key, axis)
+    write_st(path, t, meta)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    cfg.update(max_action_dim=A, max_state_dim=A)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+
+
 def pi0(*args):
     p = subprocess.run([PI0, *args], capture_output=True, text=True, timeout=120)
     return p.returncode, p.stdout, p.stderr
@@ -339,6 +360,18 @@ def errors(tmp, tok, noise, cases):
               ["norm_map.VISUAL MEAN_STD", CAMS3[0]], ref_too=False)
     both_fail("a state of the wrong length", base, {**good, "observation.state": np.zeros(9, np.float32)},
               ["expected 8 state values, found 9"])
+    # a state of three dimensions is refused by its shape, before its sizes are multiplied (the server's decoder
+    # passes an empty array of any sizes; its test has 2^31 x 2^32 x 0)
+    both_fail("a state of shape (1, 1, 8)", base, {**good, "observation.state": np.zeros((1, 1, 8), np.float32)},
+              ["expected 8 state values as (8) or (1, 8), found a 3-dimensional array"], ref_too=False)
+    op = os.path.join(tmp, "wide.obs.safetensors")
+    np_st(op, good)
+    # more action dims than the policy's buffers (the model itself would take them): refused when the policy loads
+    d = variant("wide actions", lambda d: widen_actions(d, 40))
+    p = subprocess.run([PI0, "run", "--checkpoint", d, "--tokenizer", tok, "--obs", op, "--noise", noise, "--prompt",
+                        "pick"], capture_output=True, text=True, timeout=120)
+    check("bad input: max_action_dim 40 (the policy takes 32)", p.returncode == 1 and
+          "max_action_dim 40: the policy supports at most 32" in p.stderr, p.stderr.strip()[-300:])
     p = subprocess.run([PI0, "run", "--checkpoint", base, "--tokenizer", tok, "--robot", "libero", "--state", "1"],
                        capture_output=True, text=True, timeout=120)
     check("bad input: --robot on a LeRobot directory", p.returncode == 1 and "LeRobot policy" in p.stderr,
@@ -380,11 +413,13 @@ def main():
             check(f"{fixture}: unprefixed keys, lm_head only (hub checkpoints) load the same", h and h == c, e4)
         base = lerobot_dir("tiny-pi0", os.path.join(tmp, "bad"))
 
-        def bad(label, needles, **over):
+        def bad(label, needles, drop=(), **over):
             d = os.path.join(tmp, "bad-" + label.replace(" ", "-"))
             shutil.copytree(base, d)
             cfg = json.load(open(os.path.join(d, "config.json")))
             cfg.update(over)
+            for k in drop:
+                cfg.pop(k)
             json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
             rc, _, err = pi0("info", "--checkpoint", d)
             check(f"bad input: {label}", rc == 1 and all(n in err for n in needles), f"rc {rc}: {err.strip()[-300:]}")
@@ -398,6 +433,8 @@ def main():
         bad("non-square images", ["image_resolution: expected [R, R]"], image_resolution=[56, 64])
         bad("state and action widths differ", ["max_state_dim 16 differs from max_action_dim 32"], max_state_dim=16)
         bad("pi05 type on pi0 weights", ['"type": "pi05"', "lacks the adaRMS tensor"], type="pi05")
+        # no VISUAL feature named and no empty cameras: no cameras (once an internal assertion, an abort)
+        bad("no input_features", ["0 cameras", "1 to 16 are supported"], drop=("input_features",))
         d = os.path.join(tmp, "bad-twice")
         shutil.copytree(base, d)
         t, meta = read_st(os.path.join(d, "model.safetensors"))

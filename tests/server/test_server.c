@@ -251,6 +251,8 @@ static void x_overflow(mp *m) {
     mp_nd(m, "<f8", 3, (uint64_t[]){1ull << 40, 1ull << 40, 1ull << 40}, "12345678", 8);
 }
 static void x_huge(mp *m) { mp_str(m, "img"); mp_nd(m, "|u1", 2, (uint64_t[]){1ull << 31, 1ull << 31}, "x", 1); }
+/* empty, so its byte count is right; the other sizes multiply past int64 (once undefined behaviour in the LeRobot state) */
+static void x_emptyhuge(mp *m) { mp_str(m, "img"); mp_nd(m, "<f4", 3, (uint64_t[]){1ull << 31, 1ull << 32, 0}, "", 0); }
 static void x_badutf8(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body(&m->pk, "caf\xc3", 4); }
 static void x_surrogate(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body(&m->pk, "\xed\xa0\x80", 3); }
 static void x_nulprompt(mp *m) { mp_str(m, "prompt"); msgpack_pack_str_with_body(&m->pk, "a\0b", 3); }
@@ -326,6 +328,7 @@ static void test_decode_bad(void) {
         {"5 dimensions", x_5d, "at most 4"},
         {"shape size overflows 64 bits", x_overflow, "overflows"},
         {"absurd shape 2^31 x 2^31, 1 byte", x_huge, "needs 4611686018427387904 bytes, data has 1"},
+        {"empty 2^31 x 2^32 x 0", x_emptyhuge, "shape [2147483648, 4294967296, 0]: its non-zero dimensions multiply to"},
         {"prompt: truncated UTF-8", x_badutf8, "invalid UTF-8"},
         {"prompt: UTF-8 surrogate", x_surrogate, "invalid UTF-8"},
         {"prompt: NUL inside", x_nulprompt, "NUL"},
