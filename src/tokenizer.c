@@ -428,6 +428,16 @@ static int state_bin(double x) {
     return c - 1;
 }
 
+/* Appends the encoding of s to ids[*n ..], which holds cap ids in all: an error if it does not fit. */
+static pi0_status encode_append(const tokenizer *t, const char *s, size_t len, int32_t *ids, size_t cap, size_t *n) {
+    size_t k = 0;
+    pi0_status st = tokenizer_encode(t, s, len, ids + *n, cap - *n, &k);
+    if (st == PI0_OK && k > cap - *n)
+        return pi0_fail(PI0_ERR_FORMAT, "the prompt encodes to more than %zu tokens (3 per byte)", cap);
+    *n += k;
+    return st;
+}
+
 pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_prompt_format format,
                                const double *state, int n_state, int max_len, int32_t *tokens, uint8_t *mask,
                                int *n_valid) {
@@ -437,20 +447,18 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
     size_t plen = strlen(prompt);
     if (plen > MAX_TEXT) return pi0_fail(PI0_ERR_ARG, "prompt of %zu bytes, at most %d are accepted", plen, MAX_TEXT);
     char *text = malloc(plen + 32 + (size_t)n_state * 5 + 32);
-    size_t cap = plen + (size_t)n_state * 5 + 64, n = 0, n2 = 0;
+    /* a byte becomes at most 3 ("\xe2\x96\x81" for a space), each at most one token (byte fallback or <unk>) */
+    size_t cap = 3 * (plen + (size_t)n_state * 5 + 64) + 1, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
     pi0_status st = PI0_OK;
     if (!text || !ids) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     ids[n++] = t->bos;
     if (format == PI0_PROMPT_RAW) {   /* LeRobot's π0: the text as given (its pipeline appended the "\n") */
-        if ((st = tokenizer_encode(t, prompt, plen, ids + n, cap - n, &n2)) != PI0_OK) goto done;
-        n += n2;
+        if ((st = encode_append(t, prompt, plen, ids, cap, &n)) != PI0_OK) goto done;
     } else if (format == PI0_PROMPT_PI0) {
         size_t len = clean_prompt(text, prompt);
-        if ((st = tokenizer_encode(t, text, len, ids + n, cap - n, &n2)) != PI0_OK) goto done;
-        n += n2;
-        if ((st = tokenizer_encode(t, "\n", 1, ids + n, cap - n, &n2)) != PI0_OK) goto done;   /* answer-start marker */
-        n += n2;
+        if ((st = encode_append(t, text, len, ids, cap, &n)) != PI0_OK) goto done;
+        if ((st = encode_append(t, "\n", 1, ids, cap, &n)) != PI0_OK) goto done;   /* answer-start marker */
     } else {
         size_t len = (size_t)sprintf(text, "Task: ");
         len += clean_prompt(text + len, prompt);
@@ -460,10 +468,8 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
             len += (size_t)sprintf(text + len, "%s%d", i ? " " : "", state_bin(state[i]));
         }
         len += (size_t)sprintf(text + len, ";\nAction: ");
-        if ((st = tokenizer_encode(t, text, len, ids + n, cap - n, &n2)) != PI0_OK) goto done;
-        n += n2;
+        if ((st = encode_append(t, text, len, ids, cap, &n)) != PI0_OK) goto done;
     }
-    if (n > cap) { st = pi0_fail(PI0_ERR_FORMAT, "prompt encodes to more tokens than bytes"); goto done; }
     int valid = (int)(n < (size_t)max_len ? n : (size_t)max_len);   /* openpi truncates longer prompts */
     static atomic_int warned;   /* openpi logs a warning; once per process here, a server would repeat it per request */
     if (n > (size_t)max_len && !atomic_exchange(&warned, 1))

@@ -485,6 +485,34 @@ static void test_cli(void) {
     CHECK(sh(cmd, "unknown command 'frob'") == 2, "unknown command");
 }
 
+/* A tokenizer whose spaces become three byte tokens each ("\xe2\x96\x81" with byte fallback but no byte pieces):
+ * the π0 prompt once overran its token buffer (more tokens than bytes) and wrote past it on the second encode. */
+static void test_tokenizer_expansion(void) {
+    static const uint8_t model[] = {   /* pieces <unk> and "a", BPE, byte fallback, no whitespace cleanup */
+        0x0a, 0x09, 0x0a, 0x05, 0x3c, 0x75, 0x6e, 0x6b, 0x3e, 0x18, 0x02, 0x0a, 0x05, 0x0a, 0x01, 0x61, 0x18,
+        0x01, 0x12, 0x05, 0x18, 0x02, 0x98, 0x02, 0x01, 0x1a, 0x02, 0x20, 0x00};
+    char path[600], prompt[103];
+    snprintf(path, sizeof path, "%s/spaces.model", tmp);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(model, 1, sizeof model, f) == sizeof model && fclose(f) == 0, "writing %s", path);
+    pi0_tokenizer *tok = NULL;
+    CHECK(pi0_tokenizer_load(&tok, path) == PI0_OK, "loading %s: %s", path, pi0_last_error());
+    memset(prompt, ' ', sizeof prompt);
+    prompt[0] = prompt[101] = 'a';
+    prompt[102] = 0;
+    int32_t ids[400];
+    uint8_t mask[400];
+    const double state[2] = {0.5, -0.5};
+    for (int fmt = 0; tok && fmt < 3; fmt++) {
+        int n = 0;
+        pi0_status st = pi0_tokenize_prompt(tok, prompt, fmt == 0 ? PI0_PROMPT_PI0 : fmt == 1 ? PI0_PROMPT_PI05 : PI0_PROMPT_RAW,
+                                            state, 2, 400, ids, mask, &n);
+        /* 100 spaces alone are 300 tokens: more tokens than the prompt has bytes, all kept */
+        CHECK(st == PI0_OK && n > 300 && n < 400, "format %d: %s, %d tokens", fmt, pi0_status_str(st), n);
+    }
+    pi0_tokenizer_free(tok);
+}
+
 int main(void) {
     if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
     if (getenv("PI0_BIN")) PI0 = getenv("PI0_BIN");
@@ -493,6 +521,7 @@ int main(void) {
     test_inputs();
     test_cli();
     test_cli_first_contact();
+    test_tokenizer_expansion();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmp);
