@@ -44,17 +44,12 @@
 #include "../../src/cuda/common.cuh"
 #include "../../src/cuda/mma.cuh"
 #include "lab.cuh"
+#include "mk_common.cuh"
 
 enum {
-    MD = 1024,            // expert width
     MQKV = 2560,          // q | k | v outputs (8 heads x 256 + 256 + 256)
     MQ = 2048,            // o's inputs (8 heads x 256)
     MF = 4096,            // MLP width
-    MLDS = MD * 2 + 64,   // bytes per weight row in a page (padding: conflict-free 16-byte reads)
-    MPAGE = 16 * MLDS,    // one page: 16 weight rows x 1024 columns
-    MW = 8,               // compute warps
-    MCT = MW * 32,        // compute threads
-    MT = MCT + 32,        // + the loader warp
     MNP = 5,              // most pages (4 and 6 measured the same with one page per MMA step)
     MMAXL = 18,           // most layers
     MMAXB = 5,            // most tiles in a batch (gate|up: 3-5 per block)
@@ -62,7 +57,6 @@ enum {
     MST = 6,              // lab stamps per batch: start, inputs ready, X loaded, MMAs done, reduced, signalled
 };
 enum { OP_QKV, OP_O, OP_GU, OP_DN };
-static_assert(MCT == 256, "cbar() names 256 threads");
 
 // An instruction: one tile of an op of a layer; its pages (16 rows of 1024 weight columns each): q|k|v 16 weight
 // rows, 1 page; gate|up 8 gate + 8 up rows, 1 page; o 8 rows over its K = 2048 (rows 8..15 of the page: the same
@@ -105,16 +99,6 @@ __device__ __forceinline__ const bf16 *wrow(const mk_args &a, const mk_ins &s, i
     }
 }
 
-__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_release_add(unsigned *p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 256;" ::: "memory"); }   // the MCT compute threads only
-__device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
 __device__ __forceinline__ void ld_ll2(const unsigned long long *p, unsigned long long &a, unsigned long long &b) {
     asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
@@ -156,87 +140,6 @@ __device__ __forceinline__ void load_x_ll(uint4 (&xv)[4][2], const unsigned long
         __nanosleep(32);
     }
 }
-
-// X rows g, g + 8 (zero past M) at this lane's columns kw + 32 u (ld: the row stride), as gemv.cu's few-row layout.
-__device__ __forceinline__ void load_x(uint4 (&xv)[4][2], const bf16 *x, int ld, int M, int g, int kw) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        xv[u][0] = g < M ? ldcg16(x + (size_t)g * ld + kw + 32 * u) : z;
-        xv[u][1] = g + 8 < M ? ldcg16(x + (size_t)(g + 8) * ld + kw + 32 * u) : z;
-    }
-}
-// RMSNorm folded in: X (1 + n) into the MMAs; the rows' sums of squares of this warp's columns to nss[warp][16].
-__device__ __forceinline__ void norm_x(uint4 (&xv)[4][2], const float *n, float *nss, int warp, int g, int c, int kw) {
-    float s0, s1;
-    quad_sumsq(xv, s0, s1);
-    if (c == 0) { nss[warp * 16 + g] = s0; nss[warp * 16 + g + 8] = s1; }
-#pragma unroll
-    for (int u = 0; u < 4; u++)
-#pragma unroll
-        for (int h2 = 0; h2 < 2; h2++) {
-            const float4 f = __ldg((const float4 *)(n + kw + 32 * u + 4 * h2));
-            const float fa[4] = {f.x, f.y, f.z, f.w};
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int h = 2 * h2 + e;
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    float2 v = bf2_to_f2(u4_get(xv[u][r], h));
-                    u4_set(xv[u][r], h, f2_to_bf2(fmaf(v.x, fa[2 * e], v.x), fmaf(v.y, fa[2 * e + 1], v.y)));
-                }
-            }
-        }
-}
-// acc[t] += X . W^T over this warp's 128 columns for weight rows 8t + g of the page.
-__device__ __forceinline__ void page_mma(float (&acc)[2][4], const unsigned char *W, const uint4 (&xv)[4][2], int g, int kw) {
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            uint4 w = *(const uint4 *)(W + (8 * t + g) * MLDS + (kw + 32 * u) * 2);
-            mma_bf16(acc[t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, w.x, w.y);
-            mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
-        }
-}
-// The same for a page whose two halves hold the same 8 weight rows at two K chunks: acc[t] += X_t . W_t^T.
-__device__ __forceinline__ void page_mma_k2(float (&acc)[2][4], const unsigned char *W, const uint4 (&x0)[4][2],
-                                            const uint4 (&x1)[4][2], int g, int kw) {
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const uint4(&xv)[4][2] = t ? x1 : x0;
-            uint4 w = *(const uint4 *)(W + (8 * t + g) * MLDS + (kw + 32 * u) * 2);
-            mma_bf16(acc[t], xv[u][0].x, xv[u][1].x, xv[u][0].y, xv[u][1].y, w.x, w.y);
-            mma_bf16(acc[t], xv[u][0].z, xv[u][1].z, xv[u][0].w, xv[u][1].w, w.z, w.w);
-        }
-}
-// Output (row m, weight row 8t + j) summed over the 8 warps in warp order.
-__device__ __forceinline__ float frag_sum(const float *red, int t, int m, int j) {
-    const int i = (m >> 3) * 2 + (j & 1), ln = (m & 7) * 4 + (j >> 1);
-    float s = 0;
-#pragma unroll
-    for (int w = 0; w < MW; w++) s += red[((w * 2 + t) * 4 + i) * 32 + ln];
-    return s;
-}
-
-// The compute side's ring position: page k of the block's pages is in slot k % NP, filled for the (k / NP)-th time.
-struct mk_ring {
-    unsigned char *pages;
-    uint64_t *full, *empty;
-    int np, k;
-    bool wait_full;
-    __device__ __forceinline__ const unsigned char *get() {
-        if (wait_full) mbar_wait(&full[k % np], (k / np) & 1);
-        return pages + (k % np) * MPAGE;
-    }
-    __device__ __forceinline__ void put(int lane) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[k % np]);
-        k++;
-    }
-};
 
 // LL = false: counters order the work; true: the activations carry the launch's epoch and are polled (no counters).
 template <bool LL>
@@ -463,40 +366,6 @@ static void build_plan(int depth, int G, std::vector<mk_ins> &ins, std::vector<i
 }
 
 // ---- host: the CPU model (same math and rounding points), set-up, timing ----
-static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
-static std::vector<float> dl(const bf16 *p, size_t n) {
-    std::vector<uint16_t> raw(n);
-    CK(cudaMemcpy(raw.data(), p, n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) { uint32_t u = (uint32_t)raw[i] << 16; memcpy(&v[i], &u, 4); }
-    return v;
-}
-static std::vector<float> dlf(const float *p, size_t n) {
-    std::vector<float> v(n);
-    CK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
-    return v;
-}
-// y[m][n] = sum_k x[m][k] w[n][k] in double
-static void mm(const float *x, int ldx, const float *w, int ldw, int M, int N, int K, double *y) {
-    for (int m = 0; m < M; m++)
-        for (int n = 0; n < N; n++) {
-            double s = 0;
-            for (int k = 0; k < K; k++) s += (double)x[(size_t)m * ldx + k] * w[(size_t)n * ldw + k];
-            y[(size_t)m * N + n] = s;
-        }
-}
-static void normed(const float *x, const float *nf, int M, float eps, std::vector<float> &xn, std::vector<float> &r) {
-    xn.assign((size_t)M * MD, 0);
-    r.assign(M, 0);
-    for (int m = 0; m < M; m++) {
-        double ss = 0;
-        for (int k = 0; k < MD; k++) ss += (double)x[(size_t)m * MD + k] * x[(size_t)m * MD + k];
-        r[m] = (float)(1.0 / sqrt(ss / MD + eps));
-        for (int k = 0; k < MD; k++) xn[(size_t)m * MD + k] = bf(x[(size_t)m * MD + k] * (1 + nf[k]));
-    }
-}
-static float gelu_ref(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); }
-
 int main(int argc, char **argv) {
     const int depth = argc > 1 ? atoi(argv[1]) : 18, M = 11;
     int np = argc > 2 ? atoi(argv[2]) : MNP;
