@@ -210,6 +210,7 @@ fuzz: fuzz-build
 	$(BUILD)/fuzz/fuzz_lerobot $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_lerobot
 	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
 	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13
+	cp tests/fuzz/regress_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # a hostile tree that shares nodes (refused since s38)
 	$(BUILD)/fuzz/fuzz_ocdbt $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_ocdbt
 	@mkdir -p $(BUILD)/fuzz/corpus_img
 	$(PY) -c "from PIL import Image; import random; r = random.Random(1); \

@@ -25,12 +25,14 @@
 enum {
     MAGIC_MANIFEST = 0x0cdb3a2a, MAGIC_VERSION = 0x0cdb1234, MAGIC_BTREE = 0x0cdb20de,
     MAX_PATH = 65535, MAX_KEY = 65535, MAX_HEIGHT = 32,
-    MAX_NODES = 1 << 20,            /* nodes visited per open: bounds a hostile tree that shares subtrees */
+    MAX_NODES = 1 << 20,            /* nodes per open */
 };
+#define DECODED_MAX_TOTAL ((uint64_t)4 << 30)   /* all nodes of one tree, decoded (real trees: a few MB) */
 #define MANIFEST_MAX_BYTES ((uint64_t)64 << 20)   /* decoded manifest cap (real ones are < 1 KB) */
 #define NODE_MAX_BYTES ((uint64_t)1 << 30)        /* hard cap on max_decoded_node_bytes */
 
 typedef struct { char *path; void *map; size_t len; } mapping;
+typedef struct { char *file; uint64_t off, len, h; } node_ref;
 
 struct ocdbt {
     char *dir;
@@ -40,6 +42,8 @@ struct ocdbt {
     ocdbt_entry *e; int n, cap;
     uint64_t max_node;                      /* decoded node size limit (config, capped) */
     int nodes;
+    uint64_t decoded;                       /* bytes of all nodes decoded so far */
+    node_ref *seen; size_t seen_cap;        /* the nodes visited: open addressing on (file, offset, length) */
 };
 
 uint32_t ocdbt_crc32c(const uint8_t *p, size_t n) {
@@ -411,12 +415,45 @@ done:
     return st;
 }
 
+/* 1 if (file, off, len) was visited before, else records it (0); -1 out of memory. A B+tree shares no nodes: a
+ * node reached twice would multiply its subtree's entries (a few KB of hostile tree can name billions). */
+static int seen_before(ocdbt *db, const char *file, uint64_t off, uint64_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = file; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    h = (h ^ off) * 1099511628211ull;
+    h = (h ^ len) * 1099511628211ull;
+    if ((size_t)db->nodes * 2 > db->seen_cap) {   /* grow (load <= 1/2); nodes counts the one being added */
+        size_t nc = db->seen_cap ? 2 * db->seen_cap : 256;
+        node_ref *g = calloc(nc, sizeof *g);
+        if (!g) return -1;
+        for (size_t i = 0; i < db->seen_cap; i++)
+            if (db->seen[i].file) {
+                size_t j = db->seen[i].h & (nc - 1);
+                while (g[j].file) j = (j + 1) & (nc - 1);
+                g[j] = db->seen[i];
+            }
+        free(db->seen);
+        db->seen = g;
+        db->seen_cap = nc;
+    }
+    size_t j = h & (db->seen_cap - 1);
+    for (; db->seen[j].file; j = (j + 1) & (db->seen_cap - 1))
+        if (db->seen[j].h == h && db->seen[j].off == off && db->seen[j].len == len && !strcmp(db->seen[j].file, file))
+            return 1;
+    if (!(db->seen[j].file = strdup(file))) return -1;
+    db->seen[j].off = off; db->seen[j].len = len; db->seen[j].h = h;
+    return 0;
+}
+
 static pi0_status walk(ocdbt *db, const char *file, const char *trans, uint64_t off, uint64_t len, int height,
                        const char *prefix, size_t plen) {
     char what[512];
     snprintf(what, sizeof what, "%s: B+tree node %s@%llu+%llu", db->dir, file, (unsigned long long)off, (unsigned long long)len);
     if (height < 0 || height > MAX_HEIGHT) return pi0_fail(PI0_ERR_FORMAT, "%s: height %d out of range", what, height);
     if (++db->nodes > MAX_NODES) return pi0_fail(PI0_ERR_FORMAT, "%s: more than %d B+tree nodes", db->dir, MAX_NODES);
+    int again = seen_before(db, file, off, len);
+    if (again < 0) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    if (again) return pi0_fail(PI0_ERR_FORMAT, "%s: referenced a second time (B+tree nodes have one parent)", what);
     const uint8_t *data;
     size_t flen;
     pi0_status st = map_file(db, file, &data, &flen);
@@ -426,6 +463,11 @@ static pi0_status walk(ocdbt *db, const char *file, const char *trans, uint64_t 
     uint8_t *body;
     size_t blen;
     if ((st = decode_frame(data + off, (size_t)len, MAGIC_BTREE, db->max_node, what, &body, &blen)) != PI0_OK) return st;
+    if ((db->decoded += blen) > DECODED_MAX_TOTAL) {
+        free(body);
+        return pi0_fail(PI0_ERR_FORMAT, "%s: the B+tree's nodes decode to more than %llu bytes in all", what,
+                        (unsigned long long)DECODED_MAX_TOTAL);
+    }
     rd r = {body, body + blen};
     st = walk_body(db, &r, trans, height, prefix, plen, what);
     free(body);
@@ -537,7 +579,8 @@ void ocdbt_close(ocdbt *db) {
     for (int i = 0; i < db->n; i++) { free(db->e[i].key); free((void *)db->e[i].inline_v); }
     for (int i = 0; i < db->n_paths; i++) free(db->paths[i]);
     for (int i = 0; i < db->n_maps; i++) { if (db->maps[i].map) munmap(db->maps[i].map, db->maps[i].len); free(db->maps[i].path); }
-    free(db->e); free(db->paths); free(db->maps); free(db->dir);
+    for (size_t i = 0; i < db->seen_cap; i++) free(db->seen[i].file);
+    free(db->e); free(db->paths); free(db->maps); free(db->dir); free(db->seen);
     free(db);
 }
 

@@ -286,6 +286,10 @@ static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *pi0
     for (int i = 0; i < 13; i++) {
         leaf *l = find_leaf(lv, n, need[i]);
         if (!l) return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every π0 / π0.5 checkpoint has it)", label, need[i]);
+        for (int d = 0; d < l->z.ndim; d++)   /* before any product (an empty array may name any other sizes) */
+            if (l->z.shape[d] < 1 || l->z.shape[d] > (1 << 24))
+                return pi0_fail(PI0_ERR_SHAPE, "%s: parameter '%s': dimension %d is %lld (expected 1..16777216)", label, need[i],
+                                d, (long long)l->z.shape[d]);
         s[i] = l->z.shape;
     }
     int64_t *v = ds->v;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ocdbt.h"
 #include "pi0.h"
 #include "safetensors.h"
 #include "test.h"
@@ -513,6 +514,33 @@ static void test_tokenizer_expansion(void) {
     pi0_tokenizer_free(tok);
 }
 
+/* OCDBT: a B+tree whose nodes are reached more than once. tests/fuzz/regress_ocdbt/shared-nodes (u32 length, the
+ * manifest, then the node file): a root of 40 references to one interior node of 40 references to one leaf of 40
+ * keys, 1.3 KB naming 64000 entries (a 15 KB one once took 2 GB). Refused at the second visit. */
+typedef struct { const uint8_t *m, *d; size_t mn, dn; } mem_db;
+static pi0_status mem_map(void *user, const char *path, const uint8_t **data, size_t *len, int *found) {
+    mem_db *x = user;
+    int man = !strcmp(path, "manifest.ocdbt");
+    *data = man ? x->m : x->d;
+    *len = man ? x->mn : x->dn;
+    *found = 1;
+    return PI0_OK;
+}
+static void test_ocdbt_shared_nodes(void) {
+    size_t n = 0;
+    uint8_t *buf = (uint8_t *)pi0_read_file("tests/fuzz/regress_ocdbt/shared-nodes", &n, 1 << 20);
+    CHECK(buf && n > 4, "reading tests/fuzz/regress_ocdbt/shared-nodes: %s", pi0_last_error());
+    if (!buf || n <= 4) { free(buf); return; }
+    uint32_t m = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 | (uint32_t)buf[3] << 24;
+    CHECK(m <= n - 4, "manifest length %u of %zu bytes", m, n);
+    mem_db x = {buf + 4, buf + 4 + m, m, n - 4 - m};
+    ocdbt *db = NULL;
+    EXPECT_ERR(ocdbt_open(&db, "shared", &(ocdbt_files){mem_map, &x}), PI0_ERR_FORMAT,
+               "referenced a second time (B+tree nodes have one parent)");
+    ocdbt_close(db);
+    free(buf);
+}
+
 int main(void) {
     if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
     if (getenv("PI0_BIN")) PI0 = getenv("PI0_BIN");
@@ -522,6 +550,7 @@ int main(void) {
     test_cli();
     test_cli_first_contact();
     test_tokenizer_expansion();
+    test_ocdbt_shared_nodes();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmp);

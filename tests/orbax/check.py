@@ -206,6 +206,15 @@ def bad_inputs(tmp, ocd, zarr):
     json.dump(dict(m, shape=[2, 128, 65], chunks=[2, 128, 65]), open(za, "w"))
     expect_error("a shape that contradicts the others", d, "parameter 'PaliGemma/llm/layers/mlp/linear'",
                  "expected (2, 128, 64)", "found (2, 128, 65)")
+    # an empty array (one dimension 0) whose other sizes multiply past int64: refused by its dimensions, before any
+    # product (once undefined behaviour; the zarr reader bounds only the element count, 0 here)
+    d = fresh(zarr, tmp, "empty-huge")
+    za = os.path.join(zp(d, "PaliGemma/img/Transformer/encoderblock/MultiHeadDotProductAttention_0/query/kernel"), ".zarray")
+    m = json.load(open(za))
+    json.dump(dict(m, shape=[0, 1, 2 ** 40, 2 ** 40], chunks=[1, 1, 1, 1]), open(za, "w"))
+    expect_error("an empty array of sizes 0 x 1 x 2^40 x 2^40", d,
+                 "parameter 'PaliGemma/img/Transformer/encoderblock/MultiHeadDotProductAttention_0/query/kernel': "
+                 "dimension 0 is 0 (expected 1..16777216)")
     d = fresh(zarr, tmp, "chunk")
     ch = os.path.join(zp(d, "PaliGemma/llm/layers/mlp/linear"), "0.0.0")
     os.truncate(ch, os.path.getsize(ch) // 2)
