@@ -339,10 +339,11 @@ pi0_status lerobot_pipeline_load(lerobot_pipeline **out, const char *dir, const 
         goto done;
     }
     json_t *v = json_object_get(cfg, "n_action_steps");
-    p->n_action_steps = v ? (int)json_integer_value(v) : 50;
-    if (!json_is_integer(v) && v) p->n_action_steps = 0;
-    if (p->n_action_steps < 1 || p->n_action_steps > p->H) {
-        st = pi0_fail(PI0_ERR_FORMAT, "%s: n_action_steps %d: expected 1..chunk_size (%d)", cfg_path, p->n_action_steps, p->H);
+    /* in int64 before the int: 4294967297 must not pass as 1 */
+    json_int_t nas = !v ? 50 : json_is_integer(v) ? json_integer_value(v) : 0;
+    p->n_action_steps = nas >= 1 && nas <= p->H ? (int)nas : 0;
+    if (!p->n_action_steps) {
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: n_action_steps %lld: expected 1..chunk_size (%d)", cfg_path, (long long)nas, p->H);
         goto done;
     }
     /* rtc_config: the defaults of a request's real-time chunking (LeRobot's RTCConfig: 10, LINEAR, 10) */
@@ -366,8 +367,9 @@ pi0_status lerobot_pipeline_load(lerobot_pipeline **out, const char *dir, const 
         if (mw) p->rtc_max_weight = (float)json_number_value(mw);
     }
     v = json_object_get(cfg, "num_inference_steps");
-    p->num_steps = v ? (int)json_integer_value(v) : 10;
-    if (p->num_steps < 1 || p->num_steps > 1000 || (v && !json_is_integer(v))) {
+    json_int_t ns = !v ? 10 : json_is_integer(v) ? json_integer_value(v) : 0;
+    p->num_steps = ns >= 1 && ns <= 1000 ? (int)ns : 0;
+    if (!p->num_steps) {
         st = pi0_fail(PI0_ERR_FORMAT, "%s: num_inference_steps: expected an integer 1..1000", cfg_path);
         goto done;
     }
@@ -622,16 +624,17 @@ pi0_status lerobot_prepare(const lerobot_pipeline *p, const pi0_tokenizer *tok, 
     char key[512], known[2048];
     for (int i = 0; i < obs->n_arrays; i++) {
         const pi0_array *a = &obs->arrays[i];
-        model_key(p, a->key ? a->key : "", key, sizeof key);
+        const char *ak = a->key ? a->key : "";   /* a C caller may leave a key NULL */
+        model_key(p, ak, key, sizeof key);
         int c = cam_index(p, p->N, key);
         const pi0_array **slot = c >= 0 ? &cam[c] : !strcmp(key, "observation.state") ? &st_arr : NULL;
         if (!slot) {
             known_keys(p, known, sizeof known);
             return pi0_fail(PI0_ERR_ARG, "observation key '%s'%s%s%s is not a feature of this LeRobot checkpoint (its keys: %s)",
-                            a->key, strcmp(key, a->key) ? " (read as '" : "", strcmp(key, a->key) ? key : "",
-                            strcmp(key, a->key) ? "')" : "", known);
+                            ak, strcmp(key, ak) ? " (read as '" : "", strcmp(key, ak) ? key : "", strcmp(key, ak) ? "')" : "",
+                            known);
         }
-        if (*slot) return pi0_fail(PI0_ERR_ARG, "observation key '%s' (%s) is given twice", a->key, key);
+        if (*slot) return pi0_fail(PI0_ERR_ARG, "observation key '%s' (%s) is given twice", ak, key);
         *slot = a;
     }
     /* _preprocess_images: present cameras in feature order, then the missing ones as -1 images with mask 0 */

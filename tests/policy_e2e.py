@@ -106,8 +106,8 @@ def setup(tmp):
     for name, (h, w, kind, fmt) in specs.items():
         p = os.path.join(tmp, f"{name}.{fmt}")
         img = Image.fromarray(make_image(rng, h, w, kind))
-        if fmt == "jpg":
-            img.save(p, quality=90)
+        if fmt == "jpg":   # one progressive (the decoder limits its scans to 500; this one has ten)
+            img.save(p, quality=90, progressive=name == "jpg101x67")
         else:
             img.save(p)
         files[name] = p

@@ -35,7 +35,9 @@ static int load_jpeg(const char *path, const uint8_t *buf, size_t len, uint8_t *
         fail(err, n, path, "image sides must be 1..8192 pixels", NULL);
     else if (!(*rgb = malloc((size_t)W * H * 3)))
         fail(err, n, path, "out of memory", NULL);
-    else if (tjDecompress2(tj, buf, (unsigned long)len, *rgb, W, 0, H, TJPF_RGB, 0) != 0) {   /* warnings too: truncated data */
+    /* warnings fail too (truncated data); LIMITSCANS: a progressive JPEG of thousands of tiny scans is refused (500
+       at most) rather than decoded for minutes */
+    else if (tjDecompress2(tj, buf, (unsigned long)len, *rgb, W, 0, H, TJPF_RGB, TJFLAG_LIMITSCANS) != 0) {
         fail(err, n, path, "JPEG decoding failed", tjGetErrorStr2(tj));
         free(*rgb); *rgb = NULL;
     } else { *h = H; *w = W; rc = 0; }
