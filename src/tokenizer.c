@@ -305,23 +305,29 @@ static void emit(size_t *n, int32_t *ids, size_t cap, int32_t id) {
     (*n)++;
 }
 
-/* Emits one final symbol: its id, its parts if UNUSED, or its bytes (byte fallback) / <unk>. */
-static void emit_sym(const tokenizer *t, const char *s, const sym *y, int i, int32_t *ids, size_t cap, size_t *n) {
-    int id = lookup(t, s + y[i].start, y[i].len);
-    if (id >= 0 && t->p[id].type == T_UNUSED && y[i].left >= 0) {
-        emit_sym(t, s, y, y[i].left, ids, cap, n);
-        emit_sym(t, s, y, y[i].right, ids, cap, n);
-        return;
-    }
-    if (id >= 0 && (t->p[id].type == T_NORMAL || t->p[id].type == T_USER)) { emit(n, ids, cap, id); return; }
-    if (t->byte_fallback) {
-        for (uint32_t k = 0; k < y[i].len; k++) {
-            int b = t->byte_id[(uint8_t)s[y[i].start + k]];
-            emit(n, ids, cap, b >= 0 ? b : t->unk);
+/* Emits one final symbol: its id, its parts if UNUSED (left first, with an explicit stack: a hostile model can nest
+ * merges as deep as the text is long), or its bytes (byte fallback) / <unk>. stk holds as many ints as symbols. */
+static void emit_sym(const tokenizer *t, const char *s, const sym *y, int i, int32_t *ids, size_t cap, size_t *n, int *stk) {
+    int top = 0;
+    stk[top++] = i;
+    while (top) {
+        const int j = stk[--top];
+        int id = lookup(t, s + y[j].start, y[j].len);
+        if (id >= 0 && t->p[id].type == T_UNUSED && y[j].left >= 0) {
+            stk[top++] = y[j].right;
+            stk[top++] = y[j].left;
+            continue;
         }
-        return;
+        if (id >= 0 && (t->p[id].type == T_NORMAL || t->p[id].type == T_USER)) { emit(n, ids, cap, id); continue; }
+        if (t->byte_fallback) {
+            for (uint32_t k = 0; k < y[j].len; k++) {
+                int b = t->byte_id[(uint8_t)s[y[j].start + k]];
+                emit(n, ids, cap, b >= 0 ? b : t->unk);
+            }
+            continue;
+        }
+        emit(n, ids, cap, t->unk);
     }
-    emit(n, ids, cap, t->unk);
 }
 
 static int utf8_len(const uint8_t *s, size_t n) {
@@ -388,7 +394,11 @@ pi0_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, in
         if (L->prev >= 0) try_pair(t, s, y, L->prev, h, &nh);
         try_pair(t, s, y, p.left, h, &nh);
     }
-    for (int i = m ? 0 : -1; i >= 0; i = y[i].next) emit_sym(t, s, y, i, ids, cap, n);
+    /* the parts of a symbol form a binary tree over the ns slots: a stack of ns + 1 always holds the pending ones */
+    int *stk = malloc(((size_t)ns + 1) * sizeof *stk);
+    if (!stk) { free(s); free(y); free(h); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    for (int i = m ? 0 : -1; i >= 0; i = y[i].next) emit_sym(t, s, y, i, ids, cap, n, stk);
+    free(stk);
     free(s);
     free(y);
     free(h);

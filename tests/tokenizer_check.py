@@ -81,6 +81,80 @@ with tempfile.TemporaryDirectory() as tmp:
                     print("  vocab %d: %r\n    want %s\n    got  %s" % (vocab, p, want, got.get(p)))
         check(mismatch == 0, "vocab %d: %d of %d prompts differ from SentencePiece" % (vocab, mismatch, len(prompts)))
         print("tokenizer vocab %d: %d prompts, %d differ" % (vocab, len(prompts), mismatch))
+    # UNUSED pieces (type 5): SentencePiece merges through them, then splits them back into their parts. The last
+    # model with every 5th merged piece marked UNUSED (the protobuf edited field by field; SentencePiece, which
+    # loads it, is the oracle)
+    def varint(v):
+        out = bytearray()
+        while True:
+            out.append((v & 0x7f) | (0x80 if v > 0x7f else 0))
+            v >>= 7
+            if not v:
+                return bytes(out)
+
+    def fields(b):   # (field, wire type, raw value bytes or int) of one message
+        i = 0
+        while i < len(b):
+            key = 0
+            for sh in range(0, 64, 7):
+                key |= (b[i] & 0x7f) << sh
+                i += 1
+                if b[i - 1] < 0x80:
+                    break
+            f, wt = key >> 3, key & 7
+            if wt == 0:
+                v = 0
+                for sh in range(0, 64, 7):
+                    v |= (b[i] & 0x7f) << sh
+                    i += 1
+                    if b[i - 1] < 0x80:
+                        break
+                yield f, wt, v
+            elif wt == 2:
+                n = 0
+                for sh in range(0, 64, 7):
+                    n |= (b[i] & 0x7f) << sh
+                    i += 1
+                    if b[i - 1] < 0x80:
+                        break
+                yield f, wt, b[i:i + n]
+                i += n
+            elif wt == 5:
+                yield f, wt, b[i:i + 4]
+                i += 4
+            else:
+                raise ValueError("wire type %d" % wt)
+
+    def enc(f, wt, v):
+        return varint(f << 3 | wt) + (varint(v) if wt == 0 else varint(len(v)) + v if wt == 2 else v)
+
+    out, k, marked = bytearray(), 0, 0
+    for f, wt, v in fields(open(model, "rb").read()):
+        if f == 1 and wt == 2:   # a piece: {1 piece, 2 score, 3 type}
+            sub = list(fields(v))
+            text = next(x for g, _, x in sub if g == 1)
+            kind = next((x for g, _, x in sub if g == 3), 1)
+            if kind == 1 and len(text.decode("utf-8", "replace")) >= 2:
+                k += 1
+                if k % 5 == 0:
+                    sub = [(g, w, x) for g, w, x in sub if g != 3] + [(3, 0, 5)]
+                    marked += 1
+            v = b"".join(enc(*x) for x in sub)
+        out += enc(f, wt, v)
+    unused = os.path.join(tmp, "unused.model")
+    open(unused, "wb").write(bytes(out))
+    spu = spm.SentencePieceProcessor(model_file=unused)
+    r = subprocess.run([pi0, "tokenize", "--tokenizer", unused], input="".join(p + "\n" for p in lines),
+                       capture_output=True, text=True)
+    outs = r.stdout.split("\n")[: len(lines)]
+    diff = [p for p, o in zip(lines, outs) if o != " ".join(map(str, spu.encode(p)))] if r.returncode == 0 else lines
+    for p in diff[:3]:
+        print("  unused: %r\n    want %s\n    got  %s" % (p, spu.encode(p), dict(zip(lines, outs)).get(p)))
+    changed = sum(spu.encode(p) != sp.encode(p) for p in lines)
+    check(not diff and changed > 20, "UNUSED pieces (%d marked): %d of %d prompts differ from SentencePiece, %d "
+          "tokenised differently from the unmarked model" % (marked, len(diff), len(lines), changed))
+    print("tokenizer UNUSED pieces: %d marked, %d prompts, %d differ, %d changed by the marking" % (marked, len(lines),
+          len(diff), changed))
     # prompt formats (docs/model.md 3.5) against openpi's PaligemmaTokenizer rules restated with numpy + sentencepiece
     import numpy as np
     def openpi_prompt(prompt, fmt, state, max_len):
