@@ -127,7 +127,7 @@ LAB_NV   := $(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -linein
 LAB_LINK := $(BUILD)/libpi0.a $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd) -Xcompiler -fopenmp \
             -lcublasLt -lgomp
 LAB_BINS := gemv_smallm decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain sm_stream wgemm_lab wgmma_rate \
-            lt_search chain_prof wg_prof fw_prof megakernel phase_lab
+            lt_search chain_prof wg_prof fw_prof megakernel megakernel2 phase_lab
 LAB_HDRS := $(wildcard bench/kernels/*.cuh) $(wildcard src/cuda/*.cuh)
 lab: $(if $(NVCC),$(LAB_BINS:%=$(LAB)/%),lab-no-nvcc)
 lab-no-nvcc:
