@@ -92,31 +92,24 @@ with tempfile.TemporaryDirectory() as tmp:
             if not v:
                 return bytes(out)
 
+    def read_varint(b, i):
+        v = sh = 0
+        while True:
+            v |= (b[i] & 0x7f) << sh
+            i, sh = i + 1, sh + 7
+            if b[i - 1] < 0x80:
+                return v, i
+
     def fields(b):   # (field, wire type, raw value bytes or int) of one message
         i = 0
         while i < len(b):
-            key = 0
-            for sh in range(0, 64, 7):
-                key |= (b[i] & 0x7f) << sh
-                i += 1
-                if b[i - 1] < 0x80:
-                    break
+            key, i = read_varint(b, i)
             f, wt = key >> 3, key & 7
             if wt == 0:
-                v = 0
-                for sh in range(0, 64, 7):
-                    v |= (b[i] & 0x7f) << sh
-                    i += 1
-                    if b[i - 1] < 0x80:
-                        break
+                v, i = read_varint(b, i)
                 yield f, wt, v
             elif wt == 2:
-                n = 0
-                for sh in range(0, 64, 7):
-                    n |= (b[i] & 0x7f) << sh
-                    i += 1
-                    if b[i - 1] < 0x80:
-                        break
+                n, i = read_varint(b, i)
                 yield f, wt, b[i:i + n]
                 i += n
             elif wt == 5:

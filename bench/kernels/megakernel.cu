@@ -380,14 +380,7 @@ int main(int argc, char **argv) {
     const size_t wl = (size_t)MQKV * MD + (size_t)MD * MQ + 2 * (size_t)MF * MD + (size_t)MD * MF;   // per layer
     bf16 *w;
     float *nf;
-    CK(cudaMalloc(&w, wl * depth * 2));
-    CK(cudaMalloc(&nf, (size_t)depth * 2 * MD * 4));
-    fill_kernel<<<1024, 256>>>(w, wl * depth, 7, 0.03f);
-    {
-        std::vector<float> h((size_t)depth * 2 * MD);
-        for (size_t i = 0; i < h.size(); i++) h[i] = 0.2f * sinf(0.37f * (float)i);
-        CK(cudaMemcpy(nf, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    }
+    lab_expert(depth, wl, &w, &nf);
     for (int l = 0; l < depth; l++) {
         bf16 *p = w + wl * l;
         a.L[l].wqkv = p; p += (size_t)MQKV * MD;
@@ -535,19 +528,8 @@ int main(int argc, char **argv) {
     }
     // where a batch's time goes (clock64 at the SM clock; means over blocks and layers 1..depth-1), modes 0, 2 and 3
     for (int mode : {0, 2, 3}) {
-        const size_t n = (size_t)sms * depth * 4 * MST;
-        long long *prof;
-        CK(cudaMalloc(&prof, n * 8));
-        CK(cudaMemset(prof, 0, n * 8));
-        a.prof = prof;
-        launch(mode);
-        CK(cudaStreamSynchronize(st));
-        a.prof = NULL;
-        std::vector<long long> h(n);
-        CK(cudaMemcpy(h.data(), prof, n * 8, cudaMemcpyDeviceToHost));
-        CK(cudaFree(prof));
         int khz = 0;
-        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+        const std::vector<long long> h = lab_stamps((size_t)sms * depth * 4 * MST, &a.prof, st, &khz, [&] { launch(mode); });
         const char *ops[4] = {"q|k|v", "o", "gate|up", "down"};
         printf("batches%s (us at %d MHz): inputs wait, X load (flagged: + its wait), MMAs (+ page waits), reduce + store, (signal) | batches\n",
                mode == 3 ? " without weights or MMAs" : mode ? " without weight traffic" : "", khz / 1000);

@@ -75,22 +75,6 @@ __device__ __forceinline__ void load_x_f32(uint4 (&xv)[4][2], const float *x, in
             xv[u][r] = make_uint4(f2_to_bf2(a.x, a.y), f2_to_bf2(a.z, a.w), f2_to_bf2(b.x, b.y), f2_to_bf2(b.z, b.w));
         }
 }
-__device__ __forceinline__ void red_v2(float *p, float a, float b) {
-    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-__device__ __forceinline__ void red_v4(float *p, float4 v) {
-    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
-                 "f"(v.w) : "memory");
-}
-__device__ __forceinline__ unsigned m2_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void m2_cluster_sync() {   // every thread of every block of the cluster
-    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-
 template <int CS>   // 1: every block adds its whole partial in L2; else clusters of CS sum first (st.async pushes)
 __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_args a) {
     extern __shared__ __align__(128) unsigned char sm[];
@@ -103,13 +87,13 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x;
     constexpr int SL = M2N / CS;                    // a block's slice of the sum
     static_assert(M2N % (4 * CS) == 0, "slices of whole float4s");
-    const unsigned rank = CS > 1 ? m2_rank() : 0;
+    const unsigned rank = CS > 1 ? cluster_rank() : 0;
     if (tid == 0) {
         for (int p = 0; p < M2NP; p++) { mbar_init(&full[p], 1); mbar_init(&empty[p], MW); }
         mbar_init(rbar, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (CS > 1) m2_cluster_sync();   // every block's barriers exist before any peer pushes to them
+    if (CS > 1) cluster_sync_all();   // every block's barriers exist before any peer pushes to them
     else __syncthreads();
     const int NPH = 2 * a.depth;
     if (warp == MW) {   // the loader: every page of every layer, as far ahead as the ring allows
@@ -204,37 +188,30 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
             }
             if (st) st[4] = clock64();
             // the sum into the next residual rows (which start at zero; the residual is added once, below)
-            if (CS == 1) {
+            // CS = 1: straight into L2 (block b also adds the residual's columns 8b .. 8b + 7); else pushed: element e
+            // of the partial goes to the block that owns slice e / SL of the cluster's sum, at [rank][e % SL]
 #pragma unroll
-                for (int nt = 0; nt < 16; nt++) {
-                    const int n = warp * 128 + nt * 8 + 2 * c;
+            for (int nt = 0; nt < 16; nt++) {
+                const int n = warp * 128 + nt * 8 + 2 * c;
 #pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int m = g + 8 * h;
-                        if (m >= M2M) continue;
-                        float v0 = acc2[nt][2 * h], v1 = acc2[nt][2 * h + 1];
-                        if ((n >> 3) == b) {   // block b adds the residual's columns 8b .. 8b + 7
-                            const float2 x0 = __ldcg((const float2 *)(X + (size_t)m * MD + n));
+                for (int h = 0; h < 2; h++) {
+                    const int m = g + 8 * h, e = m * MD + n;
+                    if (m >= M2M) continue;
+                    float v0 = acc2[nt][2 * h], v1 = acc2[nt][2 * h + 1];
+                    if (CS == 1) {
+                        if ((n >> 3) == b) {
+                            const float2 x0 = __ldcg((const float2 *)(X + e));
                             v0 += x0.x;
                             v1 += x0.y;
                         }
-                        red_v2(Xn + (size_t)m * MD + n, v0, v1);
+                        red_v2(Xn + e, v0, v1);
+                    } else {
+                        const int owner = e / SL;
+                        st_async_f32x2(rcv + rank * SL + (e - owner * SL), (unsigned)owner, v0, v1, rbar);
                     }
                 }
-            } else {
-                // push: element e of this block's partial goes to the block that owns slice e / SL, at [rank][e % SL]
-#pragma unroll
-                for (int nt = 0; nt < 16; nt++) {
-                    const int n = warp * 128 + nt * 8 + 2 * c;
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const int m = g + 8 * h;
-                        if (m >= M2M) continue;
-                        const int e = m * MD + n, owner = e / SL;
-                        st_async_f32x2(rcv + rank * SL + (e - owner * SL), (unsigned)owner, acc2[nt][2 * h],
-                                       acc2[nt][2 * h + 1], rbar);
-                    }
-                }
+            }
+            if (CS > 1) {
                 mbar_wait(rbar, q & 1);   // all CS slices of this round are in
                 const bool first = b < CS;   // the first cluster adds the residual
                 for (int e = tid * 4; e < SL; e += MCT * 4) {
@@ -258,7 +235,7 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
         }
     }
     __syncthreads();
-    if (CS > 1) m2_cluster_sync();   // no block leaves while a peer may still push to it
+    if (CS > 1) cluster_sync_all();   // no block leaves while a peer may still push to it
 }
 
 // ---- host ----
@@ -284,14 +261,7 @@ int main(int argc, char **argv) {
     const size_t wl = (size_t)M2Q * MD * 2 + (size_t)2 * M2F * MD + (size_t)M2F * MD;   // per layer: q, o^T, gate|up, down^T
     bf16 *w;
     float *nf;
-    CK(cudaMalloc(&w, wl * depth * 2));
-    CK(cudaMalloc(&nf, (size_t)depth * 2 * MD * 4));
-    fill_kernel<<<1024, 256>>>(w, wl * depth, 7, 0.03f);
-    {
-        std::vector<float> h((size_t)depth * 2 * MD);
-        for (size_t i = 0; i < h.size(); i++) h[i] = 0.2f * sinf(0.37f * (float)i);
-        CK(cudaMemcpy(nf, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    }
+    lab_expert(depth, wl, &w, &nf);
     for (int l = 0; l < depth; l++) {
         bf16 *p = w + wl * l;
         a.L[l].wq = p; p += (size_t)M2Q * MD;
@@ -327,13 +297,8 @@ int main(int argc, char **argv) {
         cfg.stream = s;
         cfg.attrs = at;
         cfg.numAttrs = 1;
-        if (cs == 1) {
-            at[0].id = cudaLaunchAttributeCooperative;
-            at[0].val.cooperative = 1;
-        } else {
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = cs;
-            at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
+        lab_persistent_attr(at[0], cs);
+        if (cs > 1) {
             cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, cs == 8 ? (void *)k8 : (void *)k16, &cfg);
             if (e != cudaSuccess || clusters * cs < M2B) {
                 printf("== clusters of %d: %d resident (%s), %d blocks needed: skipped\n", cs, clusters,
@@ -411,19 +376,8 @@ int main(int argc, char **argv) {
         }
         // where a phase's time goes (means over blocks and layers 1..depth-1), modes 0 and 2
         for (int mode : {0, 2}) {
-            const size_t n = (size_t)M2B * 2 * depth * M2ST;
-            long long *prof;
-            CK(cudaMalloc(&prof, n * 8));
-            CK(cudaMemset(prof, 0, n * 8));
-            a.prof = prof;
-            launch(mode);
-            CK(cudaStreamSynchronize(s));
-            a.prof = NULL;
-            std::vector<long long> h(n);
-            CK(cudaMemcpy(h.data(), prof, n * 8, cudaMemcpyDeviceToHost));
-            CK(cudaFree(prof));
             int khz = 0;
-            CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+            const std::vector<long long> h = lab_stamps((size_t)M2B * 2 * depth * M2ST, &a.prof, s, &khz, [&] { launch(mode); });
             printf("phases%s (us at %d MHz): inputs wait, X load + norm, up MMAs + slice, down MMAs, sum, signal | slowest block's "
                    "ready -> summed\n", mode ? " without weight traffic" : "", khz / 1000);
             for (int ph = 0; ph < 2; ph++) {

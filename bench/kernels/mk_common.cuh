@@ -30,6 +30,24 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned *p) {
 __device__ __forceinline__ void red_release_add(unsigned *p, unsigned v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// Two / four fp32 adds in L2, one instruction (sm_90): the labs' split-K sums.
+__device__ __forceinline__ void red_v2(float *p, float a, float b) {
+    asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void red_v4(float *p, float4 v) {
+    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
+                 "f"(v.w) : "memory");
+}
+// This block's rank in its cluster; a barrier of every thread of every block of the cluster (arrive releases, wait
+// acquires: the cluster's shared-memory writes before it are visible to all after it).
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 256;" ::: "memory"); }   // the MCT compute threads only
 __device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
 // X rows g, g + 8 (zero past M) at this lane's columns kw + 32 u (ld: the row stride), as gemv.cu's few-row layout.
@@ -112,6 +130,46 @@ struct mk_ring {
         k++;
     }
 };
+
+// A persistent launch's one attribute: cooperative (cs = 1) or clusters of cs blocks.
+static void lab_persistent_attr(cudaLaunchAttribute &at, int cs) {
+    if (cs == 1) {
+        at.id = cudaLaunchAttributeCooperative;
+        at.val.cooperative = 1;
+    } else {
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = cs;
+        at.val.clusterDim.y = at.val.clusterDim.z = 1;
+    }
+}
+
+// The labs' expert: depth layers of wl pseudo-random bf16 weights each (in [-0.03, 0.03)), and two RMSNorm factor
+// rows per layer (attention, then MLP) of 0.2 sin(0.37 i).
+static void lab_expert(int depth, size_t wl, bf16 **w, float **nf) {
+    CK(cudaMalloc(w, wl * depth * 2));
+    CK(cudaMalloc(nf, (size_t)depth * 2 * MD * 4));
+    fill_kernel<<<1024, 256>>>(*w, wl * depth, 7, 0.03f);
+    std::vector<float> h((size_t)depth * 2 * MD);
+    for (size_t i = 0; i < h.size(); i++) h[i] = 0.2f * sinf(0.37f * (float)i);
+    CK(cudaMemcpy(*nf, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+}
+
+// One launch with clock64 stamps: n zeroed stamps in device memory at *slot during launch(), copied back; khz: the
+// SM clock rate that converts them.
+template <class F> static std::vector<long long> lab_stamps(size_t n, long long **slot, cudaStream_t s, int *khz, F launch) {
+    long long *prof;
+    CK(cudaMalloc(&prof, n * 8));
+    CK(cudaMemset(prof, 0, n * 8));
+    *slot = prof;
+    launch();
+    CK(cudaStreamSynchronize(s));
+    *slot = NULL;
+    std::vector<long long> h(n);
+    CK(cudaMemcpy(h.data(), prof, n * 8, cudaMemcpyDeviceToHost));
+    CK(cudaFree(prof));
+    CK(cudaDeviceGetAttribute(khz, cudaDevAttrClockRate, 0));
+    return h;
+}
 
 static float bf(float x) { return __bfloat162float(__float2bfloat16(x)); }
 static std::vector<float> dl(const bf16 *p, size_t n) {

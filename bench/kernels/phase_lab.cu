@@ -30,9 +30,7 @@
 #include <string.h>
 #include <vector>
 
-#include "../../src/cuda/common.cuh"
-#include "../../src/cuda/mma.cuh"
-#include "lab.cuh"
+#include "mk_common.cuh"
 
 enum {
     PR = 11,            // suffix rows
@@ -52,18 +50,6 @@ struct pl_args {
     int rounds, mode, load;
 };
 
-__device__ __forceinline__ unsigned pl_ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void pl_red_release(unsigned *p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void pl_red_v4(float *p, float4 v) {   // sm_90: four fp32 adds in L2, one instruction
-    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z),
-                 "f"(v.w) : "memory");
-}
 __device__ __forceinline__ unsigned long long pl_ns() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -73,18 +59,8 @@ __device__ __forceinline__ unsigned long long pl_ns() {
 __device__ void pl_wait(const unsigned *p, unsigned need, unsigned *err) {
     if (*(volatile unsigned *)err) return;   // one timeout is enough: the run is already wrong
     const unsigned long long t0 = pl_ns();
-    while (pl_ld_acquire(p) < need)
+    while (ld_acquire_u32(p) < need)
         if (pl_ns() - t0 > 1000000000ull) { atomicAdd(err, 1u); return; }
-}
-__device__ __forceinline__ unsigned pl_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// barrier.cluster.arrive (release by default) + wait (acquire): the cluster's shared-memory writes before it are
-// visible to every block of the cluster after it.
-__device__ __forceinline__ void pl_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 __device__ __forceinline__ float4 pl_ld_dsmem4(const float *p, unsigned rank) {
     unsigned ra;
@@ -102,7 +78,7 @@ template <int CS>   // blocks per cluster (1: no clusters)
 __global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_args a) {
     extern __shared__ __align__(16) float sp[];   // [2][PN]: this block's partials, alternating rounds
     const int tid = threadIdx.x, G = gridDim.x, b = blockIdx.x;
-    const unsigned rank = CS > 1 ? pl_rank() : 0;
+    const unsigned rank = CS > 1 ? cluster_rank() : 0;
     float dep = 0, keep = 0;
     for (int r = 0; r < a.rounds; r++) {
         const float *xin = a.x + (size_t)(r % PNB) * PN;
@@ -135,14 +111,14 @@ __global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_ar
             }
         } else if (a.mode == 1) {   // every block adds its whole partial
             for (int e = tid * 4; e < PN; e += PT * 4)
-                pl_red_v4(xout + e, make_float4(pl_part(b, e, r) + bump, pl_part(b, e + 1, r), pl_part(b, e + 2, r),
+                red_v4(xout + e, make_float4(pl_part(b, e, r) + bump, pl_part(b, e + 1, r), pl_part(b, e + 2, r),
                                                 pl_part(b, e + 3, r)));
         } else if (a.mode != 4) {   // the cluster sums first, through distributed shared memory
             float *mine = sp + (r & 1) * PN;
             for (int e = tid * 4; e < PN; e += PT * 4)
                 *(float4 *)(mine + e) = make_float4(pl_part(b, e, r) + bump, pl_part(b, e + 1, r), pl_part(b, e + 2, r),
                                                     pl_part(b, e + 3, r));
-            pl_cluster_sync();   // (a peer still reading the other half reads last round's: it passed this barrier)
+            cluster_sync_all();   // (a peer still reading the other half reads last round's: it passed this barrier)
             const int s0 = PN / CS * (int)rank, s1 = s0 + PN / CS;
             for (int e = s0 + tid * 4; e < s1; e += PT * 4) {
                 float4 s = make_float4(0, 0, 0, 0);
@@ -150,20 +126,20 @@ __global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_ar
                     const float4 v = pl_ld_dsmem4(mine + e, (unsigned)k);
                     s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
                 }
-                if (a.mode != 3) pl_red_v4(xout + e, s);
+                if (a.mode != 3) red_v4(xout + e, s);
                 else keep += s.x + s.y + s.z + s.w;
             }
         } else {   // a bare cluster barrier
-            pl_cluster_sync();
+            cluster_sync_all();
             keep += 1;
         }
         if (global) {
             __syncthreads();   // the block's stores and reductions, then one release: cumulative over them
-            if (a.mode == 5) pl_cluster_sync();   // ... over the whole cluster's, for its first block's signal
-            if (tid == 0 && (a.mode != 5 || rank == 0)) pl_red_release(a.cnt + r + 1, 1u);
+            if (a.mode == 5) cluster_sync_all();   // ... over the whole cluster's, for its first block's signal
+            if (tid == 0 && (a.mode != 5 || rank == 0)) red_release_add(a.cnt + r + 1, 1u);
         }
     }
-    if (CS > 1) pl_cluster_sync();   // no block leaves while a peer may still read its shared memory
+    if (CS > 1) cluster_sync_all();   // no block leaves while a peer may still read its shared memory
     if ((a.mode == 3 || a.mode == 4) && keep == -1.0f) a.sink[b * PT + tid] = keep + dep;   // never true; keeps the work live
     if (tid == 0 && dep == 1234567.0f) a.sink[b] = dep;
 }
@@ -199,9 +175,7 @@ int main() {
     for (int cs : {2, 4, 8, 16}) {
         cudaLaunchConfig_t c = {};
         cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = cs;
-        at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
+        lab_persistent_attr(at[0], cs);
         c.gridDim = dim3(cs * 8);
         c.blockDim = dim3(PT);
         c.dynamicSmemBytes = PSMEM;
@@ -222,14 +196,7 @@ int main() {
         printf("== %s: %d blocks\n", cs == 1 ? "no clusters (cooperative launch)" : cs == 8 ? "clusters of 8" : "clusters of 16", G);
         cudaLaunchAttribute at[1];
         cudaLaunchConfig_t c = {};
-        if (cs == 1) {
-            at[0].id = cudaLaunchAttributeCooperative;
-            at[0].val.cooperative = 1;
-        } else {
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = cs;
-            at[0].val.clusterDim.y = at[0].val.clusterDim.z = 1;
-        }
+        lab_persistent_attr(at[0], cs);
         c.gridDim = dim3(G);
         c.blockDim = dim3(PT);
         c.dynamicSmemBytes = PSMEM;
