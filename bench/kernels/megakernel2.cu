@@ -17,7 +17,8 @@
 //   per block per layer at 128 blocks (k|v and attention are not here: phase A's q goes straight into o, so the
 //   weights are 32 of the real layer's 33.5 MB; attention would sit inside phase A, within each head's cluster).
 // Not bit-reproducible: the L2 reductions add in arrival order (fp32); checked against a CPU model to 1e-2 of each
-// phase's update. The residual rows stay fp32 in memory.
+// phase's update. The residual rows stay fp32 in memory. Waits on counters and on pushed slices give up after 1 s
+// (mk_common.cuh), so a plan that is not co-resident fails instead of hanging.
 // Modes as megakernel.cu: 0 the layer; 1 the weight stream alone; 2 no weight traffic (wrong results); 3 as 2 without
 // the MMAs (communication alone). Build: make lab (build/lab/megakernel2); run: build/lab/megakernel2 [layers].
 #include <math.h>
@@ -51,6 +52,7 @@ struct m2_args {
     float eps;
     float *x;          // residual rows after each phase: [2 depth + 1][M2N] fp32 (x[0] the input; the rest zero at launch)
     unsigned *cnt;     // [2 depth]: blocks done with phase q (zero at launch)
+    unsigned *err;     // waits that timed out (lab_wait_count, lab_wait_bar): the run is wrong
     long long *prof;   // NULL, or clock64 stamps [block][2 depth][M2ST]
 };
 
@@ -112,6 +114,7 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
         for (int q = 0; q < NPH; q++) {
             const int l = q >> 1, ph = q & 1, nup = ph ? 4 : 1, ndn = ph ? 2 : 1;
             long long *st = a.prof && tid == 0 ? a.prof + ((size_t)b * NPH + q) * M2ST : NULL;
+            long long *sig = a.prof && tid == MCT - 32 ? a.prof + ((size_t)b * NPH + q) * M2ST : NULL;   // the signaller's
             if (st) st[0] = clock64();
             if (a.mode == 1) {   // the weight stream alone
                 for (int p = 0; p < nup + ndn; p++) { R.get(); R.put(lane); }
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
             if (tid < MD / 32) asm volatile("prefetch.global.L1 [%0];" ::"l"(nf + 32 * tid));
             if (tid == 0) {
                 if (CS > 1) mbar_expect_tx(rbar, M2N * 4);   // this round's pushes: CS slices of SL floats
-                if (q > 0) while (ld_acquire_u32(a.cnt + q - 1) < (unsigned)M2B) {}
+                if (q > 0) lab_wait_count(a.cnt + q - 1, (unsigned)M2B, a.err);
             }
             cbar();
             if (st) st[1] = clock64();
@@ -212,7 +215,7 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
                 }
             }
             if (CS > 1) {
-                mbar_wait(rbar, q & 1);   // all CS slices of this round are in
+                lab_wait_bar(rbar, q & 1, a.err);   // all CS slices of this round are in
                 const bool first = b < CS;   // the first cluster adds the residual
                 for (int e = tid * 4; e < SL; e += MCT * 4) {
                     float4 s = make_float4(0, 0, 0, 0);
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(MT, 1) m2_kernel(const __grid_constant__ m2_ar
             cbar();   // the block's reductions (and reads of rcv), then one release: cumulative over them
             if (st) st[5] = clock64();
             if (tid == MCT - 32) red_release_add(a.cnt + q, 1u);
-            if (st) st[6] = clock64();
+            if (sig) sig[6] = clock64();
         }
     }
     __syncthreads();
@@ -274,6 +277,8 @@ int main(int argc, char **argv) {
     const size_t nx = (size_t)(2 * depth + 1) * M2N;
     CK(cudaMalloc(&a.x, nx * 4));
     CK(cudaMalloc(&a.cnt, (size_t)2 * depth * 4));
+    CK(cudaMalloc(&a.err, 4));
+    CK(cudaMemset(a.err, 0, 4));
     {   // the input rows: bf16-representable values in [-1, 1)
         bf16 *xb;
         CK(cudaMalloc(&xb, (size_t)M2N * 2));
@@ -321,8 +326,12 @@ int main(int argc, char **argv) {
             else CK(cudaLaunchKernelEx(&cfg, k16, x));
         };
         // correctness: each phase of the first two layers from the GPU's own input rows, against the CPU model
+        unsigned err = 0;
+        CK(cudaMemsetAsync(a.err, 0, 4, s));
         launch(0);
         CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(&err, a.err, 4, cudaMemcpyDeviceToHost));
+        if (err) { printf("TIMEOUT: %u waits gave up (FAIL), not timed\n", err); ok = false; continue; }
         {
             const int cl = depth < 2 ? depth : 2;
             std::vector<float> xs = dlf(a.x, (size_t)(2 * cl + 1) * M2N), xb(M2N), xn, r;
@@ -349,15 +358,19 @@ int main(int argc, char **argv) {
                         for (int j = 0; j < M2Q; j++) hh[(size_t)m * M2Q + j] = bf((float)y[(size_t)m * M2Q + j] * r[m]);
                 }
                 const float *WT = ph ? WdT : WoT;   // [hw][MD]: upd[m][n] = sum_j hh[m][j] WT[j][n]
-                double num = 0, den = 0;
+                std::vector<double> upd((size_t)M2M * MD, 0.0);
                 for (int m = 0; m < M2M; m++)
-                    for (int n = 0; n < MD; n++) {
-                        double u = 0;
-                        for (int j = 0; j < hw; j++) u += (double)hh[(size_t)m * hw + j] * WT[(size_t)j * MD + n];
-                        const double d = (double)got[m * MD + n] - x[m * MD + n] - u;
-                        num += d * d;
-                        den += u * u;
+                    for (int j = 0; j < hw; j++) {
+                        const double hv = hh[(size_t)m * hw + j];
+                        const float *wr = WT + (size_t)j * MD;
+                        for (int n = 0; n < MD; n++) upd[(size_t)m * MD + n] += hv * wr[n];
                     }
+                double num = 0, den = 0;
+                for (int i = 0; i < M2N; i++) {
+                    const double d = (double)got[i] - x[i] - upd[i];
+                    num += d * d;
+                    den += upd[i] * upd[i];
+                }
                 const double e = sqrt(num / den);
                 printf("layer %d phase %c: the update against the CPU model, rel L2 %.2e\n", l, ph ? 'B' : 'A', e);
                 worst = e > worst ? e : worst;
@@ -371,9 +384,12 @@ int main(int argc, char **argv) {
         for (int mode = 0; mode < 4; mode++) {
             int cap = 0;
             const float ms = lab_graph_median_ms(s, &cap, [&] { launch(mode); });
+            CK(cudaMemcpy(&err, a.err, 4, cudaMemcpyDeviceToHost));
+            if (err) { printf("TIMEOUT in mode %d: %u waits gave up (FAIL)\n", mode, err); ok = false; break; }
             printf("%-36s %8.2f us per layer  %7.1f GB/s of weights  (%d layers: %.1f us, with the memsets)\n", names[mode],
                    ms * 1e3 / depth, bytes / (ms * 1e-3) / 1e9, depth, ms * 1e3);
         }
+        if (err) continue;
         // where a phase's time goes (means over blocks and layers 1..depth-1), modes 0 and 2
         for (int mode : {0, 2}) {
             int khz = 0;

@@ -48,6 +48,28 @@ __device__ __forceinline__ unsigned cluster_rank() {
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
+// Waits that give up: after 1 s they count a timeout in *err and return (every later wait returns at once), so a plan
+// that is not co-resident, or a lost signal, fails the lab instead of hanging it. lab_wait_count: until *p >= need;
+// lab_wait_bar: an mbarrier phase that cluster peers complete (acquire at cluster scope, as their st.async release).
+__device__ __forceinline__ unsigned long long lab_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void lab_wait_count(const unsigned *p, unsigned need, unsigned *err) {
+    if (*(volatile unsigned *)err) return;
+    const unsigned long long t0 = lab_ns();
+    while (ld_acquire_u32(p) < need)
+        if (lab_ns() - t0 > 1000000000ull) { atomicAdd(err, 1u); return; }
+}
+__device__ __forceinline__ void lab_wait_bar(uint64_t *b, unsigned parity, unsigned *err) {
+    const unsigned long long t0 = lab_ns();
+    for (unsigned done = 0; !done;) {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(smem_u32(b)), "r"(parity) : "memory");
+        if (!done && (*(volatile unsigned *)err || lab_ns() - t0 > 1000000000ull)) { atomicAdd(err, 1u); return; }
+    }
+}
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 256;" ::: "memory"); }   // the MCT compute threads only
 __device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
 // X rows g, g + 8 (zero past M) at this lane's columns kw + 32 u (ld: the row stride), as gemv.cu's few-row layout.
@@ -159,7 +181,7 @@ static void lab_expert(int depth, size_t wl, bf16 **w, float **nf) {
 template <class F> static std::vector<long long> lab_stamps(size_t n, long long **slot, cudaStream_t s, int *khz, F launch) {
     long long *prof;
     CK(cudaMalloc(&prof, n * 8));
-    CK(cudaMemset(prof, 0, n * 8));
+    CK(cudaMemsetAsync(prof, 0, n * 8, s));   // on the launch's stream (a non-blocking one does not wait for cudaMemset)
     *slot = prof;
     launch();
     CK(cudaStreamSynchronize(s));

@@ -50,18 +50,6 @@ struct pl_args {
     int rounds, mode, load;
 };
 
-__device__ __forceinline__ unsigned long long pl_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-// Thread 0: until *p >= need, or 1 s (then counts a timeout and goes on: the results are then wrong, and reported).
-__device__ void pl_wait(const unsigned *p, unsigned need, unsigned *err) {
-    if (*(volatile unsigned *)err) return;   // one timeout is enough: the run is already wrong
-    const unsigned long long t0 = pl_ns();
-    while (ld_acquire_u32(p) < need)
-        if (pl_ns() - t0 > 1000000000ull) { atomicAdd(err, 1u); return; }
-}
 __device__ __forceinline__ float4 pl_ld_dsmem4(const float *p, unsigned rank) {
     unsigned ra;
     float4 v;
@@ -85,7 +73,7 @@ __global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_ar
         float *xout = a.x + (size_t)((r + 1) % PNB) * PN;
         const bool global = a.mode <= 2 || a.mode == 5;
         if (global) {
-            if (r > 0 && tid == 0) pl_wait(a.cnt + r, (unsigned)(a.mode == 5 ? G / CS : G), a.err);
+            if (r > 0 && tid == 0) lab_wait_count(a.cnt + r, (unsigned)(a.mode == 5 ? G / CS : G), a.err);
             __syncthreads();
             if (a.load) {   // the next phase's start: every block reads all of X (its norm)
                 float s = 0;
@@ -220,7 +208,7 @@ int main() {
             for (int load = 1; load >= 0; load--) {
                 if (!global && load == 0) break;
                 // correctness first: the final X of a short run against its exact value
-                CK(cudaMemset(a.err, 0, 4));
+                CK(cudaMemsetAsync(a.err, 0, 4, st));
                 const int R = 7;
                 launch(mode, load, R);
                 CK(cudaStreamSynchronize(st));
