@@ -207,6 +207,7 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_lerobot
 	printf '\001{"type": "pi05", "chunk_size": 10, "input_features": {"observation.images.a": {"type": "VISUAL", "shape": [3, 8, 8]}, "observation.state": {"type": "STATE", "shape": [8]}}, "empty_cameras": 1, "image_resolution": [224, 224], "use_peft": false}' > $(BUILD)/fuzz/corpus_lerobot/config
 	printf '\004\000\000\003\005\007\003\003\001\001\010\000\000' > $(BUILD)/fuzz/corpus_lerobot/obs
+	printf '\004\000\000\003\004\004\003\003\001\372\002\011\000%048d' 0 > $(BUILD)/fuzz/corpus_lerobot/empty_state   # an empty 2^31 x 2^33 x 0 state (s38)
 	$(BUILD)/fuzz/fuzz_lerobot $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_lerobot
 	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
 	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13

@@ -1,7 +1,8 @@
 /* fuzz_arrays.h — observation arrays from fuzz input, shared by the policy harnesses: data[0] >> 1 picks the count
  * (0..6), then one 6-byte header per array (key index, dtype index, ndim, 3 dims below max_dim), then a pool of bytes
  * that every array's data points into. The API contract holds: data has prod(shape) * itemsize bytes (a shape too
- * large for the pool becomes a 1-D array of what is left). Returns the count, 0 when the input is too short. */
+ * large for the pool becomes a 1-D array of what is left; a third-byte value of 250 or more makes an empty array whose
+ * other sizes are up to 2^39, which the contract allows). Returns the count, 0 when the input is too short. */
 #ifndef PI0_FUZZ_ARRAYS_H
 #define PI0_FUZZ_ARRAYS_H
 
@@ -27,6 +28,11 @@ static int fuzz_arrays(const uint8_t *data, size_t size, const char *const *keys
             count *= (size_t)a[i].shape[d];
         }
         if (count * item > left) { a[i].ndim = 1; a[i].shape[0] = (int64_t)(left / item); count = left / item; }
+        if (h[2] >= 250) {   /* an empty array of any other sizes, as the server's decoder passes them */
+            const int z = h[3] % 3;   /* which dimension is 0 */
+            a[i].ndim = 3;
+            for (int d = 0; d < 3; d++) a[i].shape[d] = d == z ? 0 : (int64_t)1 << (d == 0 ? 31 : 24 + h[4] % 16);
+        }
         a[i].data = pool;
     }
     return (int)n;
