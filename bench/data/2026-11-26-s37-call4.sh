@@ -1,8 +1,6 @@
 #!/bin/sh
 cd "$(dirname "$0")/.."
-D=devc; O=${OUT:-/tmp/out}
-export LD_LIBRARY_PATH=$PWD/$D/lib
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+. bench/device_lib.sh
 timeout 120 $D/lab/megakernel 18 6 2>&1 | tee $O/megakernel_p6.txt; echo "exit $?"
 timeout 200 $D/lab/denoise_chain > $O/denoise_chain.txt 2>&1; echo "denoise_chain exit $?"
 grep -E "^(layer|  )" $O/denoise_chain.txt | grep -v "^  phase\|^  q|k|v\|^  attention\|^  o \|^  gate\|^  down\|^  sum\|^  kernel" | head -30
