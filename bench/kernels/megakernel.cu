@@ -10,6 +10,9 @@
 // With attention still to come, the issue's 13 us per layer needs fewer dependent phases, not faster ones.
 // The flagged variant (LL = true: activations carry the launch's epoch, consumers poll the data, no counters) was
 // slower: 23.0 -> 27.5 us per layer (L143); it stays selectable here as the measured alternative.
+// Session 39 (L147-L148): capping the loader's pages in flight (argument 3) or pacing it (argument 4, ns a page)
+// changes nothing (25.0-25.2 us); the 6.4 us that the stream costs the phases is the memory system's latency under
+// load (phase_lab), and bench/mk_floor.py bounds what any version of this design can reach.
 //
 // Design (HazyResearch/Megakernels' low-latency idea, our shapes):
 //   - one persistent block per SM (cooperative launch), 8 compute warps and 1 loader warp;
@@ -71,6 +74,8 @@ struct mk_layer {
 struct mk_args {
     mk_layer L[MMAXL];
     int depth, M, np, mode;
+    int inflight;        // most pages the loader has in flight (np: as many as the ring frees)
+    long long pace;      // 0, or SM clock cycles per page: the loader issues page k no earlier than k * pace after its start
     float eps;
     const mk_ins *ins;   // every block's instructions in its order; block b's are ins[io[b] .. io[b + 1])
     const int *io;
@@ -165,12 +170,16 @@ __global__ void __launch_bounds__(MT, 1) mk_kernel(const __grid_constant__ mk_ar
         }
     __syncthreads();
     if (warp == MW) {   // the loader: every instruction's weights, as far ahead as the pages allow
+        const long long t0 = clock64();
         if (a.mode < 2)
             for (int i = 0, k = 0; i < nins; i++) {
                 const mk_ins s = ins[i];
                 for (int p = 0; p < s.np; p++, k++) {
                     const int slot = k % NP;
                     if (k >= NP) mbar_wait(&empty[slot], ((k / NP) - 1) & 1);
+                    // a shallow queue: the memory system's latency grows with the bytes in flight (phase_lab)
+                    if (k >= a.inflight) mbar_wait(&full[(k - a.inflight) % NP], ((k - a.inflight) / NP) & 1);
+                    if (a.pace) while (clock64() - t0 < k * a.pace) {}   // a paced stream: the average rate it needs
                     if (lane == 0) mbar_expect_tx(&full[slot], 16 * MD * 2);
                     __syncwarp();
                     if (lane < 16) bulk_copy_stream(pages + slot * MPAGE + lane * MLDS, wrow(a, s, p, lane), MD * 2, &full[slot]);
@@ -369,7 +378,7 @@ static void build_plan(int depth, int G, std::vector<mk_ins> &ins, std::vector<i
 int main(int argc, char **argv) {
     const int depth = argc > 1 ? atoi(argv[1]) : 18, M = 11;
     int np = argc > 2 ? atoi(argv[2]) : MNP;
-    if (depth < 1 || depth > MMAXL || np < 2 || np > MNP) { printf("usage: megakernel [layers 1..%d] [pages 2..%d]\n", MMAXL, MNP); return 1; }
+    if (depth < 1 || depth > MMAXL || np < 2 || np > MNP) { printf("usage: megakernel [layers 1..%d] [pages 2..%d] [pages in flight]\n", MMAXL, MNP); return 1; }
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const size_t smem = (size_t)MNP * MPAGE + MMAXB * MW * 2 * 4 * 32 * 4 + MW * 16 * 4 + 2 * MNP * 8;
@@ -377,6 +386,12 @@ int main(int argc, char **argv) {
     CK(cudaFuncSetAttribute(mk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     mk_args a = {};
     a.depth = depth; a.M = M; a.np = np; a.eps = 1e-6f;
+    a.inflight = argc > 3 ? atoi(argv[3]) : np;
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const double pace_ns = argc > 4 ? atof(argv[4]) : 0;   // ns per page per block
+    a.pace = (long long)(pace_ns * khz * 1e-6);
+    if (a.inflight < 1 || a.inflight > np) { printf("usage: megakernel [layers] [pages] [pages in flight 1..pages] [ns per page]\n"); return 1; }
     const size_t wl = (size_t)MQKV * MD + (size_t)MD * MQ + 2 * (size_t)MF * MD + (size_t)MD * MF;   // per layer
     bf16 *w;
     float *nf;
@@ -445,8 +460,8 @@ int main(int argc, char **argv) {
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    printf("megakernel lab: %d layers, M = %d, %d blocks x %d threads, %d pages of %d KB, %zu KB shared memory\n", depth, M,
-           sms, MT, np, MPAGE / 1024, smem / 1024);
+    printf("megakernel lab: %d layers, M = %d, %d blocks x %d threads, %d pages of %d KB (%d in flight, paced at %.0f ns a page), %zu KB shared memory\n",
+           depth, M, sms, MT, np, MPAGE / 1024, a.inflight, pace_ns, smem / 1024);
     for (int ll = 0; ll < 2; ll++) {
     printf("== %s\n", ll ? "flagged activations (each 8-byte unit carries the launch's epoch; consumers poll the data)"
                          : "counters (release reductions; consumers poll a counter, then load)");

@@ -1,7 +1,12 @@
 // megakernel2.cu — kernel lab for issue 41: the expert layer as two dependent phases instead of four, each an
 // up-projection on a slice of columns, a local non-linearity and the matching slice of the down-projection's K,
 // summed over all blocks into the next residual rows. Not used by libpi0.
-// RESULT: not yet run (written in session 38, which had no device time); the numbers go to bench/RESULTS.md.
+// RESULT (session 39, bench/RESULTS.md L149, bench/data/2026-11-26-s39-phase-lab.txt): correct (the CPU model,
+// 4.8e-5) and slower than the four phases: 30.4-30.6 us per layer on the H100 (H200 26.4) against megakernel.cu's
+// 25.1-25.5 in the same calls. The sums are the cost: 5.0 us (phase A) and 6.5-6.6 us (phase B) of each phase, 4.2
+// with no weight traffic; 25.8 us per layer without weights. Clusters of 8 or 16 do not fit 128 blocks beside 165 KB
+// of shared memory (15 x 8, 7 x 16 resident), so only the cooperative variant ran. Fewer phases do not pay when each
+// ends in a sum over every block; bench/mk_floor.py bounds every design.
 //
 // Why: megakernel.cu (four phases: q|k|v, o, gate|up, down, each owned by its output tiles) measured ~4.1 us of
 // communication per dependent phase and matched the production chain (23.5 us per layer) without beating it; the

@@ -1,7 +1,12 @@
 // phase_lab.cu — kernel lab for issue 41: what one dependent phase of a denoise megakernel costs when its outputs are
 // summed by their consumers' producers (split-K folded into the phase) instead of owned by one block each.
 // Not used by libpi0.
-// RESULT: not yet run (written in session 38, which had no device time); the numbers go to bench/RESULTS.md.
+// RESULT (session 39, H100 and H200, bench/RESULTS.md "the measured floor", bench/data/2026-11-26-s39-phase-lab.txt):
+// an owner-write phase costs 2.2 us alone and 3.4 / 3.9 / 4.4 us beside a weight stream of 2 / 2.5 / 3 TB/s with a
+// shallow queue (16-32 KB in flight per SM); a queue 96 KB deep reads 4% more and makes the phase 16.7-17.9 us.
+// A phase ending in every block's L2 sum costs 5.9 us alone, 8.2 beside 2 TB/s; summing within clusters of 8 first,
+// 4.9 alone. bench/mk_floor.py turns these into the bound on a layer-step: >= 15.3-15.9 us for any design, against
+// the issue's 13.
 //
 // Why: the megakernel lab (megakernel.cu) measured ~4.1 us of communication per dependent phase, and a layer of the
 // expert has five phases (q|k|v, attention, o, gate|up, down), so 13 us per layer-step needs fewer phases. Folding
@@ -20,7 +25,10 @@
 //     barrier;
 //   - mode 5, as mode 2 with one signal per cluster (a second cluster barrier, then the cluster's first block), so
 //     the counter takes G / CS reductions instead of G;
-//   - each of modes 0-2 with and without the X load, which separates the load from the signal.
+//   - each of modes 0-2 with and without the X load, which separates the load from the signal;
+//   - modes 0 and 1 again (cooperative launch) while a ninth warp per block streams "weights" from a 2 GiB buffer
+//     into shared memory (bulk copies, evict-first, pages of 8-32 KB, 1-3 in flight), flat out or paced by the SM
+//     clock to a rate, so that each phase is measured beside the HBM traffic that a megakernel must overlap it with.
 // Checked: the final X of modes 0-2 and 5 against its exact value (small integers, so every order of summation agrees).
 // Every wait on a counter gives up after 1 s and counts a timeout, so a plan that is not co-resident fails instead
 // of hanging. Build: make lab (build/lab/phase_lab); run: build/lab/phase_lab.
@@ -28,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string>
 #include <vector>
 
 #include "mk_common.cuh"
@@ -39,7 +48,11 @@ enum {
     PT = 256,           // threads per block
     PNB = 4,            // X ring: read r, add r + 1, zero r + 2 (read at r - 2: every block has signalled since)
     PSMEM = 200 << 10,  // dynamic shared memory per block, about what the megakernel's page ring takes
+    SPAGE = 32 << 10,   // the background stream's pages (a weight page's size)
+    SNP = 3,            // ... in a ring after the partials: 90 + 96 KB
+    SOFF = 2 * PN * 4,  // byte offset of the ring
 };
+static_assert(SOFF + SNP * SPAGE + 64 <= PSMEM, "the stream's ring fits");
 static_assert(PN % (16 * 4) == 0, "cluster slices of whole float4s");
 
 struct pl_args {
@@ -47,6 +60,11 @@ struct pl_args {
     unsigned *cnt;     // [rounds + 1], zero before a launch: blocks done with round r - 1 in cnt[r]
     unsigned *err;     // timed-out waits
     float *sink;       // modes 3-4: what the rounds computed (kept live)
+    const char *big;   // the background stream's source: region bytes per block, read cyclically
+    unsigned long long *bytes;   // what the stream copied
+    size_t region;
+    long long pace;    // stream: -1 off, 0 flat out, else SM clock cycles per page per block
+    int spage, snp;    // stream: bytes per page (<= SPAGE), pages in flight (<= SNP)
     int rounds, mode, load;
 };
 
@@ -63,10 +81,41 @@ __device__ __forceinline__ float4 pl_ld_dsmem4(const float *p, unsigned rank) {
 __host__ __device__ inline float pl_part(int b, int e, int r) { return (float)((b * 7 + e + r) % 5); }
 
 template <int CS>   // blocks per cluster (1: no clusters)
-__global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_args a) {
+__global__ void __launch_bounds__(PT + 32, 1) pl_kernel(const __grid_constant__ pl_args a) {
     extern __shared__ __align__(16) float sp[];   // [2][PN]: this block's partials, alternating rounds
     const int tid = threadIdx.x, G = gridDim.x, b = blockIdx.x;
     const unsigned rank = CS > 1 ? cluster_rank() : 0;
+    // cooperative launches have a ninth warp: a weight stream in the background (bulk copies of SPAGE bytes from
+    // memory that L2 cannot hold into a ring of SNP pages, evict-first, as the megakernel's loader), so that the
+    // phases are measured under the HBM traffic they would share the memory system with
+    unsigned char *ring = (unsigned char *)sp + SOFF;
+    uint64_t *full = (uint64_t *)(ring + SNP * SPAGE);
+    volatile int *done = (volatile int *)(full + SNP);
+    if (tid == 0) {
+        for (int p = 0; p < SNP; p++) mbar_init(&full[p], 1);
+        *done = 0;
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (tid >= PT) {
+        if (tid == PT && a.pace >= 0) {
+            const unsigned char *src = (const unsigned char *)a.big + a.region * b;
+            const unsigned long long npg = a.region / a.spage, np = (unsigned)a.snp;
+            const long long t0 = clock64();
+            unsigned long long k = 0;
+            for (; !*done; k++) {
+                const int slot = (int)(k % np);
+                if (k >= np) mbar_wait(&full[slot], (unsigned)((k / np) - 1) & 1);
+                if (a.pace > 0)
+                    while (clock64() - t0 < (long long)k * a.pace && !*done) {}
+                mbar_expect_tx(&full[slot], (unsigned)a.spage);
+                bulk_copy_stream(ring + slot * SPAGE, src + (k % npg) * a.spage, (unsigned)a.spage, &full[slot]);
+            }
+            for (unsigned long long j = k > np ? k - np : 0; j < k; j++) mbar_wait(&full[j % np], (unsigned)(j / np) & 1);
+            atomicAdd(a.bytes, k * (unsigned long long)a.spage);
+        }
+        return;
+    }
     float dep = 0, keep = 0;
     for (int r = 0; r < a.rounds; r++) {
         const float *xin = a.x + (size_t)(r % PNB) * PN;
@@ -74,7 +123,7 @@ __global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_ar
         const bool global = a.mode <= 2 || a.mode == 5;
         if (global) {
             if (r > 0 && tid == 0) lab_wait_count(a.cnt + r, (unsigned)(a.mode == 5 ? G / CS : G), a.err);
-            __syncthreads();
+            cbar();
             if (a.load) {   // the next phase's start: every block reads all of X (its norm)
                 float s = 0;
                 for (int e = tid * 4; e < PN; e += PT * 4) {
@@ -122,11 +171,13 @@ __global__ void __launch_bounds__(PT, 1) pl_kernel(const __grid_constant__ pl_ar
             keep += 1;
         }
         if (global) {
-            __syncthreads();   // the block's stores and reductions, then one release: cumulative over them
+            cbar();   // the block's stores and reductions, then one release: cumulative over them
             if (a.mode == 5) cluster_sync_all();   // ... over the whole cluster's, for its first block's signal
             if (tid == 0 && (a.mode != 5 || rank == 0)) red_release_add(a.cnt + r + 1, 1u);
         }
     }
+    cbar();
+    if (tid == 0) *done = 1;   // the stream stops and drains
     if (CS > 1) cluster_sync_all();   // no block leaves while a peer may still read its shared memory
     if ((a.mode == 3 || a.mode == 4) && keep == -1.0f) a.sink[b * PT + tid] = keep + dep;   // never true; keeps the work live
     if (tid == 0 && dep == 1234567.0f) a.sink[b] = dep;
@@ -149,12 +200,20 @@ int main() {
     CK(cudaFuncSetAttribute(k16, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
 
     pl_args a = {};
-    const int RMAX = 200, RMIN = 40;
+    const int RMAX = 200, RMIN = 40, RLONG = 5 * RMAX;
     CK(cudaMalloc(&a.x, (size_t)PNB * PN * 4));
-    CK(cudaMalloc(&a.cnt, (RMAX + 1) * 4));
+    CK(cudaMalloc(&a.cnt, (RLONG + 1) * 4));
     CK(cudaMalloc(&a.err, 4));
     CK(cudaMalloc(&a.sink, (size_t)sms * PT * 4));
     CK(cudaMemset(a.err, 0, 4));
+    const size_t BIG = (size_t)2 << 30;   // the stream's source: 40x L2
+    CK(cudaMalloc((void **)&a.big, BIG));
+    CK(cudaMemset((void *)a.big, 1, BIG));
+    CK(cudaMalloc(&a.bytes, 8));
+    a.region = BIG / sms / SPAGE * SPAGE;
+    a.pace = -1;
+    a.spage = SPAGE;
+    a.snp = SNP;
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -186,15 +245,17 @@ int main() {
         cudaLaunchConfig_t c = {};
         lab_persistent_attr(at[0], cs);
         c.gridDim = dim3(G);
-        c.blockDim = dim3(PT);
+        c.blockDim = dim3(cs == 1 ? PT + 32 : PT);
         c.dynamicSmemBytes = PSMEM;
         c.stream = st;
         c.attrs = at;
         c.numAttrs = 1;
+        long long pace = -1;
         auto launch = [&](int mode, int load, int rounds) {
             CK(cudaMemsetAsync(a.x, 0, (size_t)PNB * PN * 4, st));
-            CK(cudaMemsetAsync(a.cnt, 0, (RMAX + 1) * 4, st));
+            CK(cudaMemsetAsync(a.cnt, 0, (RLONG + 1) * 4, st));
             pl_args x = a;
+            x.pace = pace;
             x.mode = mode;
             x.load = load;
             x.rounds = rounds;
@@ -242,6 +303,72 @@ int main() {
                        verdict[0] ? verdict : "not checked");
             }
         }
+        if (cs != 1) continue;
+        // the same phases while a ninth warp per block streams weights from HBM: flat out, then paced to a rate
+        int khz = 0;
+        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+        printf("== the same, with a background weight stream (bulk copies; page size x pages in flight per SM on each line)\n");
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        struct scfg { double tbs; int spage, snp, modes; };   // modes: bit 0 mode 0 with X, 1 without, 2 mode 1
+        const scfg cfgs[] = {{0.0, SPAGE, SNP, 7}, {2.5, SPAGE, SNP, 7}, {2.0, SPAGE, SNP, 7}, {1.5, SPAGE, SNP, 7},
+                             {1.0, SPAGE, SNP, 7},
+                             // bytes in flight per SM, flat out: does a shallower queue keep the rate and the latency?
+                             {0.0, 8 << 10, 1, 1}, {0.0, 16 << 10, 1, 1}, {0.0, 32 << 10, 1, 1}, {0.0, 16 << 10, 2, 1},
+                             {0.0, 32 << 10, 2, 1}, {0.0, 24 << 10, 3, 1},
+                             // paced with a shallow queue (3.0 and 3.5 TB/s: for the H200's HBM3e)
+                             {2.5, 16 << 10, 2, 5}, {2.0, 16 << 10, 2, 5}, {2.5, 32 << 10, 1, 1}, {2.0, 32 << 10, 1, 1},
+                             {1.5, 16 << 10, 2, 5}, {1.0, 16 << 10, 2, 5}, {3.0, 16 << 10, 2, 5}, {3.5, 16 << 10, 2, 5},
+                             {3.0, SPAGE, SNP, 5}, {3.5, SPAGE, SNP, 5}};
+        for (const scfg &sc : cfgs) {
+            const double tbs = sc.tbs;
+            a.spage = sc.spage;
+            a.snp = sc.snp;
+            // cycles per page per block for the whole grid to read tbs TB/s
+            pace = tbs == 0 ? 0 : (long long)((double)G * sc.spage / (tbs * 1e12) * khz * 1e3);
+            for (int ml = 0; ml < 3; ml++) {
+                if (!(sc.modes >> ml & 1)) continue;
+                const int mode = ml == 2, load = ml != 1;
+                CK(cudaMemsetAsync(a.err, 0, 4, st));
+                CK(cudaMemsetAsync(a.bytes, 0, 8, st));
+                CK(cudaEventRecord(e0, st));
+                launch(mode, load, RLONG);   // long enough to read the stream's rate
+                CK(cudaEventRecord(e1, st));
+                CK(cudaStreamSynchronize(st));
+                float ms = 0;
+                unsigned long long by = 0;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                CK(cudaMemcpy(&by, a.bytes, 8, cudaMemcpyDeviceToHost));
+                int bad = 0;   // the long run's final X, exactly
+                {
+                    const int R = RLONG;
+                    std::vector<float> h(PN);
+                    CK(cudaMemcpy(h.data(), a.x + (size_t)(R % PNB) * PN, PN * 4, cudaMemcpyDeviceToHost));
+                    for (int e = 0; e < PN; e++) {
+                        float want = 0;
+                        if (mode == 0) want = (float)((e + R - 1) % 5);
+                        else for (int bb = 0; bb < G; bb++) want += pl_part(bb, e, R - 1);
+                        bad += h[e] != want;
+                    }
+                }
+                if (bad) ok = false;
+                int capturing = 0;
+                const float t1 = lab_graph_median_ms(st, &capturing, [&] { launch(mode, load, RMAX); });
+                const float t0 = lab_graph_median_ms(st, &capturing, [&] { launch(mode, load, RMIN); });
+                unsigned err = 0;
+                CK(cudaMemcpy(&err, a.err, 4, cudaMemcpyDeviceToHost));
+                if (err) ok = false;
+                printf("  stream %-9s %2d KB x %d  mode %d %-34s %-11s %6.2f us per round, stream read %6.0f GB/s%s\n",
+                       tbs == 0 ? "flat out" : (std::to_string(tbs).substr(0, 3) + " TB/s").c_str(), sc.spage >> 10, sc.snp,
+                       mode, mname[mode],
+                       load ? "X loaded" : "no X load", (t1 - t0) * 1e3f / (RMAX - RMIN), by / (ms * 1e-3) / 1e9,
+                       err ? "  TIMEOUT (FAIL)" : bad ? "  WRONG (FAIL)" : "  (exact)");
+            }
+        }
+        pace = -1;
+        a.spage = SPAGE;
+        a.snp = SNP;
     }
     CK(cudaGetLastError());
     printf("%s\n", ok ? "all checks passed" : "FAILED");
