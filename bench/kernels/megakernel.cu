@@ -29,7 +29,7 @@
 //     thread 0 goes on to the next wait. No grid barrier; every sum in a fixed order;
 //   - every activation buffer is per layer (no write-after-read hazard inside a launch); the last block out resets
 //     the counters for the next launch.
-// Not yet here (the next steps of issue 41): attention (o reads q's first 2048 columns as its input, so the chain
+// Not here (issue 41 was resolved with the measured floor instead: bench/mk_floor.py, session 39): attention (o reads q's first 2048 columns as its input, so the chain
 // keeps attention's place in the dependency graph with zero cost), RoPE and the KV-cache writes, π0.5's adaRMS and
 // gates, the time / action projections, the ten steps.
 // Modes: 0 the chain; 1 the weight stream alone (pages filled and released, no math, no waits); 2 no weight traffic
