@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #include "util.h"
 
@@ -140,6 +141,8 @@ static void fill_elems(const zarr_array *a, uint8_t *dst, int64_t n) {
     }
 }
 
+#define ZARR_ZSTD_WINDOWLOG_MAX 27   /* zstd's own default limit for a streaming decoder: 128 MiB */
+
 /* A pull reader over one stored chunk: zstd (streamed), raw, or absent (fill_value). Reads must add up to exactly
  * the chunk's decoded size; rd_close checks that the zstd frame ends there. */
 typedef struct {
@@ -164,6 +167,13 @@ static pi0_status rd_open(reader *r, const zarr_array *a, const uint8_t *src, si
         return PI0_OK;
     }
     if (!(r->z = ZSTD_createDCtx())) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    /* zstd's default limit on the window a frame may declare, made explicit. A frame without a content size (what
+     * the pinned tensorstore writes) declares its compression level's window whatever the chunk's size, so a tighter
+     * limit taken from the chunk would refuse legitimate high-level frames. The decoder reserves the declared window
+     * but writes only what it decodes, so 64 chunks decoded side by side reserve at most 8 GiB of address space and
+     * use no more than the chunks themselves. */
+    size_t e = ZSTD_DCtx_setParameter(r->z, ZSTD_d_windowLogMax, ZARR_ZSTD_WINDOWLOG_MAX);
+    if (ZSTD_isError(e)) return pi0_fail(PI0_ERR_FORMAT, "%s: zstd: %s", r->what, ZSTD_getErrorName(e));
     r->in = (ZSTD_inBuffer){src, slen, 0};
     return PI0_OK;
 }
@@ -176,6 +186,9 @@ static pi0_status rd_read(reader *r, const zarr_array *a, uint8_t *dst, size_t n
         ZSTD_outBuffer o = {dst, n, 0};
         while (o.pos < o.size) {
             size_t ip = r->in.pos, op = o.pos, ret = r->last = ZSTD_decompressStream(r->z, &o, &r->in);
+            if (ZSTD_isError(ret) && ZSTD_getErrorCode(ret) == ZSTD_error_frameParameter_windowTooLarge)
+                return pi0_fail(PI0_ERR_FORMAT, "%s: the zstd frame asks for a window larger than %zu bytes (the most this reader "
+                                "allows), for a chunk of %zu bytes", r->what, (size_t)1 << ZARR_ZSTD_WINDOWLOG_MAX, r->total);
             if (ZSTD_isError(ret)) return pi0_fail(PI0_ERR_FORMAT, "%s: zstd: %s", r->what, ZSTD_getErrorName(ret));
             if (o.pos == op && r->in.pos == ip)
                 return pi0_fail(PI0_ERR_FORMAT, "%s: decodes to %zu bytes, expected %zu (truncated?)", r->what, r->done + o.pos, r->total);

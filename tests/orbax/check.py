@@ -162,6 +162,18 @@ def add_leaf(d, path, value):
     json.dump(meta, open(mp, "w"))
 
 
+def zstd_raw_frame(data, window_log):
+    """A zstd frame (RFC 8878) of raw blocks holding data, with no content size and a declared window of
+    2^window_log: what a streaming compressor that does not know the input's size may write."""
+    out = bytearray(struct.pack("<I", 0xFD2FB528)) + bytes([0x00, (window_log - 10) << 3])
+    step = min(128 << 10, 1 << window_log)
+    for i in range(0, len(data), step):
+        block = data[i:i + step]
+        last = i + step >= len(data)
+        out += struct.pack("<I", len(block) << 3 | int(last))[:3] + block
+    return bytes(out)
+
+
 def bad_inputs(tmp, ocd, zarr):
     p = os.path.join(ocd, "params")
     d = fresh(ocd, tmp, "manifest")
@@ -221,6 +233,23 @@ def bad_inputs(tmp, ocd, zarr):
     expect_error("truncated chunk", d, "params.PaliGemma.llm.layers.mlp.linear.value/0.0.0", "truncated")
     os.remove(ch)
     expect_error("missing chunk", d, "params.PaliGemma.llm.layers.mlp.linear.value/0.0.0", "missing")
+    # zstd windows: a chunk rewritten as a frame of raw blocks (the same bytes, no content size) that declares a
+    # window of 2^27 loads, as a high compression level's frame from a writer that does not pass the size would;
+    # one that declares 2^28 is refused with zstd's limit named
+    for wl, name in ((27, "window-27"), (28, "window-28")):
+        d = fresh(zarr, tmp, name)
+        adir = zp(d, "PaliGemma/llm/layers/mlp/linear")
+        m = json.load(open(os.path.join(adir, ".zarray")))
+        check(f"{name}: the chunk is the whole array", m["chunks"] == m["shape"], str(m))
+        data = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": adir}}).result().read().result().tobytes()
+        with open(os.path.join(adir, "0.0.0"), "wb") as f:
+            f.write(zstd_raw_frame(data, wl))
+        if wl == 27:
+            rc, _, err = pi0("info", "--checkpoint", d)
+            check(f"zstd frame with a 2^{wl} window for a {len(data)}-byte chunk loads", rc == 0, f"rc {rc} {err[-300:]}")
+        else:
+            expect_error(f"zstd frame asking for a 2^{wl} window", d, "params.PaliGemma.llm.layers.mlp.linear.value/0.0.0",
+                         "asks for a window larger than 134217728 bytes (the most this reader allows), for a chunk of 65536 bytes")
     d = fresh(zarr, tmp, "array")
     shutil.rmtree(zp(d, "PaliGemma/llm/final_norm/scale"))
     expect_error("array directory missing", d, "params.PaliGemma.llm.final_norm.scale.value/.zarray", "missing")
