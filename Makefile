@@ -173,7 +173,7 @@ debug:
 	    CUDA_ARCHS=90a CUDA_PTX= test   # the sanitizers do not reach device code: one GPU target is enough here
 
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
-# observations, LeRobot config.json + observations, OCDBT + zarr (Orbax checkpoints), JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
+# observations, LeRobot config.json + observations, OCDBT + zarr, whole Orbax params directories, JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
 # like ASan's.
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
@@ -181,7 +181,11 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,a
 FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c \
             src/lerobot.c src/lerobot_pipeline.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
-            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot
+            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot $(BUILD)/fuzz/fuzz_orbax
+# Orbax checkpoints as a whole (orbax.c, with its OpenMP decode tasks: clang's libomp)
+$(BUILD)/fuzz/fuzz_orbax: tests/fuzz/fuzz_orbax.c tests/fuzz/fuzz_dir.h src/orbax.c $(FUZZ_SRC) $(HDRS)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fopenmp $< src/orbax.c $(FUZZ_SRC) -o $@ -ljansson -lzstd -lm
 # images: the CLI's decoder (TurboJPEG, libspng) and the library's resize
 $(BUILD)/fuzz/fuzz_image: tests/fuzz/fuzz_image.c tools/imagefile.c src/image.c src/util.c $(HDRS) tools/imagefile.h
 	@mkdir -p $(dir $@)
@@ -213,6 +217,11 @@ fuzz: fuzz-build
 	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13
 	cp tests/fuzz/regress_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # a hostile tree that shares nodes (refused since s38)
 	$(BUILD)/fuzz/fuzz_ocdbt $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_ocdbt
+	@mkdir -p $(BUILD)/fuzz/corpus_orbax
+	cp tests/fuzz/seeds_orbax/* $(BUILD)/fuzz/corpus_orbax/   # tiny π0 / π0.5 params dirs of orbax-checkpoint 0.11.13
+	for s in tests/fuzz/seeds_orbax/*; do PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_orbax $$s 2>&1 | grep -q "^orbax_load: OK" \
+	  || { echo "fuzz_orbax: seed $$s no longer loads: PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_orbax $$s"; exit 1; }; done
+	$(BUILD)/fuzz/fuzz_orbax $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_orbax
 	@mkdir -p $(BUILD)/fuzz/corpus_img
 	$(PY) -c "from PIL import Image; import random; r = random.Random(1); \
 	  [Image.frombytes(m, (13, 7), bytes(r.randrange(256) for _ in range(13 * 7 * len(m)))).save('$(BUILD)/fuzz/corpus_img/%s.%s' % (m, e)) \

@@ -539,6 +539,8 @@ static int cmp_tensor(const void *a, const void *b) {
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
+size_t orbax_limit_bytes = SIZE_MAX;
+
 pi0_status orbax_load(st_file **out, pi0_config *cfg, orbax_info *info, const char *params, int quiet) {
     *out = NULL;
     memset(info, 0, sizeof *info);
@@ -616,6 +618,11 @@ pi0_status orbax_load(st_file **out, pi0_config *cfg, orbax_info *info, const ch
             total += ((l->bytes * (size_t)layers + 63) & ~(size_t)63);
             n_tensors += layers;
         }
+    }
+    if (total > orbax_limit_bytes) {
+        st = pi0_fail(PI0_ERR_NOMEM, "%s: the parameters need %zu bytes, more than this process allows (%zu)", params, total,
+                      orbax_limit_bytes);
+        goto done;
     }
     if (n_unknown && !quiet)
         fprintf(stderr, "pi0: warning: %s: %d parameter(s) not used by the model ignored (first: '%s')\n", params, n_unknown, unknown);

@@ -24,6 +24,10 @@ typedef struct {
 /* Finds the params directory of a checkpoint: dir/params, dir itself when it is one, or, for a training
  * run directory, <dir>/<highest step>/params. Returns 1 and writes the path (n bytes), else 0. */
 int orbax_find_params(const char *dir, char *params, size_t n);
+/* The most bytes of parameters one load may map; a checkpoint that needs more is refused before anything is
+ * allocated. Default SIZE_MAX (memory is the limit: real checkpoints are several GB); the fuzz harness lowers it,
+ * since a few KB of metadata with absent chunks (fill values) can describe any model size. */
+extern size_t orbax_limit_bytes;
 /* Reads every parameter of params_dir. cfg gets every dimension and pi05; its action_horizon and
  * max_token_len are openpi's defaults (50; 48 / 200) for the caller to override. */
 pi0_status orbax_load(st_file **out, pi0_config *cfg, orbax_info *info, const char *params_dir, int quiet);

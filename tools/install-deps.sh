@@ -5,7 +5,7 @@
 set -u
 pk="build-essential pkg-config libjansson-dev libzstd-dev libmsgpack-dev libwebsockets-dev libturbojpeg0-dev libspng-dev"
 if [ "${1:-}" = "--test" ]; then
-    pk="$pk clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-sentencepiece python3-pil
+    pk="$pk clang libclang-rt-14-dev libomp-dev python3 python3-numpy python3-torch python3-sentencepiece python3-pil
         python3-msgpack python3-venv sentencepiece haproxy curl"
 fi
 missing=""
