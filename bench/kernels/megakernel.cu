@@ -10,9 +10,10 @@
 // With attention still to come, the issue's 13 us per layer needs fewer dependent phases, not faster ones.
 // The flagged variant (LL = true: activations carry the launch's epoch, consumers poll the data, no counters) was
 // slower: 23.0 -> 27.5 us per layer (L143); it stays selectable here as the measured alternative.
-// Session 39 (L147-L148): capping the loader's pages in flight (argument 3) or pacing it (argument 4, ns a page)
-// changes nothing (25.0-25.2 us); the 6.4 us that the stream costs the phases is the memory system's latency under
-// load (phase_lab), and bench/mk_floor.py bounds what any version of this design can reach.
+// Session 39 (L147-L148): capping the loader's pages in flight (argument 3) changes nothing (25.07-25.22 us); pacing
+// it (argument 4, ns a page, an absolute schedule) never held it back below 3000 ns, since the kernel uses a page
+// every ~3.1 us. The 6.4 us that the stream costs the phases is their latency beside the bytes streaming into the
+// SMs (phase_lab), and bench/mk_floor.py bounds what any version of this design can reach.
 //
 // Design (HazyResearch/Megakernels' low-latency idea, our shapes):
 //   - one persistent block per SM (cooperative launch), 8 compute warps and 1 loader warp;

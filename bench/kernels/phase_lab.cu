@@ -2,11 +2,11 @@
 // summed by their consumers' producers (split-K folded into the phase) instead of owned by one block each.
 // Not used by libpi0.
 // RESULT (session 39, H100 and H200, bench/RESULTS.md "the measured floor", bench/data/2026-11-26-s39-phase-lab.txt):
-// an owner-write phase costs 2.2 us alone and 3.4 / 3.9 / 4.4 us beside a weight stream of 2 / 2.5 / 3 TB/s with a
-// shallow queue (16-32 KB in flight per SM); a queue 96 KB deep reads 4% more and makes the phase 16.7-17.9 us.
-// A phase ending in every block's L2 sum costs 5.9 us alone, 8.2 beside 2 TB/s; summing within clusters of 8 first,
-// 4.9 alone. bench/mk_floor.py turns these into the bound on a layer-step: >= 15.3-15.9 us for any design, against
-// the issue's 13.
+// an owner-write phase costs 2.2 us alone and 3.3-3.7 / 3.7-4.2 / 4.4 us beside a weight stream of 2 / 2.5 / 3 TB/s
+// with a shallow queue (16-32 KB in flight per SM); a queue 96 KB deep reads 4% more and makes it 16.5-17.9 us. A
+// phase ending in every block's L2 sum costs 5.9 us alone, 8.2 beside 2 TB/s; summing within clusters of 8 first,
+// 4.9 alone and 8.0 beside 2.5 TB/s. bench/mk_floor.py turns these into the bound on a layer-step: >= 13.6-14.1 us
+// for the most favourable design with bf16 weights, against the issue's 13.
 //
 // Why: the megakernel lab (megakernel.cu) measured ~4.1 us of communication per dependent phase, and a layer of the
 // expert has five phases (q|k|v, attention, o, gate|up, down), so 13 us per layer-step needs fewer phases. Folding
@@ -28,7 +28,10 @@
 //   - each of modes 0-2 with and without the X load, which separates the load from the signal;
 //   - modes 0 and 1 again (cooperative launch) while a ninth warp per block streams "weights" from a 2 GiB buffer
 //     into shared memory (bulk copies, evict-first, pages of 8-32 KB, 1-3 in flight), flat out or paced by the SM
-//     clock to a rate, so that each phase is measured beside the HBM traffic that a megakernel must overlap it with.
+//     clock to a rate, so that each phase is measured beside the HBM traffic that a megakernel must overlap it with;
+//   - a last section (alone: phase_lab cluster), clusters of 8 with that stream warp, which then joins every cluster
+//     barrier (it arrives early and waits only once the compute warps have passed, never holding them up): modes
+//     0-2 with and without the stream.
 // Checked: the final X of modes 0-2 and 5 against its exact value (small integers, so every order of summation agrees).
 // Every wait on a counter gives up after 1 s and counts a timeout, so a plan that is not co-resident fails instead
 // of hanging. Build: make lab (build/lab/phase_lab); run: build/lab/phase_lab.
@@ -77,6 +80,22 @@ __device__ __forceinline__ float4 pl_ld_dsmem4(const float *p, unsigned rank) {
     return v;
 }
 
+// The compute warps' cluster barrier; their thread 0 then counts it for the stream warp (clusters with a stream).
+__device__ __forceinline__ void csync(volatile int *passed, int tid) {
+    cluster_sync_all();
+    if (tid == 0) *passed = *passed + 1;
+}
+// A cluster barrier's two halves for one thread, not warp-aligned (the stream warp's).
+__device__ __forceinline__ void cl_arrive() { asm volatile("barrier.cluster.arrive;" ::: "memory"); }
+__device__ __forceinline__ void cl_wait() { asm volatile("barrier.cluster.wait;" ::: "memory"); }
+// Whether an mbarrier phase of this parity has completed, without waiting.
+__device__ __forceinline__ bool mbar_test(uint64_t *bar, unsigned parity) {
+    unsigned ok;
+    asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+    return ok != 0;
+}
+
 // Block b's partial of element e in round r: a small integer, so that sums are exact in any order.
 __host__ __device__ inline float pl_part(int b, int e, int r) { return (float)((b * 7 + e + r) % 5); }
 
@@ -85,18 +104,61 @@ __global__ void __launch_bounds__(PT + 32, 1) pl_kernel(const __grid_constant__ 
     extern __shared__ __align__(16) float sp[];   // [2][PN]: this block's partials, alternating rounds
     const int tid = threadIdx.x, G = gridDim.x, b = blockIdx.x;
     const unsigned rank = CS > 1 ? cluster_rank() : 0;
-    // cooperative launches have a ninth warp: a weight stream in the background (bulk copies of SPAGE bytes from
-    // memory that L2 cannot hold into a ring of SNP pages, evict-first, as the megakernel's loader), so that the
-    // phases are measured under the HBM traffic they would share the memory system with
+    // with PT + 32 threads (cooperative launches, and the cluster section with the stream) a ninth warp streams weights
+    // in the background (bulk copies of spage bytes from memory that L2 cannot hold into a ring of snp pages,
+    // evict-first, as the megakernel's loader), so that the phases are measured beside the traffic they would share
+    // the memory system with
     unsigned char *ring = (unsigned char *)sp + SOFF;
     uint64_t *full = (uint64_t *)(ring + SNP * SPAGE);
     volatile int *done = (volatile int *)(full + SNP);
+    volatile int *passed = done + 1;   // cluster barriers the compute warps have passed (their thread 0 counts)
     if (tid == 0) {
         for (int p = 0; p < SNP; p++) mbar_init(&full[p], 1);
         *done = 0;
+        *passed = 0;
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    if (tid >= PT && CS > 1) {
+        // clusters: this warp must take part in every cluster barrier of its block, so it arrives early for the next
+        // one and waits only once the compute warps have passed it (it never holds them up), and it never blocks
+        // while streaming: a page is issued when its slot is free and the pace allows, else the warp polls on
+        const int lane = tid - PT, per = (a.mode >= 2 && a.mode <= 4) ? 1 : a.mode == 5 ? 2 : 0;
+        const int nb = a.rounds * per + 1;   // + the last one, after the rounds
+        const unsigned char *src = (const unsigned char *)a.big + a.region * b;
+        const unsigned long long npg = a.region / a.spage, np = (unsigned)a.snp;
+        const long long t0 = clock64();
+        unsigned long long k = 0;
+        int kb = 0;
+        cl_arrive();
+        for (;;) {
+            const int d = __shfl_sync(0xffffffffu, lane == 0 ? *done : 0, 0);
+            if (!d && lane == 0 && a.pace >= 0) {
+                const int slot = (int)(k % np);
+                if ((k < np || mbar_test(&full[slot], (unsigned)((k / np) - 1) & 1)) &&
+                    (a.pace == 0 || clock64() - t0 >= (long long)k * a.pace)) {
+                    mbar_expect_tx(&full[slot], (unsigned)a.spage);
+                    bulk_copy_stream(ring + slot * SPAGE, src + (k % npg) * a.spage, (unsigned)a.spage, &full[slot]);
+                    k++;
+                }
+            }
+            const int ps = __shfl_sync(0xffffffffu, lane == 0 ? *passed : 0, 0);
+            for (; kb < nb && ps > kb; kb++) {
+                cl_wait();
+                if (kb + 1 < nb) cl_arrive();
+            }
+            if (d) break;
+        }
+        if (lane == 0 && a.pace >= 0) {
+            for (unsigned long long j = k > np ? k - np : 0; j < k; j++) mbar_wait(&full[j % np], (unsigned)(j / np) & 1);
+            atomicAdd(a.bytes, k * (unsigned long long)a.spage);
+        }
+        for (; kb < nb; kb++) {   // the compute warps' last barrier comes after they set done
+            cl_wait();
+            if (kb + 1 < nb) cl_arrive();
+        }
+        return;
+    }
     if (tid >= PT) {
         if (tid == PT && a.pace >= 0) {
             const unsigned char *src = (const unsigned char *)a.big + a.region * b;
@@ -155,7 +217,7 @@ __global__ void __launch_bounds__(PT + 32, 1) pl_kernel(const __grid_constant__ 
             for (int e = tid * 4; e < PN; e += PT * 4)
                 *(float4 *)(mine + e) = make_float4(pl_part(b, e, r) + bump, pl_part(b, e + 1, r), pl_part(b, e + 2, r),
                                                     pl_part(b, e + 3, r));
-            cluster_sync_all();   // (a peer still reading the other half reads last round's: it passed this barrier)
+            csync(passed, tid);   // (a peer still reading the other half reads last round's: it passed this barrier)
             const int s0 = PN / CS * (int)rank, s1 = s0 + PN / CS;
             for (int e = s0 + tid * 4; e < s1; e += PT * 4) {
                 float4 s = make_float4(0, 0, 0, 0);
@@ -167,23 +229,24 @@ __global__ void __launch_bounds__(PT + 32, 1) pl_kernel(const __grid_constant__ 
                 else keep += s.x + s.y + s.z + s.w;
             }
         } else {   // a bare cluster barrier
-            cluster_sync_all();
+            csync(passed, tid);
             keep += 1;
         }
         if (global) {
             cbar();   // the block's stores and reductions, then one release: cumulative over them
-            if (a.mode == 5) cluster_sync_all();   // ... over the whole cluster's, for its first block's signal
+            if (a.mode == 5) csync(passed, tid);   // ... over the whole cluster's, for its first block's signal
             if (tid == 0 && (a.mode != 5 || rank == 0)) red_release_add(a.cnt + r + 1, 1u);
         }
     }
     cbar();
     if (tid == 0) *done = 1;   // the stream stops and drains
-    if (CS > 1) cluster_sync_all();   // no block leaves while a peer may still read its shared memory
+    if (CS > 1) csync(passed, tid);   // no block leaves while a peer may still read its shared memory
     if ((a.mode == 3 || a.mode == 4) && keep == -1.0f) a.sink[b * PT + tid] = keep + dep;   // never true; keeps the work live
     if (tid == 0 && dep == 1234567.0f) a.sink[b] = dep;
 }
 
-int main() {
+int main(int argc, char **argv) {
+    const bool only_cluster_stream = argc > 1 && !strcmp(argv[1], "cluster");   // the last section alone
     int sms = 0, dev = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -237,15 +300,20 @@ int main() {
     const char *mname[6] = {"owner writes, counter", "all-reduce: every block adds all", "cluster sum, then adds",
                             "cluster sum alone (no global)", "cluster barrier alone", "cluster sum, adds, 1 signal"};
     bool ok = true;
-    for (int cs : {1, 8, 16}) {
+    // sections: cooperative, clusters of 8, of 16, and clusters of 8 with the stream warp (which joins every cluster
+    // barrier; its plain rows, no stream, show what that costs against the second section)
+    for (int sec = only_cluster_stream ? 3 : 0; sec < 4; sec++) {
+        const int cs = sec == 0 ? 1 : sec == 2 ? 16 : 8;
+        const bool cstream = sec == 3;
         const int G = cs == 1 ? sms : fit[cs] * cs;
         if (G == 0) { printf("== clusters of %d: none resident, skipped\n", cs); continue; }
-        printf("== %s: %d blocks\n", cs == 1 ? "no clusters (cooperative launch)" : cs == 8 ? "clusters of 8" : "clusters of 16", G);
+        printf("== %s: %d blocks\n", cs == 1 ? "no clusters (cooperative launch)" : cstream ? "clusters of 8, with the stream warp"
+               : cs == 8 ? "clusters of 8" : "clusters of 16", G);
         cudaLaunchAttribute at[1];
         cudaLaunchConfig_t c = {};
         lab_persistent_attr(at[0], cs);
         c.gridDim = dim3(G);
-        c.blockDim = dim3(cs == 1 ? PT + 32 : PT);
+        c.blockDim = dim3(cs == 1 || cstream ? PT + 32 : PT);
         c.dynamicSmemBytes = PSMEM;
         c.stream = st;
         c.attrs = at;
@@ -303,7 +371,7 @@ int main() {
                        verdict[0] ? verdict : "not checked");
             }
         }
-        if (cs != 1) continue;
+        if (cs != 1 && !cstream) continue;
         // the same phases while a ninth warp per block streams weights from HBM: flat out, then paced to a rate
         int khz = 0;
         CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
@@ -311,7 +379,9 @@ int main() {
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
-        struct scfg { double tbs; int spage, snp, modes; };   // modes: bit 0 mode 0 with X, 1 without, 2 mode 1
+        struct scfg { double tbs; int spage, snp, modes; };   // modes: bit 0 mode 0 with X, 1 without, 2 mode 1, 3 mode 2
+        const scfg ccfgs[] = {{1.0, 16 << 10, 2, 13}, {1.5, 16 << 10, 2, 13}, {2.0, 16 << 10, 2, 13}, {2.5, 16 << 10, 2, 13},
+                              {0.0, 32 << 10, 1, 13}, {0.0, SPAGE, SNP, 9}};
         const scfg cfgs[] = {{0.0, SPAGE, SNP, 7}, {2.5, SPAGE, SNP, 7}, {2.0, SPAGE, SNP, 7}, {1.5, SPAGE, SNP, 7},
                              {1.0, SPAGE, SNP, 7},
                              // bytes in flight per SM, flat out: does a shallower queue keep the rate and the latency?
@@ -321,15 +391,15 @@ int main() {
                              {2.5, 16 << 10, 2, 5}, {2.0, 16 << 10, 2, 5}, {2.5, 32 << 10, 1, 1}, {2.0, 32 << 10, 1, 1},
                              {1.5, 16 << 10, 2, 5}, {1.0, 16 << 10, 2, 5}, {3.0, 16 << 10, 2, 5}, {3.5, 16 << 10, 2, 5},
                              {3.0, SPAGE, SNP, 5}, {3.5, SPAGE, SNP, 5}};
-        for (const scfg &sc : cfgs) {
+        for (const scfg &sc : cstream ? std::vector<scfg>(ccfgs, ccfgs + 6) : std::vector<scfg>(cfgs, cfgs + sizeof cfgs / sizeof *cfgs)) {
             const double tbs = sc.tbs;
             a.spage = sc.spage;
             a.snp = sc.snp;
             // cycles per page per block for the whole grid to read tbs TB/s
             pace = tbs == 0 ? 0 : (long long)((double)G * sc.spage / (tbs * 1e12) * khz * 1e3);
-            for (int ml = 0; ml < 3; ml++) {
+            for (int ml = 0; ml < 4; ml++) {
                 if (!(sc.modes >> ml & 1)) continue;
-                const int mode = ml == 2, load = ml != 1;
+                const int mode = ml >= 2 ? ml - 1 : 0, load = ml != 1;
                 CK(cudaMemsetAsync(a.err, 0, 4, st));
                 CK(cudaMemsetAsync(a.bytes, 0, 8, st));
                 CK(cudaEventRecord(e0, st));
