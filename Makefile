@@ -173,7 +173,8 @@ debug:
 	    CUDA_ARCHS=90a CUDA_PTX= test   # the sanitizers do not reach device code: one GPU target is enough here
 
 # libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
-# observations, LeRobot config.json + observations, OCDBT + zarr, whole Orbax params directories, JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
+# observations, LeRobot config.json + observations, whole LeRobot policy directories, OCDBT + zarr, whole Orbax params
+# directories, JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
 # like ASan's.
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
@@ -181,7 +182,8 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,a
 FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c \
             src/lerobot.c src/lerobot_pipeline.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
-            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot $(BUILD)/fuzz/fuzz_orbax
+            $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot $(BUILD)/fuzz/fuzz_orbax \
+            $(BUILD)/fuzz/fuzz_lerobot_dir
 # Orbax checkpoints as a whole (orbax.c, with its OpenMP decode tasks: clang's libomp)
 $(BUILD)/fuzz/fuzz_orbax: tests/fuzz/fuzz_orbax.c tests/fuzz/fuzz_dir.h src/orbax.c $(FUZZ_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
@@ -190,7 +192,7 @@ $(BUILD)/fuzz/fuzz_orbax: tests/fuzz/fuzz_orbax.c tests/fuzz/fuzz_dir.h src/orba
 $(BUILD)/fuzz/fuzz_image: tests/fuzz/fuzz_image.c tools/imagefile.c src/image.c src/util.c $(HDRS) tools/imagefile.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< tools/imagefile.c src/image.c src/util.c -o $@ -lturbojpeg -lspng -lm
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS) tests/fuzz/fuzz_arrays.h
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRC) $(HDRS) tests/fuzz/fuzz_arrays.h tests/fuzz/fuzz_dir.h
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) $< $(FUZZ_SRC) -o $@ -ljansson -lzstd -lm
 fuzz: fuzz-build
@@ -222,6 +224,11 @@ fuzz: fuzz-build
 	for s in tests/fuzz/seeds_orbax/*; do PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_orbax $$s 2>&1 | grep -q "^orbax_load: OK" \
 	  || { echo "fuzz_orbax: seed $$s no longer loads: PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_orbax $$s"; exit 1; }; done
 	$(BUILD)/fuzz/fuzz_orbax $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_orbax
+	@mkdir -p $(BUILD)/fuzz/corpus_lerobot_dir
+	cp tests/fuzz/seeds_lerobot_dir/* $(BUILD)/fuzz/corpus_lerobot_dir/   # LeRobot policy dirs as tests/lerobot_check.py writes them
+	for s in tests/fuzz/seeds_lerobot_dir/*; do PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_lerobot_dir $$s 2>&1 | grep -q "^lerobot_pipeline_load: OK" \
+	  || { echo "fuzz_lerobot_dir: seed $$s no longer loads: PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_lerobot_dir $$s"; exit 1; }; done
+	$(BUILD)/fuzz/fuzz_lerobot_dir $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_lerobot_dir
 	@mkdir -p $(BUILD)/fuzz/corpus_img
 	$(PY) -c "from PIL import Image; import random; r = random.Random(1); \
 	  [Image.frombytes(m, (13, 7), bytes(r.randrange(256) for _ in range(13 * 7 * len(m)))).save('$(BUILD)/fuzz/corpus_img/%s.%s' % (m, e)) \
