@@ -7,7 +7,7 @@ needs (the expert's 34.6 MB of bf16 weights per layer in T), and the smallest T 
 
     python3 bench/mk_floor.py PHASE_LAB.log [PHASE_LAB.log ...] MEGAKERNEL.log [--target 13] [--fp8] [--lab-mma]
     python3 bench/mk_floor.py --data bench/data/2026-11-26-s39-phase-lab.txt CALL[+CALL...] [options]
-      (H100: call6+call12_h100 or call7_h100+call12_h100; H200: call8_h200+call13_h200)
+      (H100: call6, call7_h100 or call14_h100, each +call12_h100; H200: call8_h200+call13_h200)
 
 The pieces:
   c0(r)  one owner-write phase (a counter wait, a load of all of X, this block's columns written, a release signal)

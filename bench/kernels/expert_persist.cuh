@@ -44,6 +44,7 @@
 
 #include "../../src/cuda/common.cuh"
 #include "../../src/cuda/mma.cuh"
+#include "few_rows.cuh"
 
 enum {
     XK = 1024,                 // columns of a stage (= the expert width)
@@ -130,8 +131,6 @@ __device__ void grid_reset(unsigned *bar) {
 }
 
 __device__ __forceinline__ int cdiv_dev(int a, int b) { return a > 0 ? (a + b - 1) / b : 0; }   // items i = b0, b0 + G, ... below a
-
-__device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
 
 // This block's stages per layer, in consumption order: nq q|k|v units (1 stage each), no o tiles (heads / 4
 // stages each), ngu gate|up units (gate stage, up stage), no down tiles (F / 1024 stages each).
@@ -225,15 +224,6 @@ struct xctx {
     }
 };
 
-// X rows g and g + 8 (zero past M), this lane's 4 x 8 columns at col0 + 32 u.
-__device__ __forceinline__ void load_x(uint4 (&xv)[4][2], const bf16 *x, int ldx, int M, int g, int col0) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        xv[u][0] = g < M ? ldcg16(x + (size_t)g * ldx + col0 + 32 * u) : z;
-        xv[u][1] = g + 8 < M ? ldcg16(x + (size_t)(g + 8) * ldx + col0 + 32 * u) : z;
-    }
-}
 
 // The pre-norm folded into the product (gemv.cu NORM): the factor a is applied now (x + x a), the row sums of
 // x^2 go to nss (the reduction turns them into rsqrt), and the adaRMS shift b becomes X row M.

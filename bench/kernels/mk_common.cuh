@@ -10,6 +10,7 @@
 
 #include "../../src/cuda/common.cuh"
 #include "../../src/cuda/mma.cuh"
+#include "few_rows.cuh"
 #include "lab.cuh"
 
 enum {
@@ -71,16 +72,6 @@ __device__ __forceinline__ void lab_wait_bar(uint64_t *b, unsigned parity, unsig
     }
 }
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, 256;" ::: "memory"); }   // the MCT compute threads only
-__device__ __forceinline__ uint4 ldcg16(const bf16 *p) { return __ldcg((const uint4 *)p); }
-// X rows g, g + 8 (zero past M) at this lane's columns kw + 32 u (ld: the row stride), as gemv.cu's few-row layout.
-__device__ __forceinline__ void load_x(uint4 (&xv)[4][2], const bf16 *x, int ld, int M, int g, int kw) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < 4; u++) {
-        xv[u][0] = g < M ? ldcg16(x + (size_t)g * ld + kw + 32 * u) : z;
-        xv[u][1] = g + 8 < M ? ldcg16(x + (size_t)(g + 8) * ld + kw + 32 * u) : z;
-    }
-}
 // RMSNorm folded in: X (1 + n) into the MMAs; the rows' sums of squares of this warp's columns to nss[warp][16].
 __device__ __forceinline__ void norm_x(uint4 (&xv)[4][2], const float *n, float *nss, int warp, int g, int c, int kw) {
     float s0, s1;

@@ -3,7 +3,7 @@
 // Not used by libpi0.
 // RESULT (session 39, H100 and H200, bench/RESULTS.md "the measured floor", bench/data/2026-11-26-s39-phase-lab.txt):
 // an owner-write phase costs 2.2 us alone and 3.3-3.7 / 3.7-4.2 / 4.4 us beside a weight stream of 2 / 2.5 / 3 TB/s
-// with a shallow queue (16-32 KB in flight per SM); a queue 96 KB deep reads 4% more and makes it 16.5-17.9 us. A
+// with a shallow queue (16-32 KB in flight per SM); a queue 96 KB deep reads 4% more and makes it 16.0-17.9 us. A
 // phase ending in every block's L2 sum costs 5.9 us alone, 8.2 beside 2 TB/s; summing within clusters of 8 first,
 // 4.9 alone and 8.0 beside 2.5 TB/s. bench/mk_floor.py turns these into the bound on a layer-step: >= 13.6-14.1 us
 // for the most favourable design with bf16 weights, against the issue's 13.
@@ -119,18 +119,18 @@ __global__ void __launch_bounds__(PT + 32, 1) pl_kernel(const __grid_constant__ 
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (tid >= PT && CS > 1) {
-        // clusters: this warp must take part in every cluster barrier of its block, so it arrives early for the next
-        // one and waits only once the compute warps have passed it (it never holds them up), and it never blocks
-        // while streaming: a page is issued when its slot is free and the pace allows, else the warp polls on
-        const int lane = tid - PT, per = (a.mode >= 2 && a.mode <= 4) ? 1 : a.mode == 5 ? 2 : 0;
-        const int nb = a.rounds * per + 1;   // + the last one, after the rounds
+    if (tid >= PT) {
+        // The stream never blocks: a page is issued when its slot is free and the pace allows, else the warp polls on.
+        // In cluster launches it must also take part in every cluster barrier of its block, so it arrives early for
+        // the next one and waits only once the compute warps have passed it (it never holds them up).
+        const int lane = tid - PT, per = CS == 1 ? 0 : (a.mode >= 2 && a.mode <= 4) ? 1 : a.mode == 5 ? 2 : 0;
+        const int nb = CS == 1 ? 0 : a.rounds * per + 1;   // + the last one, after the rounds
         const unsigned char *src = (const unsigned char *)a.big + a.region * b;
         const unsigned long long npg = a.region / a.spage, np = (unsigned)a.snp;
         const long long t0 = clock64();
         unsigned long long k = 0;
         int kb = 0;
-        cl_arrive();
+        if (nb) cl_arrive();
         for (;;) {
             const int d = __shfl_sync(0xffffffffu, lane == 0 ? *done : 0, 0);
             if (!d && lane == 0 && a.pace >= 0) {
@@ -156,25 +156,6 @@ __global__ void __launch_bounds__(PT + 32, 1) pl_kernel(const __grid_constant__ 
         for (; kb < nb; kb++) {   // the compute warps' last barrier comes after they set done
             cl_wait();
             if (kb + 1 < nb) cl_arrive();
-        }
-        return;
-    }
-    if (tid >= PT) {
-        if (tid == PT && a.pace >= 0) {
-            const unsigned char *src = (const unsigned char *)a.big + a.region * b;
-            const unsigned long long npg = a.region / a.spage, np = (unsigned)a.snp;
-            const long long t0 = clock64();
-            unsigned long long k = 0;
-            for (; !*done; k++) {
-                const int slot = (int)(k % np);
-                if (k >= np) mbar_wait(&full[slot], (unsigned)((k / np) - 1) & 1);
-                if (a.pace > 0)
-                    while (clock64() - t0 < (long long)k * a.pace && !*done) {}
-                mbar_expect_tx(&full[slot], (unsigned)a.spage);
-                bulk_copy_stream(ring + slot * SPAGE, src + (k % npg) * a.spage, (unsigned)a.spage, &full[slot]);
-            }
-            for (unsigned long long j = k > np ? k - np : 0; j < k; j++) mbar_wait(&full[j % np], (unsigned)(j / np) & 1);
-            atomicAdd(a.bytes, k * (unsigned long long)a.spage);
         }
         return;
     }
