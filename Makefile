@@ -204,6 +204,7 @@ fuzz: fuzz-build
 	$(BUILD)/fuzz/fuzz_config $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) $(BUILD)/fuzz/corpus_cfg
 	@mkdir -p $(BUILD)/fuzz/corpus_tok
 	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed', vocab_size=60, model_type='bpe', byte_fallback=False, hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed.vocab
+	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed_bytes', vocab_size=300, model_type='bpe', byte_fallback=True, normalization_rule_name='identity', hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed_bytes.vocab   # with the 256 <0xXX> byte pieces
 	cp tests/fuzz/regress_tokenizer/* $(BUILD)/fuzz/corpus_tok/   # inputs that once leaked (fixed in 143f3c3) or overflowed the prompt (s38)
 	$(BUILD)/fuzz/fuzz_tokenizer $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
 	@mkdir -p $(BUILD)/fuzz/corpus_pol

@@ -79,6 +79,15 @@ static uint32_t fnv(const char *s, size_t n) {
     return h;
 }
 
+/* The byte of a BYTE piece: exactly "<0xHH>" with two upper-case hex digits, as SentencePiece names them; -1 for
+ * anything else. Written out by hand: sscanf's %X takes a sign and leading spaces ("<0x-9>" read as 4294967287). */
+static int byte_piece_value(const char *s, size_t n) {
+    static const char hex[] = "0123456789ABCDEF";
+    if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>' || !s[3] || !s[4]) return -1;
+    const char *h = strchr(hex, s[3]), *l = strchr(hex, s[4]);
+    return h && l ? (int)(h - hex) * 16 + (int)(l - hex) : -1;
+}
+
 static int lookup(const tokenizer *t, const char *s, size_t n) {
     for (uint32_t h = fnv(s, n) & t->hmask;; h = (h + 1) & t->hmask) {
         int32_t i = t->hash[h];
@@ -220,10 +229,11 @@ pi0_status tokenizer_parse(tokenizer **out, const char *label, const uint8_t *bu
             uint32_t h = fnv(pc->s, pc->len) & t->hmask;
             while (t->hash[h] >= 0) h = (h + 1) & t->hmask;
             t->hash[h] = i;
-            unsigned bv;
             if (pc->type == T_BYTE) {
-                if (pc->len != 6 || sscanf(pc->s, "<0x%2X>", &bv) != 1) {
-                    st = pi0_fail(PI0_ERR_FORMAT, "%s: byte piece %d '%s', expected <0xXX>", label, i, pc->s);
+                int bv = byte_piece_value(pc->s, pc->len);
+                if (bv < 0) {
+                    st = pi0_fail(PI0_ERR_FORMAT, "%s: byte piece %d '%.*s', expected <0xXX> with two upper-case hex "
+                                  "digits", label, i, pc->len > 32 ? 32 : (int)pc->len, pc->s);
                     break;
                 }
                 t->byte_id[bv] = i;

@@ -397,7 +397,7 @@ static void test_cli_first_contact(void) {
     for (int i = 0; i < 7; i++)
         for (int h = 0; h < 2; h++) {
             snprintf(cmd, sizeof cmd, "%s %s %s", PI0, cmds[i], h ? "-h" : "--help");
-            char want[64];
+            char want[160];
             snprintf(want, sizeof want, "usage: pi0 %s", cmds[i]);
             int rc = run_cli(cmd, &o, &e);
             CHECK(rc == 0 && strstr(o, want), "pi0 %s %s: exit %d, usage on stdout", cmds[i], h ? "-h" : "--help", rc);
@@ -514,6 +514,40 @@ static void test_tokenizer_expansion(void) {
     pi0_tokenizer_free(tok);
 }
 
+/* A BYTE piece's name is exactly "<0xHH>" (two upper-case hex digits): "<0x-9>" was once read by sscanf as byte
+ * 4294967287 and written past the 256-entry byte table. Each model: <unk>, the byte piece, BPE with byte fallback. */
+static void test_tokenizer_byte_pieces(void) {
+    static const struct { const char name[7]; int ok; } cases[] = {
+        {"<0x41>", 1}, {"<0xFF>", 1}, {"<0x-9>", 0}, {"<0x+9>", 0}, {"<0x 9>", 0}, {"<0xab>", 0}, {"<0xG0>", 0},
+        {"<0x41)", 0}, {"[0x41>", 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint8_t model[64] = {0x0a, 0x09, 0x0a, 0x05, '<', 'u', 'n', 'k', '>', 0x18, 0x02,   /* <unk>, UNKNOWN */
+                             0x0a, 0x0a, 0x0a, 0x06};                                      /* the piece, 6 bytes */
+        size_t n = 15;
+        memcpy(model + n, cases[c].name, 6);
+        n += 6;
+        static const uint8_t tail[] = {0x18, 0x06,                                         /* BYTE */
+                                       0x12, 0x05, 0x18, 0x02, 0x98, 0x02, 0x01,           /* BPE, byte fallback */
+                                       0x1a, 0x02, 0x20, 0x00};                            /* identity, no cleanup */
+        memcpy(model + n, tail, sizeof tail);
+        n += sizeof tail;
+        char path[600];
+        snprintf(path, sizeof path, "%s/byte%zu.model", tmp, c);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(model, 1, n, f) == n && fclose(f) == 0, "writing %s", path);
+        pi0_tokenizer *tok = NULL;
+        if (cases[c].ok) {
+            CHECK(pi0_tokenizer_load(&tok, path) == PI0_OK, "byte piece %s: %s", cases[c].name, pi0_last_error());
+        } else {
+            char want[160];
+            snprintf(want, sizeof want, "byte piece 1 '%s', expected <0xXX>", cases[c].name);
+            EXPECT_ERR(pi0_tokenizer_load(&tok, path), PI0_ERR_FORMAT, want);
+        }
+        pi0_tokenizer_free(tok);
+    }
+}
+
 /* OCDBT: a B+tree whose nodes are reached more than once. tests/fuzz/regress_ocdbt/shared-nodes (u32 length, the
  * manifest, then the node file): a root of 40 references to one interior node of 40 references to one leaf of 40
  * keys, 1.3 KB naming 64000 entries (a 15 KB one once took 2 GB). Refused at the second visit. */
@@ -550,6 +584,7 @@ int main(void) {
     test_cli();
     test_cli_first_contact();
     test_tokenizer_expansion();
+    test_tokenizer_byte_pieces();
     test_ocdbt_shared_nodes();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
