@@ -41,6 +41,7 @@ typedef struct {
     int state_dim, action_dim;      /* input_features observation.state / output_features action shape[0] */
     int n_action_steps, num_steps;  /* chunk rows returned (select_action's queue), denoising steps */
     lr_norm state, action;          /* the preprocessor's state stats, the postprocessor's action stats */
+    char *action_stats;             /* the postprocessor's stats file (for messages), or NULL */
     int newline, state_prompt;      /* π0: pi0_new_line_processor; π0.5: pi05_prepare_state_tokenizer_processor_step */
     int n_rename;
     char **ren_from, **ren_to;      /* rename_observations_processor's rename_map */
@@ -60,8 +61,9 @@ void lerobot_pipeline_free(lerobot_pipeline *p);
 pi0_status lerobot_prepare(const lerobot_pipeline *p, const pi0_tokenizer *tok, const pi0_observation *obs,
                            const char *default_prompt, float *images, uint8_t *masks, float *state, int32_t *tokens,
                            uint8_t *token_mask);
-/* The model's chunk (H, A) float32 -> out (n_action_steps, action_dim) float64: sliced, then unnormalised in float32. */
-void lerobot_actions(const lerobot_pipeline *p, const float *chunk, double *out);
+/* The model's chunk (H, A) float32 -> out (n_action_steps, action_dim) float64: sliced, then unnormalised in float32.
+ * A value that overflows to a non-finite one is an error naming the stats file, step and dimension. */
+pi0_status lerobot_actions(const lerobot_pipeline *p, const float *chunk, double *out);
 /* Resize with padding as LeRobot's model does it (resize_with_pad_torch: bilinear, align_corners=False, no antialias,
  * centred zero padding), bit for bit as PyTorch 2.7-2.11 computes it in float32; src / dst are float32 CHW planes of
  * 3 channels, dst size x size. Clamped to [0, 1] where resized. */

@@ -4,6 +4,7 @@
  * what its postprocessor does after it. Arithmetic follows LeRobot's tensors: float32, or float64 for a float64 state
  * (the normaliser casts its stats to the input's dtype). Compiled with -ffp-contract=off: every operation rounds
  * where PyTorch's does. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -30,24 +31,42 @@ void lerobot_pipeline_free(lerobot_pipeline *p) {
     if (!p) return;
     for (int i = 0; p->cams && i < p->N; i++) free(p->cams[i]);
     free(p->cams);
-    norm_free(&p->state); norm_free(&p->action);
+    norm_free(&p->state); norm_free(&p->action); free(p->action_stats);
     for (int i = 0; i < p->n_rename; i++) { free(p->ren_from[i]); free(p->ren_to[i]); }
     free(p->ren_from); free(p->ren_to);
     free(p->metadata); free(p->summary);
     free(p);
 }
 
-static json_t *load_json(const char *dir, const char *name, char *path, size_t cap) {
+/* DIR/NAME as a JSON object into *out (path: the file's path, for messages) */
+static pi0_status load_json(json_t **out, const char *dir, const char *name, char *path, size_t cap) {
     snprintf(path, cap, "%s/%s", dir, name);
+    *out = NULL;
     size_t len;
     char *text = pi0_read_file(path, &len, LR_MAX_JSON);
-    if (!text) return NULL;   /* pi0_read_file has set the error */
+    if (!text) return pi0_last_status();
     json_error_t e;
     json_t *r = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
     free(text);
-    if (!r) pi0_fail(PI0_ERR_FORMAT, "%s: line %d: %s", path, e.line, e.text);
-    else if (!json_is_object(r)) { json_decref(r); r = NULL; pi0_fail(PI0_ERR_FORMAT, "%s: expected a JSON object", path); }
-    return r;
+    if (!r) return pi0_fail(PI0_ERR_FORMAT, "%s: line %d, column %d: %s", path, e.line, e.column, e.text);
+    if (!json_is_object(r)) {
+        json_decref(r);
+        return pi0_fail(PI0_ERR_FORMAT, "%s: expected a JSON object", path);
+    }
+    *out = r;
+    return PI0_OK;
+}
+
+/* what a JSON value is, for messages */
+static const char *json_kind(const json_t *v) {
+    switch (v ? json_typeof(v) : JSON_NULL) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: case JSON_REAL: return "a number";
+    case JSON_TRUE: case JSON_FALSE: return "a boolean";
+    default: return v ? "null" : "nothing";
+    }
 }
 
 /* shape[0] of a feature ({"type": ..., "shape": [n, ...]}); the product of the shape for cameras is not needed */
@@ -187,9 +206,32 @@ static int step_enabled_false(json_t *step) {
     return !e || json_is_false(e);
 }
 
+/* A normaliser step's config as NormalizerProcessorStep takes it: norm_map an object (its dataclass has no default),
+ * eps a number, normalize_observation_keys a list or null. Anything else is refused: read as IDENTITY it would leave
+ * the model's inputs or actions unnormalised without a word. */
+static pi0_status check_step_config(json_t *cfg, int index, const char *json_path) {
+    if (!json_is_object(cfg))
+        return pi0_fail(PI0_ERR_FORMAT, "%s: step %d: \"config\": expected an object, found %s", json_path, index,
+                        json_kind(cfg));
+    json_t *nm = json_object_get(cfg, "norm_map"), *eps = json_object_get(cfg, "eps"),
+           *keys = json_object_get(cfg, "normalize_observation_keys");
+    if (!json_is_object(nm))
+        return pi0_fail(PI0_ERR_FORMAT, "%s: step %d: config.norm_map: expected an object of feature type -> mode, found %s",
+                        json_path, index, json_kind(nm));
+    if (eps && (!json_is_number(eps) || !(json_number_value(eps) >= 0) || !isfinite(json_number_value(eps))))
+        return pi0_fail(PI0_ERR_FORMAT, "%s: step %d: config.eps: expected a finite number >= 0, found %s", json_path, index,
+                        json_kind(eps));
+    if (keys && !json_is_array(keys) && !json_is_null(keys))
+        return pi0_fail(PI0_ERR_FORMAT, "%s: step %d: config.normalize_observation_keys: expected a list or null, found %s",
+                        json_path, index, json_kind(keys));
+    return PI0_OK;
+}
+
 static pi0_status open_step_stats(norm_step *ns, json_t *step, int index, const char *dir, const char *json_path) {
     ns->cfg = json_object_get(step, "config");
     ns->index = index;
+    pi0_status st = check_step_config(ns->cfg, index, json_path);
+    if (st != PI0_OK) return st;
     json_t *sf = json_object_get(step, "state_file");
     if (!sf) return PI0_OK;
     const char *f = json_string_value(sf);
@@ -245,14 +287,10 @@ static void describe_norm(char **s, size_t *cap, const lr_norm *n) {
 }
 
 static pi0_status make_texts(lerobot_pipeline *p) {
-    size_t cap = 1024, mcap = 1024;
-    char *s = calloc(1, cap), *m = calloc(1, mcap);
+    size_t cap = 1024;
+    char *s = calloc(1, cap);
     cat(&s, &cap, "lerobot: type %s; %d camera%s:", p->pi05 ? "pi05" : "pi0", p->N, p->N > 1 ? "s" : "");
-    cat(&m, &mcap, "{\"lerobot\": {\"type\": \"%s\", \"cameras\": [", p->pi05 ? "pi05" : "pi0");
-    for (int i = 0; i < p->N; i++) {
-        cat(&s, &cap, "%s %s", i ? "," : "", p->cams[i]);
-        cat(&m, &mcap, "%s\"%s\"", i ? ", " : "", p->cams[i]);
-    }
+    for (int i = 0; i < p->N; i++) cat(&s, &cap, "%s %s", i ? "," : "", p->cams[i]);
     cat(&s, &cap, "\n  observation.state [%d]: ", p->state_dim);
     describe_norm(&s, &cap, &p->state);
     cat(&s, &cap, "%s\n  action [%d] of %d: ", p->pi05 && p->state_prompt ? ", discretised into the prompt" : "", p->action_dim, p->A);
@@ -264,11 +302,20 @@ static pi0_status make_texts(lerobot_pipeline *p) {
     static const char *const sched[] = {"ZEROS", "ONES", "LINEAR", "EXP"};
     cat(&s, &cap, "\n  real-time chunking (guided) defaults: execution_horizon %d, %s, max_guidance_weight %g", p->rtc_horizon,
         sched[p->rtc_schedule], (double)p->rtc_max_weight);
-    cat(&m, &mcap, "], \"state\": \"observation.state\", \"state_dim\": %d, \"action_dim\": %d, \"n_action_steps\": %d, "
-        "\"prompt_key\": \"task\"}}", p->state_dim, p->action_dim, p->n_action_steps);
+    /* the metadata through jansson: camera keys come from config.json and may hold any character */
+    json_t *cams = json_array(), *lr = json_pack("{s:s, s:o, s:s, s:i, s:i, s:i, s:s}", "type", p->pi05 ? "pi05" : "pi0",
+                                                 "cameras", cams, "state", "observation.state", "state_dim", p->state_dim,
+                                                 "action_dim", p->action_dim, "n_action_steps", p->n_action_steps,
+                                                 "prompt_key", "task");
+    int ok = lr != NULL;
+    for (int i = 0; ok && i < p->N; i++) ok = !json_array_append_new(cams, json_string(p->cams[i]));
+    json_t *root = ok ? json_pack("{s:O}", "lerobot", lr) : NULL;
+    p->metadata = root ? json_dumps(root, JSON_ENSURE_ASCII) : NULL;
+    json_decref(root);
+    json_decref(lr);
+    if (p->metadata) cat(&s, &cap, "\n  metadata sent to clients: %s", p->metadata);
     p->summary = s;
-    p->metadata = m;
-    return s && m ? PI0_OK : pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    return s && p->metadata ? PI0_OK : pi0_fail(PI0_ERR_NOMEM, "out of memory");
 }
 
 static int cam_index(const lerobot_pipeline *p, int n, const char *key) {
@@ -287,9 +334,11 @@ pi0_status lerobot_pipeline_load(lerobot_pipeline **out, const char *dir, const 
     if (!p) return PI0_ERR_NOMEM;
     p->pi05 = mi->pi05; p->H = mi->action_horizon; p->A = mi->action_dim; p->N = mi->n_cameras;
     p->R = mi->image_size; p->L = mi->max_token_len;
-    if (!(cfg = load_json(dir, "config.json", cfg_path, sizeof cfg_path))) { st = PI0_ERR_IO; goto done; }
-    if (!(pre = load_json(dir, "policy_preprocessor.json", pre_path, sizeof pre_path)) ||
-        !(post = load_json(dir, "policy_postprocessor.json", post_path, sizeof post_path))) {
+    if ((st = load_json(&cfg, dir, "config.json", cfg_path, sizeof cfg_path)) != PI0_OK) goto done;
+    if ((st = load_json(&pre, dir, "policy_preprocessor.json", pre_path, sizeof pre_path)) != PI0_OK ||
+        (st = load_json(&post, dir, "policy_postprocessor.json", post_path, sizeof post_path)) != PI0_OK) {
+        struct stat sb;   /* a file that is there but unreadable or malformed keeps load_json's error */
+        if (stat(pre ? post_path : pre_path, &sb) == 0 || errno != ENOENT) goto done;
         st = pi0_fail(PI0_ERR_IO, "%s: a LeRobot policy directory needs policy_preprocessor.json and "
                       "policy_postprocessor.json (LeRobot's processor files; checkpoints saved before LeRobot 0.4 keep "
                       "their norm stats in model.safetensors: convert them with LeRobot's migrate_policy_normalization.py)",
@@ -462,6 +511,7 @@ pi0_status lerobot_pipeline_load(lerobot_pipeline **out, const char *dir, const 
     if ((st = norm_load(&p->state, &pre_n, "observation.state", "STATE", p->state_dim, pre_path)) != PI0_OK ||
         (st = norm_load(&p->action, &post_n, "action", "ACTION", p->action_dim, post_path)) != PI0_OK)
         goto done;
+    if (post_n.stats && !(p->action_stats = strdup(post_n.file))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     for (int c = 0; c < p->N; c++) {   /* SigLIP takes [-1, 1] pixels: LeRobot's π0 / π0.5 configs leave images alone */
         lr_norm cn;
         if ((st = norm_load(&cn, &pre_n, p->cams[c], "VISUAL", 3, pre_path)) != PI0_OK) goto done;
@@ -718,8 +768,16 @@ pi0_status lerobot_prepare(const lerobot_pipeline *p, const pi0_tokenizer *tok, 
     return st;
 }
 
-void lerobot_actions(const lerobot_pipeline *p, const float *chunk, double *out) {
+pi0_status lerobot_actions(const lerobot_pipeline *p, const float *chunk, double *out) {
     for (int t = 0; t < p->n_action_steps; t++)
-        for (int i = 0; i < p->action_dim; i++)
-            out[(size_t)t * p->action_dim + i] = unnorm_f32(&p->action, chunk[(size_t)t * p->A + i], i);
+        for (int i = 0; i < p->action_dim; i++) {
+            float x = chunk[(size_t)t * p->A + i], y = unnorm_f32(&p->action, x, i);
+            if (!isfinite(y))   /* finite stats can still overflow float32 (a std of 3e38) */
+                return pi0_fail(PI0_ERR_FORMAT, "LeRobot's unnormaliser (%s, %s) turned the model's action %g at step %d, "
+                                "dimension %d into %g: the action stats are too large for float32",
+                                p->action_stats ? p->action_stats : "no stats file", mode_names[p->action.mode], (double)x,
+                                t, i, (double)y);
+            out[(size_t)t * p->action_dim + i] = y;
+        }
+    return PI0_OK;
 }

@@ -502,13 +502,26 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
     if (st != PI0_OK) return st;
     /* outputs: Unnormalize (actions float32 from the model, the state round trip in float64),
      * then AbsoluteActions and the robot's output transform */
+    /* every chunk leaves finite: the model's own output is checked (pi0_infer), each stage after it here */
     for (int b = 0; b < n && p->lr; b++)   /* LeRobot: n_action_steps rows, unnormalised by its postprocessor */
-        lerobot_actions(p->lr, p->actions + p->slot[b] * ha, actions + (size_t)b * p->lr->n_action_steps * p->D);
+        if ((st = lerobot_actions(p->lr, p->actions + p->slot[b] * ha, actions + (size_t)b * p->lr->n_action_steps * p->D)) != PI0_OK) {
+            pi0_error_prefix("batch element %d", b);
+            return st;
+        }
     for (int b = 0; b < n && !p->lr; b++) {
         for (size_t i = 0; i < ha; i++) p->chunk[i] = p->actions[p->slot[b] * ha + i];
-        if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, 1, p->H, p->A, p->chunk)) != PI0_OK) return st;
-        if ((st = norm_invert(&p->ns.state, p->quantile, batch[b]->state, 0, 1, p->A, p->state_rt)) != PI0_OK) return st;
-        robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, actions + (size_t)b * p->H * p->D);
+        if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, 1, p->H, p->A, p->chunk)) != PI0_OK ||
+            (st = norm_invert(&p->ns.state, p->quantile, batch[b]->state, 0, 1, p->A, p->state_rt)) != PI0_OK) {
+            pi0_error_prefix("batch element %d: assets/%s/norm_stats.json", b, p->asset_id);
+            return st;
+        }
+        double *out = actions + (size_t)b * p->H * p->D;
+        robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, out);
+        for (size_t i = 0; i < (size_t)p->H * p->D; i++)
+            if (!isfinite(out[i]))
+                return pi0_fail(PI0_ERR_FORMAT, "batch element %d: the %s robot's output transform%s gave %g at step %zu, "
+                                "dimension %zu from finite unnormalised actions", b, robot_name(p->robot),
+                                p->delta ? " (the state added to delta actions)" : "", out[i], i / (size_t)p->D, i % (size_t)p->D);
     }
     if (timing) { timing->model_ms = m1 - m0; timing->total_ms = now_ms() - t0; }
     return PI0_OK;

@@ -119,6 +119,9 @@ pi0_status norm_invert(const norm_vec *v, int quantile, const double *x, int x_f
                 y = h * (v->q99[i] - v->q01[i] + 1e-6) + v->q01[i];
             } else if (quantile) y = a;
             else y = a * ((i < v->n ? v->std[i] : 1.0) + 1e-6) + (i < v->n ? v->mean[i] : 0.0);
+            if (!isfinite(y))   /* finite stats can still overflow (a std of 1e308) */
+                return pi0_fail(PI0_ERR_FORMAT, "unnormalising %g (row %d, dimension %d) gave %g: the stats of dimension %d "
+                                "(%s) are too large", a, r, i, y, i, quantile ? "q01, q99" : "mean, std");
             out[(size_t)r * d + i] = y;
         }
     return PI0_OK;

@@ -11,14 +11,18 @@
 #include <unistd.h>
 
 static _Thread_local char g_err[2048];
+static _Thread_local pi0_status g_status;
 
 pi0_status pi0_fail(pi0_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
+    g_status = st;
     return st;
 }
+
+pi0_status pi0_last_status(void) { return g_status; }
 
 void pi0_error_prefix(const char *fmt, ...) {
     char pre[1024], old[sizeof g_err];
@@ -35,7 +39,7 @@ void pi0_error_prefix(const char *fmt, ...) {
     g_err[(size_t)k + ol] = 0;
 }
 
-void pi0_clear_error(void) { g_err[0] = 0; }
+void pi0_clear_error(void) { g_err[0] = 0; g_status = PI0_OK; }
 const char *pi0_last_error(void) { return g_err; }
 
 void pi0_assert_fail(const char *expr, const char *file, int line) {

@@ -17,6 +17,8 @@
 
 /* Records this thread's error message and returns st, so callers write `return pi0_fail(...)`. */
 pi0_status pi0_fail(pi0_status st, const char *fmt, ...) PI0_PRINTF(2, 3);
+/* The status the last pi0_fail on this thread recorded: for callers of functions that return NULL on failure. */
+pi0_status pi0_last_status(void);
 /* Prefixes the current message with context ("loading DIR: <old message>"). */
 void pi0_error_prefix(const char *fmt, ...) PI0_PRINTF(1, 2);
 void pi0_clear_error(void);

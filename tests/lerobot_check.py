@@ -377,6 +377,56 @@ def errors(tmp, tok, noise, cases):
     check("bad input: --robot on a LeRobot directory", p.returncode == 1 and "LeRobot policy" in p.stderr,
           p.stderr.strip()[-300:])
 
+    # a normaliser config of the wrong type was once read as IDENTITY: exit 0 with actions in model space
+    def edit_json(name, fn):
+        def edit(d):
+            path = os.path.join(d, name)
+            j = json.load(open(path))
+            fn(next(st for st in j["steps"] if st["registry_name"] in ("normalizer_processor", "unnormalizer_processor")))
+            json.dump(j, open(path, "w"))
+        return edit
+    pre, post = "policy_preprocessor.json", "policy_postprocessor.json"
+    d = variant("norm_map a string", edit_json(pre, lambda st: st["config"].__setitem__("norm_map", "MEAN_STD")))
+    both_fail("norm_map a string", d, good, [pre, "step 6: config.norm_map: expected an object", "found a string"],
+              ref_too=False)
+    rc, out, err = pi0("info", "--checkpoint", d)
+    check("bad input: pi0 info exits 1 when the pipeline cannot be used, and says the model alone can run",
+          rc == 1 and "config.norm_map" in err and "the model alone runs" in out, f"rc {rc}: {err.strip()[-300:]}")
+    both_fail("an unnormalizer config that is a number", variant("config a number", edit_json(
+        post, lambda st: st.__setitem__("config", 5))), good, [post, 'step 0: "config": expected an object, found a number'],
+        ref_too=False)
+    both_fail("eps a string", variant("eps a string", edit_json(pre, lambda st: st["config"].__setitem__("eps", "1e-8"))),
+              good, [pre, "config.eps: expected a finite number"], ref_too=False)
+    # a processor file that is there but malformed: its own parse error, not "needs policy_preprocessor.json"
+    for label, text, needle in (("invalid JSON", '{"steps": [', "line 1, column"), ("a list", "[1, 2]", "expected a JSON object"),
+                                ("a NUL escape", '{"name": "a\\u0000b", "steps": []}', "\\u0000 is not allowed"),
+                                ("over 16 MiB", "{" + " " * (16 << 20) + "}", "larger than")):
+        d = variant("pre " + label, lambda d, t=text: open(os.path.join(d, pre), "w").write(t))
+        p = subprocess.run([PI0, "info", "--checkpoint", d], capture_output=True, text=True, timeout=120)
+        check(f"bad input: policy_preprocessor.json {label} is reported as such", p.returncode == 1 and needle in p.stderr
+              and pre in p.stderr and "needs policy_preprocessor.json" not in p.stderr, p.stderr.strip()[-300:])
+    # finite stats whose unnormalised actions overflow float32: an error naming the stats file, never inf in the JSON
+    def huge_actions(d):
+        f = os.path.join(d, "policy_postprocessor_step_0_unnormalizer_processor.safetensors")
+        t, m = read_st(f)
+        for k in ("action.mean", "action.std"):
+            t[k] = ("F32", t[k][1], np.full(t[k][1], 3e38, np.float32).tobytes())
+        write_st(f, t, m)
+    both_fail("action stats that overflow float32 (mean and std 3e38)", variant("huge action stats", huge_actions), good,
+              ["policy_postprocessor_step_0_unnormalizer_processor.safetensors", "too large for float32"], ref_too=False)
+    # camera keys holding '"', '\\' and a newline: the metadata the server sends is still JSON, with the keys intact
+    cams = ['observation.images.a"b', 'observation.images.c\\d', "observation.images.e\nf"]
+    d = policy_dir(tmp, "odd-cams", "tiny-pi0", cams, 8, 7, {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"}, rng)
+    rc, out, err = pi0("info", "--checkpoint", d)
+    line = next((ln for ln in out.splitlines() if ln.startswith("  metadata sent to clients: ")), "")
+    try:
+        meta = json.loads(line.split(": ", 1)[1])
+    except (ValueError, IndexError):
+        meta = None
+    check("camera keys with a quote, a backslash and a newline: the metadata is JSON with the keys intact",
+          rc == 0 and meta is not None and meta["lerobot"]["cameras"] == cams and set(meta) == {"lerobot"},
+          f"rc {rc}: {line[:300]} {err.strip()[-200:]}")
+
 
 def main():
     tmp = tempfile.mkdtemp(prefix="pi0-lerobot-")

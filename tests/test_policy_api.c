@@ -290,5 +290,36 @@ int main(int argc, char **argv) {
     CHECK(pi0_policy_load(&p, lib, &(pi0_policy_params){.robot = "libero", .tokenizer = tok, .asset_id = "../libero"}) == PI0_ERR_ARG,
           "asset id with '..' refused");
     CHECK(p == NULL, "failed loads leave *out NULL");
+
+    /* finite stats whose unnormalised actions overflow: an error naming the stage, never inf returned as a success */
+    for (int stage = 0; stage < 2; stage++) {
+        const char *d = make_dir(stage ? "huge_delta" : "huge_std", "tiny-pi0", "physical-intelligence/libero", 8, 7, 0);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/assets/physical-intelligence/libero/norm_stats.json", d);
+        FILE *f = fopen(path, "w");
+        /* stage 0: actions = a * 1.7e308 + 1.7e308 overflow for a > 0.06; stage 1: each action unnormalises to about
+         * 1e308 and the state (1.7e308, through a mean and std of 1e308) is added to the delta dims: 2.7e308 */
+        const char *am = stage ? "1e308" : "1.7e308", *as = stage ? "1" : "1.7e308", *sm = stage ? "1e308" : "0",
+                   *ss = stage ? "1e308" : "1";
+        if (f) {
+            fprintf(f, "{\"norm_stats\": {\"state\": {\"mean\": [%s,%s,%s,%s,%s,%s,%s,%s], \"std\": [%s,%s,%s,%s,%s,%s,%s,%s]}, "
+                    "\"actions\": {\"mean\": [%s,%s,%s,%s,%s,%s,%s], \"std\": [%s,%s,%s,%s,%s,%s,%s]}}}\n",
+                    sm, sm, sm, sm, sm, sm, sm, sm, ss, ss, ss, ss, ss, ss, ss, ss, am, am, am, am, am, am, am, as, as, as, as,
+                    as, as, as);
+            fclose(f);
+        }
+        st = load(&p, d, "pi0_libero", NULL, 1);
+        CHECK(st == PI0_OK, "load with huge stats (stage %d): %s", stage, pi0_last_error());
+        libero_obs ho;
+        pi0_observation o = libero(&ho, 0.0, "pick", noise[0], 0);
+        for (int i = 0; i < 8 && stage; i++) ho.state[i] = 1.7e308;
+        double out[5 * 7];
+        const char *want = stage ? "the libero robot's output transform (the state added to delta actions)" :
+                                   "assets/physical-intelligence/libero/norm_stats.json: unnormalising";
+        CHECK(st == PI0_OK && pi0_policy_infer(p, &o, out, NULL) == PI0_ERR_FORMAT && strstr(pi0_last_error(), want),
+              "overflowing %s refused: %s", stage ? "absolute actions" : "unnormalisation", pi0_last_error());
+        pi0_policy_free(p);
+        p = NULL;
+    }
     return test_summary("test_policy_api");
 }

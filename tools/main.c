@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pi0.h"
 #include "cli.h"
@@ -351,9 +352,23 @@ static int cmd_info(int argc, char **argv) {
                "pass them with --config or --action-horizon / --max-token-len\nread: %.2f s\n", i.load_s);
     if (!strcmp(i.format, "lerobot")) {   /* its features, stats and norm modes, from the processor files */
         char *text = NULL;
-        if (pi0_lerobot_describe(m, &text) != PI0_OK)   /* the model still runs (pi0 infer, convert): say what is missing */
-            printf("lerobot: the policy pipeline cannot be used: %s\n", pi0_last_error());
-        else printf("%s\n", text);
+        if (pi0_lerobot_describe(m, &text) != PI0_OK) {
+            /* A directory without processor files is a model alone (LeRobot before 0.4 kept none): pi0 infer and
+             * convert run it, so info succeeds. Processor files that are there but unusable are an error: `pi0 run`
+             * and the server refuse them, and a deployment script checks with `pi0 info`. */
+            char pre[4096], post[4096];
+            struct stat sb;
+            snprintf(pre, sizeof pre, "%s/policy_preprocessor.json", i.root);
+            snprintf(post, sizeof post, "%s/policy_postprocessor.json", i.root);
+            int absent = stat(pre, &sb) != 0 && stat(post, &sb) != 0;
+            printf("lerobot: %s (the model alone runs: pi0 infer, pi0 convert)\n",
+                   absent ? "no policy pipeline: policy_preprocessor.json and policy_postprocessor.json are absent"
+                          : "the policy pipeline cannot be used");
+            if (!absent) {
+                pi0_model_free(m);
+                return cli_fail("reading the LeRobot policy pipeline");
+            }
+        } else printf("%s\n", text);
         free(text);
     }
     if (backend == PI0_BACKEND_CUDA) {   /* the footprint of a session: what a smaller card must hold (README, GPU) */
