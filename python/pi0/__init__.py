@@ -97,6 +97,20 @@ def _str(b: Optional[bytes]) -> Optional[str]:
     return None if b is None else b.decode("utf-8", "replace")
 
 
+def _cstr(s: Any, what: str) -> bytes:
+    """A str argument that the library reads as a C string: UTF-8 without NUL, since C stops at the first NUL (it would
+    take "pi0_libero" + NUL + "junk" for "pi0_libero"). Bytes and other types are refused, not guessed at."""
+    if not isinstance(s, str):
+        raise InputError("PI0_ERR_ARG", f"{what}: expected a str, found {type(s).__name__} {s!r:.40}")
+    if "\0" in s:
+        raise InputError("PI0_ERR_ARG", f"{what}: contains a NUL character ({s!r:.60})")
+    return _utf8(s, what)
+
+
+def _opt_cstr(s: Any, what: str) -> Optional[bytes]:
+    return None if s is None else _cstr(s, what)
+
+
 def _backend(name: str, device: int) -> int:
     if name == "cpu":
         return N.BACKEND_CPU
@@ -119,16 +133,15 @@ def backend_available(backend: str = "cuda", device: int = 0) -> Tuple[bool, str
 
 
 def _path(p, what: str) -> bytes:
-    if isinstance(p, bytes):
-        return p
+    """A path (str, bytes or os.PathLike) as the library's C string; one holding a NUL is refused, as open() does:
+    the library would stop reading it there and open another file."""
     try:
-        return os.fsencode(p)
+        b = p if isinstance(p, bytes) else os.fsencode(p)
     except TypeError:
         raise InputError("PI0_ERR_ARG", f"{what}: expected a path, found {type(p).__name__}") from None
-
-
-def _opt_bytes(s: Optional[str]) -> Optional[bytes]:
-    return None if s is None else s.encode("utf-8")
+    if b"\0" in b:
+        raise InputError("PI0_ERR_ARG", f"{what}: the path contains a NUL character ({p!r:.80})")
+    return b
 
 
 def _model_params(backend: str, device: int, threads: int, action_horizon: int, max_token_len: int,
@@ -204,7 +217,7 @@ _KEYS: Dict[str, bytes] = {}   # observation keys encoded once (a robot sends th
 def _key_bytes(key: str) -> bytes:
     b = _KEYS.get(key)
     if b is None:
-        b = _utf8(key, "observation key")
+        b = _utf8(key, f"observation key {key!r:.80}")
         if len(_KEYS) < 4096:
             _KEYS[key] = b
     return b
@@ -267,9 +280,9 @@ class Policy(_Closing):
         max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
         pp = N.PolicyParams(
             model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet),
-            config=_opt_bytes(config), robot=_opt_bytes(robot), tokenizer=_path(tokenizer, "tokenizer"),
-            asset_id=_opt_bytes(asset_id),
-            default_prompt=None if default_prompt is None else _utf8(default_prompt, "default_prompt"),
+            config=_opt_cstr(config, "config"), robot=_opt_cstr(robot, "robot"),
+            tokenizer=_path(tokenizer, "tokenizer"), asset_id=_opt_cstr(asset_id, "asset_id"),
+            default_prompt=_opt_cstr(default_prompt, "default_prompt"),
             delta_actions=0 if delta_actions is None else (1 if delta_actions else -1),
             max_batch=max_batch, num_steps=steps)
         p = ctypes.c_void_p()
@@ -349,6 +362,8 @@ class Policy(_Closing):
                 if not isinstance(k, str):
                     raise _bad(f"{what}: key {k!r} of '{prefix}': keys must be strings")
                 key = prefix + k
+                if "\0" in k:   # keys reach the library as C strings: 'observation/state' + NUL + 'x' is the state
+                    raise InputError("PI0_ERR_FORMAT", f"{what}: key {key!r:.80} contains a NUL character")
                 if type(v) is np.ndarray and v.dtype.kind not in "USO" and not (level == 0 and k in top):
                     add(key, v)   # the common case, first
                 elif level == 0 and (k == "prompt" or k == self._task_key):
@@ -548,11 +563,7 @@ class Policy(_Closing):
         default prompt or "warm up"). Returns the milliseconds taken."""
         ms = ctypes.c_double()
         batch = _int(batch, "warmup: batch", 1, self._max_batch)
-        if prompt is not None and not isinstance(prompt, str):
-            raise InputError("PI0_ERR_ARG", f"warmup: prompt: expected a str, found {type(prompt).__name__}")
-        if prompt is not None and "\0" in prompt:
-            raise InputError("PI0_ERR_ARG", "warmup: prompt: contains a NUL character")
-        text = None if prompt is None else _utf8(prompt, "warmup: prompt")
+        text = _opt_cstr(prompt, "warmup: prompt")
         p = self._acquire()
         try:
             with self._lock:
@@ -756,8 +767,7 @@ class Tokenizer:
         state discretised into the prompt; state = the normalised state values) or "raw" (LeRobot's π0). Returns
         (tokens int32 [max_len], mask bool [max_len]), right-padded or truncated."""
         fmts = {"pi0": N.PROMPT_PI0, "pi05": N.PROMPT_PI05, "raw": N.PROMPT_RAW}
-        if not isinstance(text, str) or "\0" in text:
-            raise InputError("PI0_ERR_ARG", "prompt: expected a str without NUL characters")
+        text_c = _cstr(text, "prompt")
         max_len = _int(max_len, "max_len", 1, 4096)
         if fmt not in fmts:
             raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r}")
@@ -765,7 +775,7 @@ class Tokenizer:
         tokens = np.zeros(max_len, np.int32)
         mask = np.zeros(max_len, np.uint8)
         nv = ctypes.c_int()
-        _check(lib.pi0_tokenize_prompt(self._t, _utf8(text, "prompt"), fmts[fmt],
+        _check(lib.pi0_tokenize_prompt(self._t, text_c, fmts[fmt],
                                        None if st is None else st.ctypes.data, 0 if st is None else st.size, max_len,
                                        tokens.ctypes.data, mask.ctypes.data, ctypes.byref(nv)))
         return tokens, mask.view(np.bool_)
