@@ -111,7 +111,18 @@ def _opt_cstr(s: Any, what: str) -> Optional[bytes]:
     return None if s is None else _cstr(s, what)
 
 
+def _flag(x: Any, what: str) -> bool:
+    """True / False (numpy's too) or 1 / 0: a string such as "false" is refused rather than taken as true."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)) and x in (0, 1):
+        return bool(x)
+    raise InputError("PI0_ERR_ARG", f"{what}: expected True or False, found {type(x).__name__} {x!r:.40}")
+
+
 def _backend(name: str, device: int) -> int:
+    if not isinstance(name, str):   # (a numpy array would compare element-wise below)
+        raise InputError("PI0_ERR_ARG", f"backend: expected 'auto', 'cpu' or 'cuda', found {type(name).__name__}")
     if name == "cpu":
         return N.BACKEND_CPU
     if name == "cuda":
@@ -148,7 +159,8 @@ def _model_params(backend: str, device: int, threads: int, action_horizon: int, 
                   quiet: bool) -> N.ModelParams:
     device = _int(device, "device", 0, 1024)
     return N.ModelParams(backend=_backend(backend, device), n_threads=_int(threads, "threads", 0, 4096), device=device,
-                         quiet=int(bool(quiet)), action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
+                         quiet=int(_flag(quiet, "quiet")),
+                         action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
                          max_token_len=_int(max_token_len or 0, "max_token_len", 0, 4096))
 
 
@@ -283,7 +295,7 @@ class Policy(_Closing):
             config=_opt_cstr(config, "config"), robot=_opt_cstr(robot, "robot"),
             tokenizer=_path(tokenizer, "tokenizer"), asset_id=_opt_cstr(asset_id, "asset_id"),
             default_prompt=_opt_cstr(default_prompt, "default_prompt"),
-            delta_actions=0 if delta_actions is None else (1 if delta_actions else -1),
+            delta_actions=0 if delta_actions is None else (1 if _flag(delta_actions, "delta_actions") else -1),
             max_batch=max_batch, num_steps=steps)
         p = ctypes.c_void_p()
         _check(lib.pi0_policy_load(ctypes.byref(p), _path(checkpoint, "checkpoint"), ctypes.byref(pp)))
@@ -444,7 +456,7 @@ class Policy(_Closing):
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc.schedule: expected ZEROS, ONES, LINEAR or EXP, found {rtc['schedule']!r}")
             r.schedule = N.SCHEDULES.index(s)
         if "mode" in rtc:
-            if rtc["mode"] not in ("exact", "lerobot"):
+            if not isinstance(rtc["mode"], str) or rtc["mode"] not in ("exact", "lerobot"):
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc.mode: expected 'exact' or 'lerobot', found {rtc['mode']!r}")
             r.mode = N.RTC_EXACT if rtc["mode"] == "exact" else N.RTC_LEROBOT
         executed = _int(rtc.get("executed", 0), f"{what}: rtc.executed", 0, self._mH)
@@ -681,8 +693,9 @@ class Model(_Closing):
             keep.append(nz)
             c.noise = nz.ctypes.data
         if rtc is not None:
+            mode = rtc.get("mode", "lerobot") if isinstance(rtc, Mapping) else None
             if not isinstance(rtc, Mapping) or set(rtc) - {"prev", "weights", "max_weight", "mode"} or "prev" not in rtc \
-                    or "weights" not in rtc or rtc.get("mode", "lerobot") not in ("lerobot", "exact"):
+                    or "weights" not in rtc or not isinstance(mode, str) or mode not in ("lerobot", "exact"):
                 raise InputError("PI0_ERR_ARG", "rtc: expected {'prev': [B, H, A], 'weights': [B, H], 'max_weight', "
                                  "'mode': 'lerobot' | 'exact'}")
             prev = _floats(rtc["prev"], "rtc prev", (B, H, A))
@@ -691,7 +704,7 @@ class Model(_Closing):
             mw = _floats(np.full(B, _float(mw, "rtc max_weight")) if np.ndim(mw) == 0 else mw, "rtc max_weight", (B,))
             keep += [prev, w, mw]
             c.rtc, c.rtc_prev, c.rtc_weights, c.rtc_max_weights = N.RTC_LEROBOT, prev.ctypes.data, w.ctypes.data, mw.ctypes.data
-            if rtc.get("mode") == "exact":
+            if mode == "exact":
                 c.rtc = N.RTC_EXACT
         out = np.empty((B, H, A), np.float32)
         with self._lock:
@@ -769,8 +782,8 @@ class Tokenizer:
         fmts = {"pi0": N.PROMPT_PI0, "pi05": N.PROMPT_PI05, "raw": N.PROMPT_RAW}
         text_c = _cstr(text, "prompt")
         max_len = _int(max_len, "max_len", 1, 4096)
-        if fmt not in fmts:
-            raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r}")
+        if not isinstance(fmt, str) or fmt not in fmts:
+            raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r:.40}")
         st = None if state is None else np.ascontiguousarray(state, dtype=np.float64).ravel()
         tokens = np.zeros(max_len, np.int32)
         mask = np.zeros(max_len, np.uint8)

@@ -50,3 +50,28 @@ def test_nul_in_strings_refused(ckpts, tmp_path):
     # encode takes the text with its length: a NUL is a character like any other (SentencePiece's byte fallback)
     tok = pi0.Tokenizer(TOKENIZER)
     assert len(tok.encode("a\0b")) > len(tok.encode("ab"))
+
+
+def test_str_arguments_of_other_types_refused(ckpts):
+    """bytes (or another type) where a str is expected raise pi0.InputError naming the argument, never
+    AttributeError / TypeError from inside the binding; a string where a flag is expected is not taken as True."""
+    for kw, name in (({"default_prompt": b"x"}, "default_prompt"), ({"config": b"pi0_libero"}, "config"),
+                     ({"config": None, "robot": b"libero"}, "robot"), ({"asset_id": 5}, "asset_id"),
+                     ({"backend": np.array(["cpu", "cuda"])}, "backend"), ({"delta_actions": "false"}, "delta_actions"),
+                     ({"quiet": "no"}, "quiet")):
+        with pytest.raises(pi0.InputError, match=name):
+            policy(ckpts, **kw)
+    with policy(ckpts, delta_actions=np.bool_(False), quiet=1) as p:
+        assert p.info["delta_actions"] is False
+        obs = {**observation("libero", np.random.RandomState(21)), "prompt": "x"}
+        with pytest.raises(pi0.InputError, match="warmup: prompt"):
+            p.warmup(1, b"x")
+        with pytest.raises(pi0.InputError, match="rtc.mode"):
+            p.infer(obs, seed=1, rtc={"mode": np.array(["exact"])})
+    tok = pi0.Tokenizer(TOKENIZER)
+    with pytest.raises(pi0.InputError, match="prompt"):
+        tok.prompt(b"x", 16)
+    with pytest.raises(pi0.InputError, match="fmt"):
+        tok.prompt("x", 16, ["pi0"])
+    ok, why = pi0.backend_available(np.array(["cpu", "cuda"]))
+    assert not ok and "backend" in why
