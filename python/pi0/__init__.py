@@ -169,6 +169,12 @@ _DTYPES = {np.dtype(np.uint8): N.DT_U8, np.dtype(np.float32): N.DT_F32, np.dtype
            np.dtype(np.int32): N.DT_I32, np.dtype(np.int64): N.DT_I64, np.dtype(np.bool_): N.DT_BOOL,
            np.dtype(np.float16): N.DT_F16}
 _DTYPE_WORDS = "uint8, float16, float32, float64, int32, int64 or bool"
+# The largest observation array any of the library's readers takes: an image of sides up to 8192 with 3 channels
+# (src/robot.c get_image; src/lerobot_pipeline.c LR_MAX_SIDE, where a leading batch axis of 1 may come first); state
+# vectors are far shorter. An array outside these bounds is refused by every key that reads it, so a view that
+# would need a copy is judged on its shape first: a broadcast view of a few bytes can describe terabytes.
+_MAX_SIDE = 8192
+_MAX_ELEMENTS = 3 * _MAX_SIDE * _MAX_SIDE
 
 
 def _c_array(key: str, value: Any) -> Union[np.ndarray, str]:
@@ -186,6 +192,9 @@ def _c_array(key: str, value: Any) -> Union[np.ndarray, str]:
         if a.dtype.kind in "biuf" and a.dtype.newbyteorder("=") in _DTYPES:   # another byte order, strided, unaligned
             if a.ndim > 4:
                 return f"{a.ndim} dimensions {list(a.shape)}, at most 4"
+            if a.size > _MAX_ELEMENTS or max(a.shape, default=0) > _MAX_SIDE:
+                return (f"a non-contiguous {a.dtype} view of shape {list(a.shape)}, larger than any array the "
+                        f"engine reads (sides of at most {_MAX_SIDE}, {_MAX_ELEMENTS} elements): not copied")
             a = np.require(a, dtype=a.dtype.newbyteorder("="), requirements="CA")
         else:
             return f"dtype {a.dtype}, which the engine does not read ({_DTYPE_WORDS})"
@@ -213,7 +222,9 @@ def _prompt_text(key: str, v: Any) -> Optional[str]:
 
 def _floats(x: Any, what: str, shape: Tuple[int, ...]) -> np.ndarray:
     """float32 C-contiguous and aligned (the same object when it already is) of the given shape. The library refuses
-    non-finite values itself, with the index."""
+    non-finite values itself, with the index. An array's shape is checked before it is converted (a copy)."""
+    if isinstance(x, np.ndarray) and x.shape != shape:
+        raise _bad(f"{what}: expected shape {list(shape)}, found {list(x.shape)}")
     try:
         a = np.require(x, dtype=np.float32, requirements="CA")
     except (TypeError, ValueError) as e:
@@ -406,6 +417,9 @@ class Policy(_Closing):
                 arrays.append((_key_bytes(key), a))
 
         walk(obs, "", 0)
+        if skipped and self._task_key:   # LeRobot reads or refuses every key: a skipped camera would read as absent
+            key, why = next(iter(skipped.items()))
+            raise _bad(f"{what}: '{key}' was given as {why} (a LeRobot policy reads every key it is sent)")
         o.skipped = skipped
         c = N.Observation()
         if arrays:
@@ -496,7 +510,8 @@ class Policy(_Closing):
 
         obs: openpi's observation dict: the robot's keys nested ({"images": {"cam_high": ...}}) or flattened with
           '/' ("observation/image"), images uint8 or float (x255, as openpi), HWC or CHW, any size; "prompt" (a
-          LeRobot policy also takes "task"); an optional "noise". Keys the policy does not read are ignored.
+          LeRobot policy also takes "task"); an optional "noise". Keys the policy does not read are ignored
+          (a LeRobot policy reads every key).
         noise: float32 [H, A] (the model's horizon and action width, 32): the start of the flow; None = drawn
           from `seed` (None or 0: the policy's own random stream).
         rtc: real-time chunking towards the previous chunk (docs/model.md 3.11), keys as pi0-server's request:
@@ -665,16 +680,23 @@ class Model(_Closing):
         Arrays of the right dtype and layout are read in place; others are converted (a copy)."""
         i = self.info
         N_, R, A, H = i["n_cameras"], i["image_size"], i["action_dim"], i["action_horizon"]
-        images = _floats(images, "images", np.shape(images))
-        if images.ndim != 5 or images.shape[1:] != (N_, R, R, 3):
+        if not isinstance(images, np.ndarray):
+            try:
+                images = np.asarray(images)
+            except (TypeError, ValueError) as e:
+                raise _bad(f"images: expected float32 numbers of shape [B, {N_}, {R}, {R}, 3] ({e})") from None
+        if images.ndim != 5 or images.shape[1:] != (N_, R, R, 3):   # before the conversion: a view can be huge
             raise _bad(f"images: expected shape [B, {N_}, {R}, {R}, 3], found {list(images.shape)}")
         B = images.shape[0]
         if not 1 <= B <= self.max_batch:
             raise InputError("PI0_ERR_ARG", f"images: batch {B}, the model's session holds 1..{self.max_batch}")
+        images = _floats(images, "images", images.shape)
         state = _floats(state, "state", (B, A))
         tokens = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
         if tokens.ndim != 2 or tokens.shape[0] != B or tokens.dtype.kind not in "iu":
             raise _bad(f"tokens: expected integers of shape [{B}, L], found {tokens.dtype} {list(tokens.shape)}")
+        if not 1 <= tokens.shape[1] <= i["max_token_len"]:   # before the scan and the copy below
+            raise _bad(f"tokens: {tokens.shape[1]} per row, the model takes 1..{i['max_token_len']} (max_token_len)")
         if tokens.size and (tokens.min() < 0 or tokens.max() > _INT32):
             raise _bad(f"tokens: ids must be 0..{_INT32}, found {tokens.min()}..{tokens.max()}")
         tokens = np.require(tokens, dtype=np.int32, requirements="CA")
@@ -784,7 +806,12 @@ class Tokenizer:
         max_len = _int(max_len, "max_len", 1, 4096)
         if not isinstance(fmt, str) or fmt not in fmts:
             raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r:.40}")
-        st = None if state is None else np.ascontiguousarray(state, dtype=np.float64).ravel()
+        st = None
+        if state is not None:
+            st = state if isinstance(state, np.ndarray) else np.asarray(state)
+            if st.size > 4096:   # the library's bound, checked before the conversion (a view can be huge)
+                raise _bad(f"state: {st.size} values, at most 4096")
+            st = np.ascontiguousarray(st, dtype=np.float64).ravel()
         tokens = np.zeros(max_len, np.int32)
         mask = np.zeros(max_len, np.uint8)
         nv = ctypes.c_int()
