@@ -97,7 +97,32 @@ def _str(b: Optional[bytes]) -> Optional[str]:
     return None if b is None else b.decode("utf-8", "replace")
 
 
+def _cstr(s: Any, what: str) -> bytes:
+    """A str argument that the library reads as a C string: UTF-8 without NUL, since C stops at the first NUL (it would
+    take "pi0_libero" + NUL + "junk" for "pi0_libero"). Bytes and other types are refused, not guessed at."""
+    if not isinstance(s, str):
+        raise InputError("PI0_ERR_ARG", f"{what}: expected a str, found {type(s).__name__} {s!r:.40}")
+    if "\0" in s:
+        raise InputError("PI0_ERR_ARG", f"{what}: contains a NUL character ({s!r:.60})")
+    return _utf8(s, what)
+
+
+def _opt_cstr(s: Any, what: str) -> Optional[bytes]:
+    return None if s is None else _cstr(s, what)
+
+
+def _flag(x: Any, what: str) -> bool:
+    """True / False (numpy's too) or 1 / 0: a string such as "false" is refused rather than taken as true."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)) and x in (0, 1):
+        return bool(x)
+    raise InputError("PI0_ERR_ARG", f"{what}: expected True or False, found {type(x).__name__} {x!r:.40}")
+
+
 def _backend(name: str, device: int) -> int:
+    if not isinstance(name, str):   # (a numpy array would compare element-wise below)
+        raise InputError("PI0_ERR_ARG", f"backend: expected 'auto', 'cpu' or 'cuda', found {type(name).__name__}")
     if name == "cpu":
         return N.BACKEND_CPU
     if name == "cuda":
@@ -119,23 +144,23 @@ def backend_available(backend: str = "cuda", device: int = 0) -> Tuple[bool, str
 
 
 def _path(p, what: str) -> bytes:
-    if isinstance(p, bytes):
-        return p
+    """A path (str, bytes or os.PathLike) as the library's C string; one holding a NUL is refused, as open() does:
+    the library would stop reading it there and open another file."""
     try:
-        return os.fsencode(p)
+        b = p if isinstance(p, bytes) else os.fsencode(p)
     except TypeError:
         raise InputError("PI0_ERR_ARG", f"{what}: expected a path, found {type(p).__name__}") from None
-
-
-def _opt_bytes(s: Optional[str]) -> Optional[bytes]:
-    return None if s is None else s.encode("utf-8")
+    if b"\0" in b:
+        raise InputError("PI0_ERR_ARG", f"{what}: the path contains a NUL character ({p!r:.80})")
+    return b
 
 
 def _model_params(backend: str, device: int, threads: int, action_horizon: int, max_token_len: int,
                   quiet: bool) -> N.ModelParams:
     device = _int(device, "device", 0, 1024)
     return N.ModelParams(backend=_backend(backend, device), n_threads=_int(threads, "threads", 0, 4096), device=device,
-                         quiet=int(bool(quiet)), action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
+                         quiet=int(_flag(quiet, "quiet")),
+                         action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
                          max_token_len=_int(max_token_len or 0, "max_token_len", 0, 4096))
 
 
@@ -144,6 +169,12 @@ _DTYPES = {np.dtype(np.uint8): N.DT_U8, np.dtype(np.float32): N.DT_F32, np.dtype
            np.dtype(np.int32): N.DT_I32, np.dtype(np.int64): N.DT_I64, np.dtype(np.bool_): N.DT_BOOL,
            np.dtype(np.float16): N.DT_F16}
 _DTYPE_WORDS = "uint8, float16, float32, float64, int32, int64 or bool"
+# The largest observation array any of the library's readers takes: an image of sides up to 8192 with 3 channels
+# (src/robot.c get_image; src/lerobot_pipeline.c LR_MAX_SIDE, where a leading batch axis of 1 may come first); state
+# vectors are far shorter. An array outside these bounds is refused by every key that reads it, so a view that
+# would need a copy is judged on its shape first: a broadcast view of a few bytes can describe terabytes.
+_MAX_SIDE = 8192
+_MAX_ELEMENTS = 3 * _MAX_SIDE * _MAX_SIDE
 
 
 def _c_array(key: str, value: Any) -> Union[np.ndarray, str]:
@@ -161,6 +192,9 @@ def _c_array(key: str, value: Any) -> Union[np.ndarray, str]:
         if a.dtype.kind in "biuf" and a.dtype.newbyteorder("=") in _DTYPES:   # another byte order, strided, unaligned
             if a.ndim > 4:
                 return f"{a.ndim} dimensions {list(a.shape)}, at most 4"
+            if a.size > _MAX_ELEMENTS or max(a.shape, default=0) > _MAX_SIDE:
+                return (f"a non-contiguous {a.dtype} view of shape {list(a.shape)}, larger than any array the "
+                        f"engine reads (sides of at most {_MAX_SIDE}, {_MAX_ELEMENTS} elements): not copied")
             a = np.require(a, dtype=a.dtype.newbyteorder("="), requirements="CA")
         else:
             return f"dtype {a.dtype}, which the engine does not read ({_DTYPE_WORDS})"
@@ -188,7 +222,9 @@ def _prompt_text(key: str, v: Any) -> Optional[str]:
 
 def _floats(x: Any, what: str, shape: Tuple[int, ...]) -> np.ndarray:
     """float32 C-contiguous and aligned (the same object when it already is) of the given shape. The library refuses
-    non-finite values itself, with the index."""
+    non-finite values itself, with the index. An array's shape is checked before it is converted (a copy)."""
+    if isinstance(x, np.ndarray) and x.shape != shape:
+        raise _bad(f"{what}: expected shape {list(shape)}, found {list(x.shape)}")
     try:
         a = np.require(x, dtype=np.float32, requirements="CA")
     except (TypeError, ValueError) as e:
@@ -204,7 +240,7 @@ _KEYS: Dict[str, bytes] = {}   # observation keys encoded once (a robot sends th
 def _key_bytes(key: str) -> bytes:
     b = _KEYS.get(key)
     if b is None:
-        b = _utf8(key, "observation key")
+        b = _utf8(key, f"observation key {key!r:.80}")
         if len(_KEYS) < 4096:
             _KEYS[key] = b
     return b
@@ -267,10 +303,10 @@ class Policy(_Closing):
         max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
         pp = N.PolicyParams(
             model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet),
-            config=_opt_bytes(config), robot=_opt_bytes(robot), tokenizer=_path(tokenizer, "tokenizer"),
-            asset_id=_opt_bytes(asset_id),
-            default_prompt=None if default_prompt is None else _utf8(default_prompt, "default_prompt"),
-            delta_actions=0 if delta_actions is None else (1 if delta_actions else -1),
+            config=_opt_cstr(config, "config"), robot=_opt_cstr(robot, "robot"),
+            tokenizer=_path(tokenizer, "tokenizer"), asset_id=_opt_cstr(asset_id, "asset_id"),
+            default_prompt=_opt_cstr(default_prompt, "default_prompt"),
+            delta_actions=0 if delta_actions is None else (1 if _flag(delta_actions, "delta_actions") else -1),
             max_batch=max_batch, num_steps=steps)
         p = ctypes.c_void_p()
         _check(lib.pi0_policy_load(ctypes.byref(p), _path(checkpoint, "checkpoint"), ctypes.byref(pp)))
@@ -349,6 +385,8 @@ class Policy(_Closing):
                 if not isinstance(k, str):
                     raise _bad(f"{what}: key {k!r} of '{prefix}': keys must be strings")
                 key = prefix + k
+                if "\0" in k:   # keys reach the library as C strings: 'observation/state' + NUL + 'x' is the state
+                    raise InputError("PI0_ERR_FORMAT", f"{what}: key {key!r:.80} contains a NUL character")
                 if type(v) is np.ndarray and v.dtype.kind not in "USO" and not (level == 0 and k in top):
                     add(key, v)   # the common case, first
                 elif level == 0 and (k == "prompt" or k == self._task_key):
@@ -379,6 +417,9 @@ class Policy(_Closing):
                 arrays.append((_key_bytes(key), a))
 
         walk(obs, "", 0)
+        if skipped and self._task_key:   # LeRobot reads or refuses every key: a skipped camera would read as absent
+            key, why = next(iter(skipped.items()))
+            raise _bad(f"{what}: '{key}' was given as {why} (a LeRobot policy reads every key it is sent)")
         o.skipped = skipped
         c = N.Observation()
         if arrays:
@@ -429,7 +470,7 @@ class Policy(_Closing):
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc.schedule: expected ZEROS, ONES, LINEAR or EXP, found {rtc['schedule']!r}")
             r.schedule = N.SCHEDULES.index(s)
         if "mode" in rtc:
-            if rtc["mode"] not in ("exact", "lerobot"):
+            if not isinstance(rtc["mode"], str) or rtc["mode"] not in ("exact", "lerobot"):
                 raise InputError("PI0_ERR_ARG", f"{what}: rtc.mode: expected 'exact' or 'lerobot', found {rtc['mode']!r}")
             r.mode = N.RTC_EXACT if rtc["mode"] == "exact" else N.RTC_LEROBOT
         executed = _int(rtc.get("executed", 0), f"{what}: rtc.executed", 0, self._mH)
@@ -469,7 +510,8 @@ class Policy(_Closing):
 
         obs: openpi's observation dict: the robot's keys nested ({"images": {"cam_high": ...}}) or flattened with
           '/' ("observation/image"), images uint8 or float (x255, as openpi), HWC or CHW, any size; "prompt" (a
-          LeRobot policy also takes "task"); an optional "noise". Keys the policy does not read are ignored.
+          LeRobot policy also takes "task"); an optional "noise". Keys the policy does not read are ignored
+          (a LeRobot policy reads every key).
         noise: float32 [H, A] (the model's horizon and action width, 32): the start of the flow; None = drawn
           from `seed` (None or 0: the policy's own random stream).
         rtc: real-time chunking towards the previous chunk (docs/model.md 3.11), keys as pi0-server's request:
@@ -548,11 +590,7 @@ class Policy(_Closing):
         default prompt or "warm up"). Returns the milliseconds taken."""
         ms = ctypes.c_double()
         batch = _int(batch, "warmup: batch", 1, self._max_batch)
-        if prompt is not None and not isinstance(prompt, str):
-            raise InputError("PI0_ERR_ARG", f"warmup: prompt: expected a str, found {type(prompt).__name__}")
-        if prompt is not None and "\0" in prompt:
-            raise InputError("PI0_ERR_ARG", "warmup: prompt: contains a NUL character")
-        text = None if prompt is None else _utf8(prompt, "warmup: prompt")
+        text = _opt_cstr(prompt, "warmup: prompt")
         p = self._acquire()
         try:
             with self._lock:
@@ -642,16 +680,23 @@ class Model(_Closing):
         Arrays of the right dtype and layout are read in place; others are converted (a copy)."""
         i = self.info
         N_, R, A, H = i["n_cameras"], i["image_size"], i["action_dim"], i["action_horizon"]
-        images = _floats(images, "images", np.shape(images))
-        if images.ndim != 5 or images.shape[1:] != (N_, R, R, 3):
+        if not isinstance(images, np.ndarray):
+            try:
+                images = np.asarray(images)
+            except (TypeError, ValueError) as e:
+                raise _bad(f"images: expected float32 numbers of shape [B, {N_}, {R}, {R}, 3] ({e})") from None
+        if images.ndim != 5 or images.shape[1:] != (N_, R, R, 3):   # before the conversion: a view can be huge
             raise _bad(f"images: expected shape [B, {N_}, {R}, {R}, 3], found {list(images.shape)}")
         B = images.shape[0]
         if not 1 <= B <= self.max_batch:
             raise InputError("PI0_ERR_ARG", f"images: batch {B}, the model's session holds 1..{self.max_batch}")
+        images = _floats(images, "images", images.shape)
         state = _floats(state, "state", (B, A))
         tokens = tokens if isinstance(tokens, np.ndarray) else np.asarray(tokens)
         if tokens.ndim != 2 or tokens.shape[0] != B or tokens.dtype.kind not in "iu":
             raise _bad(f"tokens: expected integers of shape [{B}, L], found {tokens.dtype} {list(tokens.shape)}")
+        if not 1 <= tokens.shape[1] <= i["max_token_len"]:   # before the scan and the copy below
+            raise _bad(f"tokens: {tokens.shape[1]} per row, the model takes 1..{i['max_token_len']} (max_token_len)")
         if tokens.size and (tokens.min() < 0 or tokens.max() > _INT32):
             raise _bad(f"tokens: ids must be 0..{_INT32}, found {tokens.min()}..{tokens.max()}")
         tokens = np.require(tokens, dtype=np.int32, requirements="CA")
@@ -670,8 +715,9 @@ class Model(_Closing):
             keep.append(nz)
             c.noise = nz.ctypes.data
         if rtc is not None:
+            mode = rtc.get("mode", "lerobot") if isinstance(rtc, Mapping) else None
             if not isinstance(rtc, Mapping) or set(rtc) - {"prev", "weights", "max_weight", "mode"} or "prev" not in rtc \
-                    or "weights" not in rtc or rtc.get("mode", "lerobot") not in ("lerobot", "exact"):
+                    or "weights" not in rtc or not isinstance(mode, str) or mode not in ("lerobot", "exact"):
                 raise InputError("PI0_ERR_ARG", "rtc: expected {'prev': [B, H, A], 'weights': [B, H], 'max_weight', "
                                  "'mode': 'lerobot' | 'exact'}")
             prev = _floats(rtc["prev"], "rtc prev", (B, H, A))
@@ -680,7 +726,7 @@ class Model(_Closing):
             mw = _floats(np.full(B, _float(mw, "rtc max_weight")) if np.ndim(mw) == 0 else mw, "rtc max_weight", (B,))
             keep += [prev, w, mw]
             c.rtc, c.rtc_prev, c.rtc_weights, c.rtc_max_weights = N.RTC_LEROBOT, prev.ctypes.data, w.ctypes.data, mw.ctypes.data
-            if rtc.get("mode") == "exact":
+            if mode == "exact":
                 c.rtc = N.RTC_EXACT
         out = np.empty((B, H, A), np.float32)
         with self._lock:
@@ -756,16 +802,20 @@ class Tokenizer:
         state discretised into the prompt; state = the normalised state values) or "raw" (LeRobot's π0). Returns
         (tokens int32 [max_len], mask bool [max_len]), right-padded or truncated."""
         fmts = {"pi0": N.PROMPT_PI0, "pi05": N.PROMPT_PI05, "raw": N.PROMPT_RAW}
-        if not isinstance(text, str) or "\0" in text:
-            raise InputError("PI0_ERR_ARG", "prompt: expected a str without NUL characters")
+        text_c = _cstr(text, "prompt")
         max_len = _int(max_len, "max_len", 1, 4096)
-        if fmt not in fmts:
-            raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r}")
-        st = None if state is None else np.ascontiguousarray(state, dtype=np.float64).ravel()
+        if not isinstance(fmt, str) or fmt not in fmts:
+            raise InputError("PI0_ERR_ARG", f"fmt: expected pi0, pi05 or raw, found {fmt!r:.40}")
+        st = None
+        if state is not None:
+            st = state if isinstance(state, np.ndarray) else np.asarray(state)
+            if st.size > 4096:   # the library's bound, checked before the conversion (a view can be huge)
+                raise _bad(f"state: {st.size} values, at most 4096")
+            st = np.ascontiguousarray(st, dtype=np.float64).ravel()
         tokens = np.zeros(max_len, np.int32)
         mask = np.zeros(max_len, np.uint8)
         nv = ctypes.c_int()
-        _check(lib.pi0_tokenize_prompt(self._t, _utf8(text, "prompt"), fmts[fmt],
+        _check(lib.pi0_tokenize_prompt(self._t, text_c, fmts[fmt],
                                        None if st is None else st.ctypes.data, 0 if st is None else st.size, max_len,
                                        tokens.ctypes.data, mask.ctypes.data, ctypes.byref(nv)))
         return tokens, mask.view(np.bool_)

@@ -2,6 +2,7 @@
 `pi0 run --json`, bit for bit; its keys, the "task" prompt and its metadata."""
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 import pi0
 from conftest import A, H, ROOT, TOKENIZER, run_cli, write_st
+from test_boundary import Peak, huge
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import lerobot_check as lc  # noqa: E402  (numpy only: writes the directories, weights, processor files and stats)
@@ -51,3 +53,26 @@ def test_lerobot_equals_cli(lerobot_dirs, tmp_path, model):
                   "pick up the cube", "--backend", "cpu", "--json")
     want = np.array(json.loads(out.stdout)["actions"])
     assert got.shape == want.shape and np.array_equal(got, want) and np.array_equal(again, want)
+
+
+def test_lerobot_unreadable_key_refused(lerobot_dirs):
+    """A LeRobot policy reads (or refuses) every key it is sent: a camera in a form the binding does not pass (another
+    dtype, a view larger than any image the library reads) is refused by name, not run as a missing camera, and the
+    view is not copied. The binding's bound on views is the library's (LR_MAX_SIDE) for a contiguous array."""
+    rng = np.random.RandomState(5)
+    obs = {**lerobot_obs(rng), "task": "x"}
+    cam = lc.CAMS3[1]
+    tall = np.zeros((8193, 8, 6), np.uint8)
+    with pi0.Policy(lerobot_dirs["pi0"], tokenizer=TOKENIZER, backend="cpu") as p:
+        for bad in (obs[cam].astype(np.int16), huge((9000, 9000, 3))):
+            with Peak() as m, pytest.raises(pi0.InputError, match=cam):
+                p.infer({**obs, cam: bad}, seed=1)
+            assert m.bytes < 16 << 20, m.bytes
+        with pytest.raises(pi0.InputError) as c:
+            p.infer({**obs, cam: np.ascontiguousarray(tall[:, :, :3])}, seed=1)
+        with pytest.raises(pi0.InputError) as py:
+            p.infer({**obs, cam: tall[:, :, ::2]}, seed=1)
+        assert p.infer(obs, seed=1)["actions"].shape == (5, 7)
+    library = re.search(r"sides of 1\.\.(\d+)", str(c.value))
+    binding = re.search(r"sides of at most (\d+)", str(py.value))
+    assert library and binding and library.group(1) == binding.group(1), (str(c.value), str(py.value))
