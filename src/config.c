@@ -103,7 +103,7 @@ pi0_status config_parse(pi0_config *c, const char *label, const char *text, size
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", label, jerr.line,
-                        jerr.column, jerr.text);
+                        jerr.column, pi0_json_reason(jerr.text));
     pi0_status st = PI0_ERR_FORMAT;
     json_t *jv, *jl, *je;
     if (!json_is_object(root)) { pi0_fail(PI0_ERR_FORMAT, "%s: expected a JSON object", label); goto done; }

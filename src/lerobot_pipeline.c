@@ -48,7 +48,7 @@ static pi0_status load_json(json_t **out, const char *dir, const char *name, cha
     json_error_t e;
     json_t *r = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
     free(text);
-    if (!r) return pi0_fail(PI0_ERR_FORMAT, "%s: line %d, column %d: %s", path, e.line, e.column, e.text);
+    if (!r) return pi0_fail(PI0_ERR_FORMAT, "%s: line %d, column %d: %s", path, e.line, e.column, pi0_json_reason(e.text));
     if (!json_is_object(r)) {
         json_decref(r);
         return pi0_fail(PI0_ERR_FORMAT, "%s: expected a JSON object", path);

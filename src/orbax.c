@@ -157,7 +157,7 @@ static pi0_status read_tree(const char *params, leaf **out, int *n_out, int *nnx
     pi0_status st = PI0_OK;
     leaf *lv = NULL;
     int n = 0, all_value = 1;
-    if (!root) { st = pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line, jerr.column, jerr.text); goto done; }
+    if (!root) { st = pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line, jerr.column, pi0_json_reason(jerr.text)); goto done; }
     if (!json_is_object(tree) || !json_object_size(tree)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: no \"tree_metadata\" object with leaves", path); goto done; }
     if (!(lv = calloc(json_object_size(tree), sizeof *lv))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     const char *tk;

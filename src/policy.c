@@ -74,7 +74,7 @@ pi0_status norm_stats_parse(norm_stats *ns, const char *label, const char *text,
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", label, jerr.line, jerr.column,
-                        jerr.text);
+                        pi0_json_reason(jerr.text));
     json_t *s = json_object_get(root, "norm_stats");
     pi0_status st = json_is_object(s) ? PI0_OK : pi0_fail(PI0_ERR_FORMAT, "%s: expected {\"norm_stats\": {...}}", label);
     if (st == PI0_OK) st = parse_vec(s, "state", &ns->state, label);

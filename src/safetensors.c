@@ -121,7 +121,7 @@ pi0_status st_parse(st_file **out, const char *label, const uint8_t *buf, size_t
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hl, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return pi0_fail(PI0_ERR_FORMAT, "%s: header JSON invalid at line %d column %d: %s", label,
-                        jerr.line, jerr.column, jerr.text);
+                        jerr.line, jerr.column, pi0_json_reason(jerr.text));
     st_file *f = calloc(1, sizeof *f);
     st_tensor **order = NULL;
     pi0_status st = PI0_OK;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +24,12 @@ pi0_status pi0_fail(pi0_status st, const char *fmt, ...) {
 }
 
 pi0_status pi0_last_status(void) { return g_status; }
+
+char *pi0_json_reason(char *text) {
+    char *near = strstr(text, " near '");
+    if (near) *near = 0;
+    return text;
+}
 
 void pi0_error_prefix(const char *fmt, ...) {
     char pre[1024], old[sizeof g_err];

@@ -17,6 +17,9 @@
 
 /* Records this thread's error message and returns st, so callers write `return pi0_fail(...)`. */
 pi0_status pi0_fail(pi0_status st, const char *fmt, ...) PI0_PRINTF(2, 3);
+/* A JSON parser's reason without the text it quotes: jansson ends some reasons with "near '<token>'", and a
+ * checkpoint's file may be a symlink to a file the reader of the message should not see. Cuts text in place. */
+char *pi0_json_reason(char *text);
 /* The status the last pi0_fail on this thread recorded: for callers of functions that return NULL on failure. */
 pi0_status pi0_last_status(void);
 /* Prefixes the current message with context ("loading DIR: <old message>"). */

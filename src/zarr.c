@@ -38,7 +38,7 @@ pi0_status zarr_parse_meta(zarr_array *a, const char *label, const char *text, s
     memset(a, 0, sizeof *a);
     json_error_t jerr;
     json_t *r = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!r) return pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", label, jerr.line, jerr.column, jerr.text);
+    if (!r) return pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", label, jerr.line, jerr.column, pi0_json_reason(jerr.text));
     pi0_status st = PI0_ERR_FORMAT;
     int nc = 0;
     json_t *fmt = json_object_get(r, "zarr_format"), *dt = json_object_get(r, "dtype"), *comp = json_object_get(r, "compressor"),
