@@ -23,7 +23,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"run", NULL},   /* its own, longer help: run.c */
     {"infer", "pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
               "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
-              "          [--action-horizon N] [--max-token-len N]   (Orbax checkpoints store neither)\n"
+              "          [--action-horizon N] [--max-token-len N]   (default: the inputs' noise [B, H, A] and tokens\n"
+              "           [B, L] when present, else the checkpoint's; Orbax checkpoints store neither)\n"
               "          [--rtc exact|lerobot --rtc-delay D --rtc-horizon S [--rtc-leftover N] --rtc-schedule zeros|ones|linear|exp\n"
               "           --rtc-max-weight W]   (real-time chunking towards the inputs' rtc_prev [B, H, A]; defaults 0, 10,\n"
               "           H, linear, 10 as LeRobot's RTCConfig)\n"
@@ -115,13 +116,27 @@ static int cmd_infer(int argc, char **argv) {
     int rc = 1;
     pi0_inputs in;
     pi0_model_info info;
+    if (pi0_tensors_open(&in_t, inp) != PI0_OK) {
+        rc = cli_fail("reading inputs");
+        goto done;
+    }
+    /* without flags the inputs size the model: the noise's horizon and the tokens' length (an Orbax checkpoint stores
+     * neither, and a config's values would only refuse what the user gave) */
+    int64_t shape_in[8];
+    int ndim_in = 0;
+    if (!horizon && pi0_tensors_get(in_t, "noise", NULL, &ndim_in, shape_in, NULL) == PI0_OK && ndim_in == 3 &&
+        shape_in[1] >= 1 && shape_in[1] <= 4096)
+        horizon = shape_in[1];
+    if (!max_len && pi0_tensors_get(in_t, "tokens", NULL, &ndim_in, shape_in, NULL) == PI0_OK && ndim_in == 2 &&
+        shape_in[1] >= 1 && shape_in[1] <= 4096)
+        max_len = shape_in[1];
     if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads, .device = (int)device,
                                                      .action_horizon = (int)horizon, .max_token_len = (int)max_len}) != PI0_OK) {
         rc = cli_fail("loading the checkpoint");
         goto done;
     }
     pi0_model_get_info(m, &info);
-    if (pi0_tensors_open(&in_t, inp) != PI0_OK || pi0_inputs_from_tensors(m, in_t, inp, &in, &ib) != PI0_OK) {
+    if (pi0_inputs_from_tensors(m, in_t, inp, &in, &ib) != PI0_OK) {
         rc = cli_fail("reading inputs");
         goto done;
     }

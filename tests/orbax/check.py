@@ -109,6 +109,8 @@ def model_case(tmp, label, fixture, lossless, **kw):
     check(f"{label}: convert copies assets", os.path.isfile(os.path.join(conv, "assets", "tiny", "norm_stats.json")))
     a_ox, e1 = infer(d, fixture, os.path.join(tmp, label + ".a_ox"), "--action-horizon", "5", "--max-token-len", L)
     a_cv, e2 = infer(conv, fixture, os.path.join(tmp, label + ".a_cv"))
+    a_in, e4 = infer(d, fixture, os.path.join(tmp, label + ".a_in"))
+    check(f"{label}: without flags, pi0 infer sizes the model from the inputs' noise and tokens", a_in and a_in == a_ox, e4)
     check(f"{label}: actions of the Orbax dir == of its conversion", a_ox and a_ox == a_cv, e1 + e2)
     if lossless:
         a_fx, e3 = infer(os.path.join(FIX, fixture), fixture, os.path.join(tmp, label + ".a_fx"))
