@@ -30,6 +30,10 @@ done
 script() {
     name=$1; shift
     echo "== $name"
+    # every listed script must exist: a missing one is a failure, never a silent skip
+    for f in "$@"; do
+        case $f in tests/*) [ -f "$f" ] || { echo "$name: $f is missing"; total_fail=$((total_fail + 1)); rc=1; return; } ;; esac
+    done
     # streamed as it runs (a venv made from PyPI takes a minute: its progress line shows at once), kept for the summary
     tmpo=$(mktemp); tmps=$(mktemp)
     { "$@" 2>&1; echo $? > "$tmps"; } | tee "$tmpo"
@@ -44,16 +48,16 @@ PYTHON=${PY:-/usr/bin/python3}
 # the tokenizer against SentencePiece itself (python3-sentencepiece is the oracle)
 script tokenizer "$PYTHON" tests/tokenizer_check.py "$BUILD/pi0"
 # the whole policy (`pi0 run`) against the independent reference policy script
-[ -f tests/policy_e2e.py ] && script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
+script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
 # LeRobot policy directories (the model: keys, config fields, refused options)
-[ -f tests/lerobot_check.py ] && script lerobot "$PYTHON" tests/lerobot_check.py "$BUILD/pi0"
+script lerobot "$PYTHON" tests/lerobot_check.py "$BUILD/pi0"
 # real-time chunking at the model level against the independent reference (LeRobot's form)
-[ -f tests/rtc_check.py ] && script rtc "$PYTHON" tests/rtc_check.py "$BUILD/pi0"
+script rtc "$PYTHON" tests/rtc_check.py "$BUILD/pi0"
 # Orbax checkpoints written by orbax-checkpoint itself (pinned and newest, venvs from PyPI)
-[ -f tests/orbax/run.sh ] && script orbax sh tests/orbax/run.sh "$BUILD"
+script orbax sh tests/orbax/run.sh "$BUILD"
 # the Python package (pip install ./python, pytest): Policy / Model against the command line, bit for bit
-[ -f tests/python/run.sh ] && script python sh tests/python/run.sh "$BUILD"
+script python sh tests/python/run.sh "$BUILD"
 # pi0-server: protocol, openpi-client, load and faults
-[ -f tests/server/run.sh ] && script server sh tests/server/run.sh "$BUILD"
+script server sh tests/server/run.sh "$BUILD"
 echo "$total_pass passed, $total_fail failed"
 exit $rc
