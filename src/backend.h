@@ -193,10 +193,15 @@ struct pi0_backend {
     /* out[r] = x[r] * v[(r / rows_per_vec) * stride + i]: the cotangent of linear_gated's product through its gate;
      * x, out ACT (M, D), v F32. */
     void (*scale_rows)(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D);
-    /* The guided velocity (F32 rows of A): err = (y - (x - t v)) * w[row] (LeRobot's weighted error); then, once dx =
-     * err^T dv/dx_t is known, v -= g[(row / H) * steps + k] * (err - jac[row / H] * t * dx): jac 1 is the paper's
-     * exact guidance (err^T dx1/dx_t with x1 = x_t - t v), 0 LeRobot's (err itself). */
-    void (*rtc_error)(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, float t, int rows, int A);
+    /* The guided velocity (F32 rows of A), each sample b = row / H in its own form, jac[b] (F32 [samples]), so that a
+     * sample's answer does not depend on the samples batched with it:
+     * - jac != 0, the paper's exact guidance (err^T dx1/dx_t with x1 = x_t - t v): rtc_error gives
+     *   err = (y - (x - t v)) * w[row] in double, rounded once to fp32; then, once dx = err^T dv/dx_t is known,
+     *   rtc_correct gives v -= g[b * steps + k] * (err - jac[b] * t * dx) in double, rounded once.
+     * - jac 0, LeRobot's form (err itself): rtc_error and rtc_correct together make rtc_guide's fp32 operations in its
+     *   order (err = (y - (x - t * v)) * w[row], then v - g * err), so the result is rtc_guide's bit for bit; dx is
+     *   not read. */
+    void (*rtc_error)(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, pt jac, float t, int rows, int H, int A);
     void (*rtc_correct)(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows, int H,
                         int A);
 };

@@ -18,6 +18,8 @@
  *  - π0.5 swish comes after BOTH time MLP layers; the final adaRMS gate is unused.
  *  - t accumulates in fp32 (1.0, 0.9, ...); dt = -1/steps in fp32; x += dt * v in fp32.
  *  - Text embeddings are scaled by sqrt(width); image tokens are not.
+ *  - A batch may mix exact and LeRobot real-time chunking (and none: zero weights); each sample keeps its own form's
+ *    arithmetic, or a request's actions change with its batch neighbours.
  */
 #include "model.h"
 
@@ -533,13 +535,15 @@ static void expert_backward(model_sess *s, const pi0_expert_step *e) {
 }
 
 /* Exact guidance of step k (pi0.h PI0_RTC_EXACT): err = (Y - x1) w with x1 = x_t - t v, then dx = err^T dv/dx_t by
- * the transpose of the step (action_out, final norm, the layers, the action embedding), and the guided velocity. */
+ * the transpose of the step (action_out, final norm, the layers, the action embedding), and the guided velocity. The
+ * batch's samples of LeRobot's form (rtc_jac 0) get rtc_guide's fp32 arithmetic from rtc_error and rtc_correct
+ * (backend.h), so that each sample's actions are those it gets in a batch of its own form. */
 static void exact_guidance(model_sess *s, const pi0_expert_step *e, const pi0_prenorm *fin, int B, int k) {
     pi0_backend *be = s->be;
     pi0_weights *w = s->w;
     int Mh = B * s->H, Ms = e->M, De = s->De;
     float t = s->tvals[k];
-    be->rtc_error(be, s->err, s->vel, s->x, s->rtc_y, s->rtc_w, t, Mh, s->A);
+    be->rtc_error(be, s->err, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_jac, t, Mh, s->H, s->A);
     be->linear_t(be, s->d_vin, s->err, &w->action_out_w, Mh, s->A, De, 0, EPI_STORE);
     be->copy_rows(be, s->d_sy, s->out_rows, s->d_vin, (pt){0}, Mh, De);
     if (!s->c->pi05) be->copy_rows(be, s->d_sy, s->st_rows, s->zero_row, (pt){0}, B, De);   /* v reads no state row */

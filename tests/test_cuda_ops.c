@@ -855,23 +855,44 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
     rel(&q); rel(&g); rel(&dq); rel(&k); rel(&v); rel(&k2); rel(&v2); rel(&dk); rel(&dv); rel(&all3);
 }
 
-/* rtc_error and rtc_correct: 2 samples x 50 rows of 32, prefix weights from 1 down to 0, step 3 of 5; the exact form
- * (jac 1) for sample 0, LeRobot's (jac 0) for sample 1 */
+/* rtc_error and rtc_correct: 3 samples x 50 rows of 32, prefix weights from 1 down to 0, step 3 of 5; LeRobot's form
+ * (jac 0) for samples 0 and 2, the exact form (jac 1) for sample 1, whose neighbours' dx is NaN (not read). Against the
+ * CPU twin; and on each backend the LeRobot samples equal that backend's rtc_guide bit for bit (backend.h: a sample's
+ * answer must not depend on its batch). */
 static void t_rtc_exact(void) {
-    dbuf v = mk(100 * 32, PT_F32), x = mk(100 * 32, PT_F32), y = mk(100 * 32, PT_F32), w = mk(100, PT_F32),
-         g = mk(10, PT_F32), err = mk(100 * 32, PT_F32), dx = mk(100 * 32, PT_F32), jac = mk(2, PT_F32);
-    set_rand(&v, 1.0f); set_rand(&x, 1.0f); set_rand(&y, 1.0f); set_rand(&g, 3.0f); set_rand(&dx, 1.0f); poison(&err);
-    float wv[100], jv[2] = {1.0f, 0.0f};
-    for (int i = 0; i < 100; i++) wv[i] = i % 50 < 5 ? 1.0f : i % 50 < 20 ? (float)(20 - i % 50) / 16.0f : 0.0f;
+    enum { NS = 3, H = 50, A = 32, R = NS * H };
+    dbuf v = mk(R * A, PT_F32), x = mk(R * A, PT_F32), y = mk(R * A, PT_F32), w = mk(R, PT_F32), g = mk(NS * 5, PT_F32),
+         err = mk(R * A, PT_F32), dx = mk(R * A, PT_F32), jac = mk(NS, PT_F32), gv = mk(R * A, PT_F32);
+    set_rand(&v, 1.0f); set_rand(&x, 1.0f); set_rand(&y, 1.0f); set_rand(&g, 3.0f); poison(&err);
+    static float wv[R], dv[R * A], vv[R * A];
+    float jv[NS] = {0.0f, 1.0f, 0.0f};
+    for (int i = 0; i < R; i++) wv[i] = i % H < 5 ? 1.0f : i % H < 20 ? (float)(20 - i % H) / 16.0f : 0.0f;
+    for (int i = 0; i < R * A; i++) dv[i] = jv[i / A / H] != 0.0f ? (float)pi0_rng_normal(&rng) : NAN;
     set(&w, wv);
     set(&jac, jv);
-    cpu->rtc_error(cpu, err.c, v.c, x.c, y.c, w.c, 0.7f, 100, 32);
-    gpu->rtc_error(gpu, err.g, v.g, x.g, y.g, w.g, 0.7f, 100, 32);
-    compare("rtc_error", "2 x 50 rows of 32, t=0.7", &err, 32, 1e-6);
-    cpu->rtc_correct(cpu, v.c, err.c, dx.c, g.c, jac.c, 5, 3, 0.7f, 100, 50, 32);
-    gpu->rtc_correct(gpu, v.g, err.g, dx.g, g.g, jac.g, 5, 3, 0.7f, 100, 50, 32);
-    compare("rtc_correct", "2 x 50 rows of 32, k=3 t=0.7, jac 1 / 0", &v, 32, 1e-6);
-    rel(&v); rel(&x); rel(&y); rel(&w); rel(&g); rel(&err); rel(&dx); rel(&jac);
+    set(&dx, dv);
+    cpu->download(cpu, vv, v.c, R * A);
+    set(&gv, vv);
+    cpu->rtc_error(cpu, err.c, v.c, x.c, y.c, w.c, jac.c, 0.7f, R, H, A);
+    gpu->rtc_error(gpu, err.g, v.g, x.g, y.g, w.g, jac.g, 0.7f, R, H, A);
+    compare("rtc_error", "3 x 50 rows of 32, t=0.7, jac 0 / 1 / 0", &err, A, 1e-6);
+    cpu->rtc_correct(cpu, v.c, err.c, dx.c, g.c, jac.c, 5, 3, 0.7f, R, H, A);
+    gpu->rtc_correct(gpu, v.g, err.g, dx.g, g.g, jac.g, 5, 3, 0.7f, R, H, A);
+    compare("rtc_correct", "3 x 50 rows of 32, k=3 t=0.7, jac 0 / 1 / 0", &v, A, 1e-6);
+    cpu->rtc_guide(cpu, gv.c, x.c, y.c, w.c, g.c, 5, 3, 0.7f, R, H, A);
+    gpu->rtc_guide(gpu, gv.g, x.g, y.g, w.g, g.g, 5, 3, 0.7f, R, H, A);
+    static float hv[R * A], hg[R * A];
+    for (int side = 0; side < 2; side++) {
+        pi0_backend *b = side ? gpu : cpu;
+        int same = b->download(b, hv, side ? v.g : v.c, R * A) == PI0_OK &&
+                   b->download(b, hg, side ? gv.g : gv.c, R * A) == PI0_OK;
+        for (int s = 0; s < NS; s++)
+            if (jv[s] == 0.0f) same = same && !memcmp(hv + s * H * A, hg + s * H * A, H * A * sizeof(float));
+        const char *what = side ? "gpu: jac 0 samples == its rtc_guide" : "cpu: jac 0 samples == its rtc_guide";
+        printf("%-12s %-44s %s\n", "rtc_correct", what, same ? "bit for bit OK" : "FAIL");
+        CHECK(same, "%s: rtc_error + rtc_correct of LeRobot's form differ from its rtc_guide", side ? "gpu" : "cpu");
+    }
+    rel(&v); rel(&x); rel(&y); rel(&w); rel(&g); rel(&err); rel(&dx); rel(&jac); rel(&gv);
 }
 
 /* ---- the op cases: one table per op, each row {shapes, epilogue / variant, tolerance, why} ----

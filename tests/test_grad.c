@@ -448,31 +448,44 @@ static void t_attention_bwd(const char *what, int nseg, const int *np, int S, in
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->release(be, all[i]);
 }
 
-/* ---- rtc_error / rtc_correct: the guided velocity, against its formula in float64 ---- */
+/* ---- rtc_error / rtc_correct: the guided velocity of three samples, LeRobot's form (jac 0) around an exact one (jac
+ * 1). The exact sample against its formula in float64; a LeRobot sample equal to rtc_guide on its own bit for bit
+ * (backend.h: its answer must not depend on the batch), and both near the float64 formula. Its dx is NaN: not read. */
 static void t_rtc(void) {
-    int rows = 6, H = 3, A = 4, steps = 5, k = 2;
+    int H = 5, A = 8, ns = 3, rows = ns * H, steps = 5, k = 2;
     float t = 0.6f;
     size_t n = (size_t)rows * A;
     float *v = rnd(n, 1), *x = rnd(n, 1), *y = rnd(n, 1), *w = rnd((size_t)rows, 0.5), *dx = rnd(n, 1);
-    float *g = rnd((size_t)(rows / H) * steps, 2), jac[2] = {1, 0};
+    float *g = rnd((size_t)ns * steps, 2), jac[3] = {0, 1, 0};
+    for (size_t i = 0; i < n; i++)
+        if (jac[i / A / H] == 0) dx[i] = NAN;
     pt pv = dev(v, n, PT_F32), px = dev(x, n, PT_F32), py = dev(y, n, PT_F32), pw = dev(w, (size_t)rows, PT_F32),
-       pdx = dev(dx, n, PT_F32), pg = dev(g, (size_t)(rows / H) * steps, PT_F32), pj = dev(jac, 2, PT_F32),
-       pe = dev(NULL, n, PT_F32);
-    be->rtc_error(be, pe, pv, px, py, pw, t, rows, A);
+       pdx = dev(dx, n, PT_F32), pg = dev(g, (size_t)ns * steps, PT_F32), pj = dev(jac, (size_t)ns, PT_F32),
+       pe = dev(NULL, n, PT_F32), pgv = dev(v, n, PT_F32);
+    be->rtc_error(be, pe, pv, px, py, pw, pj, t, rows, H, A);
     be->rtc_correct(be, pv, pe, pdx, pg, pj, steps, k, t, rows, H, A);
-    float *ge = host(pe, n), *gv = host(pv, n);
+    be->rtc_guide(be, pgv, px, py, pw, pg, steps, k, t, rows, H, A);
+    float *ge = host(pe, n), *gv = host(pv, n), *guide = host(pgv, n);
     double *we = malloc(n * sizeof(double)), *wvv = malloc(n * sizeof(double));
     for (int r = 0; r < rows; r++)
         for (int i = 0; i < A; i++) {
             size_t j = (size_t)r * A + i;
+            double d = jac[r / H] ? dx[j] : 0;
             we[j] = ((double)y[j] - ((double)x[j] - (double)t * v[j])) * w[r];
-            wvv[j] = v[j] - (double)g[(r / H) * steps + k] * (we[j] - jac[r / H] * (double)t * dx[j]);
+            wvv[j] = v[j] - (double)g[(r / H) * steps + k] * (we[j] - jac[r / H] * (double)t * d);
         }
-    double e1 = rel64(ge, we, n), e2 = rel64(gv, wvv, n);
-    printf("rtc_error / rtc_correct against their formulas: rel L2 %.1e / %.1e\n", e1, e2);
-    CHECK(e1 <= 1e-6 && e2 <= 1e-6, "rtc_error %.3e, rtc_correct %.3e", e1, e2);
-    free(v); free(x); free(y); free(w); free(dx); free(g); free(ge); free(gv); free(we); free(wvv);
-    pt all[] = {pv, px, py, pw, pdx, pg, pj, pe};
+    for (int b = 0; b < ns; b++) {
+        size_t o = (size_t)b * H * A, m = (size_t)H * A;
+        double e1 = rel64(ge + o, we + o, m), e2 = rel64(gv + o, wvv + o, m);
+        int same = !memcmp(gv + o, guide + o, m * sizeof(float));
+        printf("rtc_error / rtc_correct, sample %d (%s): rel L2 %.1e / %.1e against the formulas%s\n", b,
+               jac[b] ? "exact" : "LeRobot's form", e1, e2,
+               jac[b] ? "" : same ? "; rtc_guide's bits" : "; NOT rtc_guide's bits");
+        CHECK(e1 <= 1e-6 && e2 <= 1e-6, "sample %d: rtc_error %.3e, rtc_correct %.3e", b, e1, e2);
+        if (!jac[b]) CHECK(same, "sample %d of LeRobot's form: rtc_error + rtc_correct == rtc_guide bit for bit", b);
+    }
+    free(v); free(x); free(y); free(w); free(dx); free(g); free(ge); free(gv); free(guide); free(we); free(wvv);
+    pt all[] = {pv, px, py, pw, pdx, pg, pj, pe, pgv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->release(be, all[i]);
 }
 

@@ -156,6 +156,52 @@ int main(int argc, char **argv) {
         pi0_prepared_free(y[1]);
     }
 
+    { /* real-time chunking in a batch (a server batches the requests of several robots): each request keeps its own
+       * form's arithmetic, so its actions are those it gets alone, bit for bit, whatever forms share its batch */
+        static float prev[4 * 32];
+        for (int i = 0; i < 4 * 32; i++) prev[i] = (float)cos(0.23 * i);
+        pi0_rtc_request rl = {.prev = prev, .n_prev = 4, .delay = 2, .horizon = 4, .schedule = PI0_RTC_LINEAR,
+                              .mode = PI0_RTC_LEROBOT}, re = rl;
+        re.mode = PI0_RTC_EXACT;
+        const pi0_rtc_request *forms[3] = {&rl, &re, NULL};
+        const char *fname[3] = {"LeRobot's form", "exact", "no RTC"};
+        libero_obs lr[4];
+        pi0_observation ro[4];
+        pi0_prepared *rx[4] = {0};
+        double alone[4][35];
+        int rok = 1;
+        for (int f = 0; f < 4; f++) {   /* the three forms, and request 0 in the exact form (it must differ) */
+            ro[f] = libero(&lr[f], 0.2 * (f % 3), f % 3 == 1 ? "pick up the fork" : "go", noise[f % 3], 0);
+            ro[f].rtc = f < 3 ? forms[f] : &re;
+            rok = rok && pi0_policy_prepare(p, &ro[f], &rx[f]) == PI0_OK &&
+                  pi0_policy_run(p, &rx[f], 1, alone[f], NULL) == PI0_OK;
+        }
+        CHECK(rok && memcmp(alone[0], alone[3], sizeof alone[0]), "RTC requests alone; LeRobot's form and the exact one "
+              "differ: %s", rok ? "" : pi0_last_error());
+        static const int mixes[][4] = {{2, 0, 1}, {2, 1, 0}, {2, 2, 1}, {2, 1, 2}, {2, 0, 2},   /* {n, forms...} */
+                                       {3, 0, 1, 2}, {3, 2, 0, 1}};
+        for (size_t m = 0; rok && m < sizeof mixes / sizeof mixes[0]; m++) {
+            int n = mixes[m][0];
+            pi0_prepared *bx[3];
+            double out[3 * 35];
+            char what[96] = "";
+            for (int j = 0; j < n; j++) {
+                bx[j] = rx[mixes[m][1 + j]];
+                snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", j ? ", " : "", fname[mixes[m][1 + j]]);
+            }
+            int run_ok = pi0_policy_run(p, bx, n, out, NULL) == PI0_OK;
+            for (int j = 0; j < n && run_ok; j++) {
+                const double *want = alone[mixes[m][1 + j]];
+                double d = 0;
+                for (int i = 0; i < 35; i++) d = fmax(d, fabs(out[j * 35 + i] - want[i]));
+                CHECK(!memcmp(out + j * 35, want, sizeof alone[0]), "batch [%s]: element %d (%s) == its run alone, bit "
+                      "for bit (max abs difference %.1e)", what, j, fname[mixes[m][1 + j]], d);
+            }
+            CHECK(run_ok, "batch [%s]: %s", what, pi0_last_error());
+        }
+        for (int f = 0; f < 4; f++) pi0_prepared_free(rx[f]);
+    }
+
     /* seeded noise reproducible, other seeds differ; unseeded draws differ between calls */
     libero_obs ls;
     pi0_observation s5 = libero(&ls, 0.2, "stack", NULL, 5);

@@ -374,19 +374,31 @@ static void cpu_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
     for (size_t i = 0; i < n; i++) F(x)[i] += alpha * F(y)[i];
 }
 
+/* LeRobot's guidance of one value in two halves (rtc_guide; rtc_error / rtc_correct for a sample of jac 0 call the
+ * same two, so that its answer is the guide's bit for bit in any batch). volatile: no contraction, each operation
+ * rounds to fp32 as PyTorch's elementwise ops do. */
+static float guide_err(float v, float x, float y, float w, float t) {
+    volatile float tv = t * v;
+    volatile float x1 = x - tv;
+    volatile float err = (y - x1) * w;
+    return err;
+}
+
+static float guide_step(float v, float g, float err) {
+    volatile float ge = g * err;
+    return v - ge;
+}
+
 static void cpu_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H,
                           int A) {
     (void)be;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
+        const float gk = F(g)[(size_t)(r / H) * steps + k];
         for (int a = 0; a < A; a++) {
-            const float gk = F(g)[(size_t)(r / H) * steps + k];
             size_t i = (size_t)r * A + a;
-            volatile float tv = t * F(v)[i];   /* no contraction: each operation rounds as PyTorch's elementwise ops */
-            volatile float x1 = F(x)[i] - tv;
-            volatile float err = (F(y)[i] - x1) * F(w)[r];
-            volatile float ge = gk * err;
-            F(v)[i] = F(v)[i] - ge;
+            F(v)[i] = guide_step(F(v)[i], gk, guide_err(F(v)[i], F(x)[i], F(y)[i], F(w)[r], t));
         }
+    }
 }
 
 /* ---- exact real-time chunking: the transposes of the expert's ops (backend.h); all math in double where a sum
@@ -588,23 +600,29 @@ static void cpu_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int 
     }
 }
 
-static void cpu_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, float t, int rows, int A) {
+/* A sample of jac 0 (LeRobot's form) takes rtc_guide's fp32 steps; one of jac != 0 the exact form in double, rounded
+ * once (backend.h). */
+static void cpu_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, pt jac, float t, int rows, int H, int A) {
     (void)be;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
+        int exact = F(jac)[r / H] != 0.0f;
         for (int a = 0; a < A; a++) {
             size_t i = (size_t)r * A + a;
-            F(err)[i] = (float)(((double)F(y)[i] - ((double)F(x)[i] - (double)t * F(v)[i])) * F(w)[r]);
+            F(err)[i] = exact ? (float)(((double)F(y)[i] - ((double)F(x)[i] - (double)t * F(v)[i])) * F(w)[r])
+                              : guide_err(F(v)[i], F(x)[i], F(y)[i], F(w)[r], t);
         }
+    }
 }
 
 static void cpu_rtc_correct(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows,
                             int H, int A) {
     (void)be;
     for (int r = 0; r < rows; r++) {
-        double gk = F(g)[(size_t)(r / H) * steps + k], jt = (double)F(jac)[r / H] * t;
+        const float gk = F(g)[(size_t)(r / H) * steps + k], j = F(jac)[r / H];
         for (int a = 0; a < A; a++) {
             size_t i = (size_t)r * A + a;
-            F(v)[i] = (float)(F(v)[i] - gk * (F(err)[i] - jt * F(dx)[i]));
+            F(v)[i] = j != 0.0f ? (float)(F(v)[i] - (double)gk * (F(err)[i] - (double)j * t * F(dx)[i]))
+                                : guide_step(F(v)[i], gk, F(err)[i]);
         }
     }
 }

@@ -2,7 +2,8 @@
 // the action expert's ops, which carry the cotangent of one denoising step's velocity back to x_t. linear_t (cuBLASLt
 // for ACT rows, a kernel or cuBLASLt in fp32 for F32 rows), norm_bwd, gelu_mul_bwd, swish_bwd, rope_bwd, attention_bwd,
 // scale_rows, rtc_error, rtc_correct. CPU twins: cpu_<op> in src/cpu/cpu_backend.c (double sums, the definition).
-// bf16 storage (ACT), fp32 math (double for the guided velocity's few values, as the twins: rtc_error / rtc_correct).
+// bf16 storage (ACT), fp32 math (double for the exact guided velocity's few values, as the twins: rtc_error /
+// rtc_correct; a sample of LeRobot's form in rtc_guide's fp32 steps).
 // No Hopper-only instruction (attention_bwd's products use mma.sync, compute capability 8.0): the Hopper and the portable
 // path run the same kernels. Nothing here allocates: attention_bwd keeps its logits and softmax statistics in the
 // attention scratch that reserve sized (backend.cu).
@@ -382,22 +383,24 @@ void cuda_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_p
                 rows_per_vec, M, D);
 }
 
-// ---- the guided velocity: rows x A values (at most B * H * 32), in double as the CPU twins compute them ----
+// ---- the guided velocity: rows x A values (at most B * H * 32), each sample in its form (backend.h): jac != 0 in
+// double as the CPU twins compute it, jac 0 with rtc_guide's fp32 steps (common.cuh) ----
 
-__global__ void rtc_error_kernel(float *err, const float *v, const float *x, const float *y, const float *w, float t,
-                                 int rows, int A) {
+__global__ void rtc_error_kernel(float *err, const float *v, const float *x, const float *y, const float *w,
+                                 const float *jac, float t, int rows, int H, int A) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * A) return;
-    err[i] = (float)(((double)y[i] - ((double)x[i] - (double)t * v[i])) * w[i / A]);
+    err[i] = jac[i / A / H] != 0.0f ? (float)(((double)y[i] - ((double)x[i] - (double)t * v[i])) * w[i / A])
+                                    : rtc_guide_err(v[i], x[i], y[i], w[i / A], t);
 }
 
-void cuda_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, float t, int rows, int A) {
+void cuda_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, pt jac, float t, int rows, int H, int A) {
     cuda_ctx *c = CTX(be);
     if (c->err || rows < 1) return;
     cuda_launch(c, rtc_error_kernel, GRID((size_t)rows * A), (float *)err.p, (const float *)v.p, (const float *)x.p,
-                (const float *)y.p, (const float *)w.p, t, rows, A);
+                (const float *)y.p, (const float *)w.p, (const float *)jac.p, t, rows, H, A);
 }
 
 __global__ void rtc_correct_kernel(float *v, const float *err, const float *dx, const float *g, const float *jac,
@@ -407,8 +410,8 @@ __global__ void rtc_correct_kernel(float *v, const float *err, const float *dx, 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * A) return;
     int b = i / A / H;
-    double gk = g[(size_t)b * steps + k], jt = (double)jac[b] * t;
-    v[i] = (float)(v[i] - gk * (err[i] - jt * dx[i]));
+    float gk = g[(size_t)b * steps + k], j = jac[b];
+    v[i] = j != 0.0f ? (float)(v[i] - (double)gk * (err[i] - (double)j * t * dx[i])) : rtc_guide_step(v[i], gk, err[i]);
 }
 
 void cuda_rtc_correct(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows, int H,

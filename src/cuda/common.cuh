@@ -181,6 +181,15 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return __fdividef(x, 1.0f + ex2_ftz(x * fmaf(a * 0.044715f, x * x, a)));
 }
 
+// LeRobot's real-time-chunking guidance of one value in two halves, err = (y - (x - t v)) w and v - g err (CPU
+// twins: guide_err, guide_step in cpu_backend.c): rtc_guide_kernel calls both, and so do rtc_error_kernel and
+// rtc_correct_kernel for a sample of LeRobot's form, which makes its answer the guide's bit for bit whatever the batch
+// holds (backend.h). Each operation rounded on its own, as PyTorch's elementwise kernels (no contraction).
+__device__ __forceinline__ float rtc_guide_err(float v, float x, float y, float w, float t) {
+    return __fmul_rn(__fsub_rn(y, __fsub_rn(x, __fmul_rn(t, v))), w);
+}
+__device__ __forceinline__ float rtc_guide_step(float v, float g, float err) { return __fsub_rn(v, __fmul_rn(g, err)); }
+
 // V consecutive bf16 <-> fp32: one 16-byte access for V = 8 (the caller checks alignment), else scalar.
 template <int V> __device__ __forceinline__ void ldv(float (&d)[V], const bf16 *p) {
     if constexpr (V == 8) {

@@ -31,7 +31,7 @@ void cuda_swish_bwd(pi0_backend *be, pt dz, pt dy, pt z, int M, int D);
 void cuda_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim, int ld);
 void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a, int ld);
 void cuda_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D);
-void cuda_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, float t, int rows, int A);
+void cuda_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, pt jac, float t, int rows, int H, int A);
 void cuda_rtc_correct(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows, int H,
                       int A);
 

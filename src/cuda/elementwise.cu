@@ -227,10 +227,7 @@ __global__ void rtc_guide_kernel(float *v, const float *x, const float *y, const
     pdl_trigger();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * A) return;
-    // each operation rounded on its own, as PyTorch's elementwise kernels (no contraction)
-    float x1 = __fsub_rn(x[i], __fmul_rn(t, v[i]));
-    float err = __fmul_rn(__fsub_rn(y[i], x1), w[i / A]);
-    v[i] = __fsub_rn(v[i], __fmul_rn(g[(i / A / H) * steps + k], err));
+    v[i] = rtc_guide_step(v[i], g[(i / A / H) * steps + k], rtc_guide_err(v[i], x[i], y[i], w[i / A], t));
 }
 
 void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A) {
