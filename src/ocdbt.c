@@ -49,7 +49,7 @@ struct ocdbt {
     char *dir;
     ocdbt_files files;
     mapping *maps; int n_maps;              /* default file access: mmaps by path */
-    char **paths; int n_paths;              /* data files that hold indirect values */
+    char **paths; int n_paths, paths_cap;   /* data files that hold indirect values (dedupe_paths: each once) */
     ocdbt_entry *e; int n, cap;
     uint64_t max_node;                      /* decoded node size limit (config, capped) */
     int nodes;
@@ -312,16 +312,42 @@ done:
 
 /* ---- B+tree walk ---- */
 
-/* *idx: the index of data file p in db->paths, added (and counted against MAX_BUILT) when new. */
-static pi0_status add_path(ocdbt *db, const char *p, const char *what, int *idx) {
-    for (int i = 0; i < db->n_paths; i++) if (!strcmp(db->paths[i], p)) { *idx = i; return PI0_OK; }
+/* Appends data file p to db->paths (counted against MAX_BUILT) and sets *ix to its index + 1. A leaf appends each
+ * table entry that its values name once; a file named by several tables is merged by dedupe_paths at the end, so
+ * that no lookup scans the paths (a hostile tree names up to MAX_FILES of them, MAX_ENTRIES times). */
+static pi0_status add_path(ocdbt *db, const char *p, const char *what, int *ix) {
     pi0_status st = charge(&db->built, strlen(p) + 1, MAX_BUILT, what, BUILT_WHAT);
     if (st != PI0_OK) return st;
-    char **g = realloc(db->paths, (size_t)(db->n_paths + 1) * sizeof *g);
-    if (!g) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    db->paths = g;
-    if (!(g[db->n_paths] = strdup(p))) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    *idx = db->n_paths++;
+    if (db->n_paths == db->paths_cap) {
+        int nc = db->paths_cap ? 2 * db->paths_cap : 16;
+        char **g = realloc(db->paths, (size_t)nc * sizeof *g);
+        if (!g) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        db->paths = g; db->paths_cap = nc;
+    }
+    if (!(db->paths[db->n_paths] = strdup(p))) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    *ix = ++db->n_paths;
+    return PI0_OK;
+}
+
+typedef struct { char *path; int i; } path_ref;
+static int cmp_path(const void *a, const void *b) { return strcmp(((const path_ref *)a)->path, ((const path_ref *)b)->path); }
+
+/* Keeps one copy of each data file in db->paths (sorted) and renumbers the entries' file indices. */
+static pi0_status dedupe_paths(ocdbt *db) {
+    int n = db->n_paths, kept = 0;
+    path_ref *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    int *to = malloc((size_t)(n ? n : 1) * sizeof *to);
+    if (!v || !to) { free(v); free(to); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < n; i++) v[i] = (path_ref){db->paths[i], i};
+    qsort(v, (size_t)n, sizeof *v, cmp_path);
+    for (int k = 0; k < n; k++) {
+        if (kept && !strcmp(v[k].path, db->paths[kept - 1])) free(v[k].path);
+        else db->paths[kept++] = v[k].path;
+        to[v[k].i] = kept - 1;
+    }
+    db->n_paths = kept;
+    for (int i = 0; i < db->n; i++) if (db->e[i].file >= 0) db->e[i].file = to[db->e[i].file];
+    free(v); free(to);
     return PI0_OK;
 }
 
@@ -406,6 +432,7 @@ static pi0_status walk_body(ocdbt *db, rd *r, const char *trans, int height, con
     uint64_t n, *scp = NULL, *vlen = NULL, *fid = NULL, *offs = NULL, *lens = NULL;
     uint8_t *kbuf = NULL, **keys = NULL, *kind = NULL;
     size_t *klen = NULL;
+    int *file_ix = NULL;   /* per data file table entry: its index in db->paths + 1, 0 until a value names it */
     dft t = {0};
     pi0_status st;
     if (!rd_u8(r, &h)) return pi0_fail(PI0_ERR_FORMAT, "%s: truncated", what);
@@ -449,12 +476,14 @@ static pi0_status walk_body(ocdbt *db, rd *r, const char *trans, int height, con
         st = pi0_fail(PI0_ERR_FORMAT, "%s: value references truncated", what);
         goto done;
     }
+    if (!(file_ix = calloc((size_t)(t.n ? t.n : 1), sizeof *file_ix))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     for (uint64_t i = 0, k = 0; i < n && st == PI0_OK; i++) {
         ocdbt_entry e = {.file = -1, .length = vlen[i]};
         const uint8_t *v = NULL;
         if (kind[i]) {
             if (fid[k] >= t.n || !t.full[fid[k]][0]) { st = pi0_fail(PI0_ERR_FORMAT, "%s: value %llu names data file %llu of %llu", what, (unsigned long long)i, (unsigned long long)fid[k], (unsigned long long)t.n); break; }
-            if ((st = add_path(db, t.full[fid[k]], what, &e.file)) != PI0_OK) break;
+            if (!file_ix[fid[k]] && (st = add_path(db, t.full[fid[k]], what, &file_ix[fid[k]])) != PI0_OK) break;
+            e.file = file_ix[fid[k]] - 1;
             e.offset = offs[k++];
         } else {
             if (vlen[i] > rd_left(r)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: inline value %llu truncated", what, (unsigned long long)i); break; }
@@ -465,7 +494,7 @@ static pi0_status walk_body(ocdbt *db, rd *r, const char *trans, int height, con
     }
     if (st == PI0_OK && rd_left(r)) st = pi0_fail(PI0_ERR_FORMAT, "%s: %llu stray bytes after the entries", what, (unsigned long long)rd_left(r));
 done:
-    free(kbuf); free(keys); free(klen); free(scp); free(vlen); free(kind); free(fid); free(offs); free(lens);
+    free(kbuf); free(keys); free(klen); free(scp); free(vlen); free(kind); free(fid); free(offs); free(lens); free(file_ix);
     dft_free(&t);
     return st;
 }
@@ -623,6 +652,7 @@ pi0_status ocdbt_open(ocdbt **out, const char *dir, const ocdbt_files *files) {
     db->files = files ? *files : (ocdbt_files){default_map, db};
     db->max_node = NODE_MAX_BYTES;
     pi0_status st = read_manifest(db, "manifest.ocdbt", 0);
+    if (st == PI0_OK) st = dedupe_paths(db);
     if (st == PI0_OK) {
         qsort(db->e, (size_t)db->n, sizeof *db->e, cmp_entry);
         for (int i = 1; i < db->n && st == PI0_OK; i++)

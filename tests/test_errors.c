@@ -548,8 +548,11 @@ static void test_ocdbt_shared_nodes(void) {
  * previous key (8 bytes of node name a 64 KB key), a child's keys carry its parent's prefix, and a data file table
  * entry is a few bytes; the reader bounds what it builds (docs/checkpoints.md, OCDBT). Each tree is written here,
  * opened in a child process whose peak RSS (getrusage) must stay under 256 MB, and must be refused with the limit
- * named. Without the bounds the first three take 0.5 GB each and the last one loads (sizes chosen to stay
- * near that; RLIMIT_AS caps the child at 2 GB outside sanitizer builds, whose shadow memory such a limit breaks). */
+ * named. Without the bounds the first three take 0.5 GB each and the fourth loads (sizes chosen to stay near that;
+ * RLIMIT_AS caps the child at 2 GB outside sanitizer builds, whose shadow memory such a limit breaks). The last is
+ * within the bounds and loads, but names 25000 data files 250000 times: a reader that looks each name up among the
+ * files seen so far compares ~10^12 bytes, and the child's 60 s CPU limit (RLIMIT_CPU) ends it; the load needs well
+ * under a second. */
 typedef struct { uint8_t *p; size_t n, cap; } bytes;
 static void put(bytes *b, const void *s, size_t n) {
     if (b->n + n > b->cap) {
@@ -631,7 +634,7 @@ static void put_leaf(bytes *out, uint64_t n, uint64_t first, uint8_t fill) {
     put_node(out, 0x0cdb20de, &b, 0);
 }
 
-typedef struct { const char *label; int kind; const char *needles[4]; } hostile_case;
+typedef struct { const char *label; int kind; pi0_status want; const char *needles[4]; } hostile_case;
 
 /* This process's resident set in KB (/proc/self/statm), 0 when unknown. */
 static long rss_kb(void) {
@@ -672,8 +675,30 @@ static void hostile_open(int k, int fd) {
         put_manifest(&man, 1, root, d.n - root, 0);
     } else if (k == 2) {     /* a zstd manifest whose data file table names 2 million 100-byte paths */
         put_manifest(&man, 0, 0, 16, 2000000);
-    } else {                 /* one 2 MB leaf of 300000 three-byte keys */
+    } else if (k == 3) {     /* one 2 MB leaf of 300000 three-byte keys */
         put_leaf(&d, 300000, 3, 'k');
+        put_manifest(&man, 0, 0, d.n, 0);
+    } else {                 /* a zstd leaf of 250000 values in 25000 data files of 1000-byte paths, scattered */
+        const uint64_t F = 25000, n = 250000;
+        bytes b = {0};
+        put_u8(&b, 0);
+        put_var(&b, F);
+        for (uint64_t i = 1; i < F; i++) put_var(&b, 996);
+        for (uint64_t i = 0; i < F; i++) put_var(&b, i ? 4 : 1000);
+        for (uint64_t i = 0; i < F; i++) put_var(&b, 0);
+        put_fill(&b, 'p', 996);
+        for (uint64_t i = 0; i < F; i++) { char x[8]; snprintf(x, sizeof x, "%04llx", (unsigned long long)i); put(&b, x, 4); }
+        put_var(&b, n);
+        for (uint64_t i = 1; i < n; i++) put_var(&b, 0);
+        for (uint64_t i = 0; i < n; i++) put_var(&b, 3);
+        for (uint64_t i = 0; i < n; i++) {
+            put_u8(&b, (uint8_t)(1 + i / 65025)); put_u8(&b, (uint8_t)(1 + i / 255 % 255)); put_u8(&b, (uint8_t)(1 + i % 255));
+        }
+        for (uint64_t i = 0; i < n; i++) put_var(&b, 0);   /* value lengths */
+        put_fill(&b, 1, n);                                 /* kinds: in a data file */
+        for (uint64_t i = 0; i < n; i++) put_var(&b, i * 7919 % F);
+        for (uint64_t i = 0; i < n; i++) put_var(&b, 0);   /* offsets */
+        put_node(&d, 0x0cdb20de, &b, 1);
         put_manifest(&man, 0, 0, d.n, 0);
     }
     mem_db x = {man.p, d.p, man.n, d.n};
@@ -685,10 +710,11 @@ static void hostile_open(int k, int fd) {
 
 static void test_ocdbt_amplification(void) {
     static const hostile_case cases[] = {
-        {"a leaf of 4000 keys of 64 KB", 0, {"hostile: B+tree node d/x@0+", "bytes of keys", "67108864", "262140000"}},
-        {"24 leaves under 60 KB prefixes", 1, {"hostile: B+tree node d/x@", "bytes of keys", "67108864"}},
-        {"a manifest naming 2 million data files", 2, {"hostile/manifest.ocdbt", "data files", "65536", "2000000"}},
-        {"a leaf of 300000 keys", 3, {"hostile: B+tree node d/x@0+", "B+tree entries", "262144", "300000"}},
+        {"a leaf of 4000 keys of 64 KB", 0, PI0_ERR_FORMAT, {"hostile: B+tree node d/x@0+", "bytes of keys", "67108864", "262140000"}},
+        {"24 leaves under 60 KB prefixes", 1, PI0_ERR_FORMAT, {"hostile: B+tree node d/x@", "bytes of keys", "67108864"}},
+        {"a manifest naming 2 million data files", 2, PI0_ERR_FORMAT, {"hostile/manifest.ocdbt", "data files", "65536", "2000000"}},
+        {"a leaf of 300000 keys", 3, PI0_ERR_FORMAT, {"hostile: B+tree node d/x@0+", "B+tree entries", "262144", "300000"}},
+        {"250000 values in 25000 data files", 4, PI0_OK, {""}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         int fds[2];
@@ -700,6 +726,7 @@ static void test_ocdbt_amplification(void) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
             setrlimit(RLIMIT_AS, &(struct rlimit){(rlim_t)2 << 30, (rlim_t)2 << 30});
 #endif
+            setrlimit(RLIMIT_CPU, &(struct rlimit){60, 60});
             hostile_open(cases[k].kind, fds[1]);
             _exit(0);
         }
@@ -715,10 +742,11 @@ static void test_ocdbt_amplification(void) {
         /* the load's own peak: the child's peak less what it had at the fork (this test binary's pages) */
         char *status = strchr(msg, '|'), *text = status ? strchr(status + 1, '|') : NULL;
         long mb = (ru.ru_maxrss - atol(msg)) / 1024;
-        int ok = WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && text && atoi(status + 1) == PI0_ERR_FORMAT;
+        int ok = WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && text && atoi(status + 1) == (int)cases[k].want;
         for (int i = 0; i < 4 && cases[k].needles[i]; i++) ok &= text && strstr(text, cases[k].needles[i]) != NULL;
-        CHECK(ok, "%s: wanted a format error naming %s, %s; got exit status %d, '%s'", cases[k].label,
-              cases[k].needles[0], cases[k].needles[1], wst, msg);
+        CHECK(ok, "%s: wanted %s naming '%s'; got %s %d, '%s'", cases[k].label, pi0_status_str(cases[k].want),
+              cases[k].needles[0], WIFSIGNALED(wst) ? "signal" : "exit status",
+              WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst), msg);
         CHECK(mb < 256, "%s: peak RSS %ld MB above the %ld MB at the fork (bound 256 MB)", cases[k].label, mb, atol(msg) / 1024);
         printf("ocdbt %-40s peak RSS %4ld MB (+ %ld MB at the fork)  %s: %s\n", cases[k].label, mb, atol(msg) / 1024,
                ok && mb < 256 ? "OK" : "FAIL", text ? text + 1 : msg);
