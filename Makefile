@@ -217,11 +217,11 @@ fuzz: fuzz-build
 	printf '\004\000\000\003\004\004\003\003\001\372\002\011\000%048d' 0 > $(BUILD)/fuzz/corpus_lerobot/empty_state   # an empty 2^31 x 2^33 x 0 state (s38)
 	$(BUILD)/fuzz/fuzz_lerobot $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_lerobot
 	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
-	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # manifest + root node written by orbax-checkpoint 0.11.13
-	cp tests/fuzz/regress_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # a hostile tree that shares nodes (refused since s38)
+	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # orbax-checkpoint's manifests + root nodes; a tensorstore tree of 1 KB nodes (make_seed_orbax.py)
+	cp tests/fuzz/regress_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # a hostile tree that shares nodes (refused: a node has one parent)
 	$(BUILD)/fuzz/fuzz_ocdbt $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_ocdbt
 	@mkdir -p $(BUILD)/fuzz/corpus_orbax
-	cp tests/fuzz/seeds_orbax/* $(BUILD)/fuzz/corpus_orbax/   # tiny π0 / π0.5 params dirs of orbax-checkpoint 0.11.13
+	cp tests/fuzz/seeds_orbax/* $(BUILD)/fuzz/corpus_orbax/   # tiny π0 / π0.5 params dirs, zarr and OCDBT (make_seed_orbax.py)
 	for s in tests/fuzz/seeds_orbax/*; do PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_orbax $$s 2>&1 | grep -q "^orbax_load: OK" \
 	  || { echo "fuzz_orbax: seed $$s no longer loads: PI0_FUZZ_VERBOSE=1 $(BUILD)/fuzz/fuzz_orbax $$s"; exit 1; }; done
 	$(BUILD)/fuzz/fuzz_orbax $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_orbax

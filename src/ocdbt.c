@@ -22,14 +22,25 @@
 
 #include "util.h"
 
+/* Bounds on what one open decodes and builds, each checked before the memory is allocated (docs/checkpoints.md,
+ * "OCDBT"). A tree builds more than it stores: a prefix-compressed key is rebuilt in full from the previous one (8
+ * bytes of node can name a 64 KB key), a child's keys carry its parent's prefix, every varint becomes an 8-byte
+ * column slot, every entry an allocation. A real checkpoint is far inside the bounds: openpi's largest params
+ * (~3.3 B parameters) are a few hundred zarr arrays, each a .zarray and its chunks, so a few thousand keys (tens of
+ * thousands at the very most) of under 200 bytes ("params.PaliGemma.llm.layers.attn.q_einsum.w/0.0.0.0"), a few MB
+ * of keys, inline values (Orbax inlines values up to 1 KB) and nodes, and a few data files per writing process: the
+ * bounds leave 10x-100x over that. Within them a hostile tree costs under about 200 MB. Versions need no bound: the
+ * manifest holds at most 2^16 (arity_log2 <= 16) and nothing is kept per version. */
 enum {
     MAGIC_MANIFEST = 0x0cdb3a2a, MAGIC_VERSION = 0x0cdb1234, MAGIC_BTREE = 0x0cdb20de,
     MAX_PATH = 65535, MAX_KEY = 65535, MAX_HEIGHT = 32,
-    MAX_NODES = 1 << 20,            /* nodes per open */
+    MAX_ENTRIES = 1 << 18,          /* B+tree entries (keys and child references), all nodes together */
+    MAX_FILES = 1 << 16,            /* data file table entries, all tables together */
 };
-#define DECODED_MAX_TOTAL ((uint64_t)4 << 30)   /* all nodes of one tree, decoded (real trees: a few MB) */
-#define MANIFEST_MAX_BYTES ((uint64_t)64 << 20)   /* decoded manifest cap (real ones are < 1 KB) */
-#define NODE_MAX_BYTES ((uint64_t)1 << 30)        /* hard cap on max_decoded_node_bytes */
+#define MAX_BUILT ((uint64_t)64 << 20)           /* bytes of keys, data file paths and inline values built */
+#define DECODED_MAX_TOTAL ((uint64_t)64 << 20)   /* all nodes of one tree, decoded */
+#define NODE_MAX_BYTES DECODED_MAX_TOTAL          /* cap on the config's max_decoded_node_bytes (Orbax writes 1e8) */
+#define MANIFEST_MAX_BYTES ((uint64_t)8 << 20)    /* decoded manifest (Orbax's: < 1 KB; 2^16 versions: ~2 MB) */
 
 typedef struct { char *path; void *map; size_t len; } mapping;
 typedef struct { char *file; uint64_t off, len, h; } node_ref;
@@ -38,11 +49,12 @@ struct ocdbt {
     char *dir;
     ocdbt_files files;
     mapping *maps; int n_maps;              /* default file access: mmaps by path */
-    char **paths; int n_paths;              /* data files that hold indirect values */
+    char **paths; int n_paths, paths_cap;   /* data files that hold indirect values (dedupe_paths: each once) */
     ocdbt_entry *e; int n, cap;
     uint64_t max_node;                      /* decoded node size limit (config, capped) */
     int nodes;
-    uint64_t decoded;                       /* bytes of all nodes decoded so far */
+    uint64_t decoded;                       /* bytes of all nodes decoded so far (DECODED_MAX_TOTAL) */
+    uint64_t entries, n_files, built;       /* counted against MAX_ENTRIES, MAX_FILES, MAX_BUILT */
     node_ref *seen; size_t seen_cap;        /* the nodes visited: open addressing on (file, offset, length) */
 };
 
@@ -121,6 +133,15 @@ static pi0_status map_file(ocdbt *db, const char *path, const uint8_t **data, si
     return st;
 }
 
+/* Counts `more` against one of the bounds above before it is built; the error names the node or manifest, what was
+ * counted, the count and the limit. */
+static pi0_status charge(uint64_t *used, uint64_t more, uint64_t limit, const char *what, const char *counted) {
+    if (more <= limit - *used) { *used += more; return PI0_OK; }
+    return pi0_fail(PI0_ERR_FORMAT, "%s: %s: %llu more after %llu, over this reader's limit of %llu (docs/checkpoints.md)",
+                    what, counted, (unsigned long long)more, (unsigned long long)*used, (unsigned long long)limit);
+}
+#define BUILT_WHAT "bytes of keys, data file paths and inline values built"
+
 /* ---- byte reader ---- */
 
 typedef struct { const uint8_t *p, *end; } rd;
@@ -154,11 +175,18 @@ static uint64_t *rd_column(rd *r, uint64_t n) {
     return v;
 }
 
+static int rd_skip_varints(rd *r, uint64_t n) {
+    uint64_t v;
+    for (uint64_t i = 0; i < n; i++) if (!rd_varint(r, &v)) return 0;
+    return 1;
+}
+
 /* ---- node framing ---- */
 
-/* Checks the framing of an encoded node and returns its body (malloc'd; decompressed when zstd). */
-static pi0_status decode_frame(const uint8_t *buf, size_t len, uint32_t magic, uint64_t cap, const char *what,
-                               uint8_t **body, size_t *body_len) {
+/* Checks the framing of an encoded node and returns its body (malloc'd; decompressed when zstd), refused past
+ * `cap` bytes (`cap_what` says which limit that is). */
+static pi0_status decode_frame(const uint8_t *buf, size_t len, uint32_t magic, uint64_t cap, const char *cap_what,
+                               const char *what, uint8_t **body, size_t *body_len) {
     *body = NULL;
     if (len < 16) return pi0_fail(PI0_ERR_FORMAT, "%s: %zu bytes, too short for an OCDBT node (16 at least)", what, len);
     uint32_t m = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
@@ -178,6 +206,8 @@ static pi0_status decode_frame(const uint8_t *buf, size_t len, uint32_t magic, u
     if (version != 0) return pi0_fail(PI0_ERR_FORMAT, "%s: format version %llu (only 0 is defined)", what, (unsigned long long)version);
     if (comp == 0) {
         size_t n = rd_left(&r);
+        if (n > cap)
+            return pi0_fail(PI0_ERR_FORMAT, "%s: %zu bytes of body, more than %llu (%s)", what, n, (unsigned long long)cap, cap_what);
         if (!(*body = malloc(n ? n : 1))) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
         memcpy(*body, r.p, n);
         *body_len = n;
@@ -185,14 +215,17 @@ static pi0_status decode_frame(const uint8_t *buf, size_t len, uint32_t magic, u
     }
     if (comp != 1) return pi0_fail(PI0_ERR_FORMAT, "%s: compression format %llu (expected 0 none or 1 zstd)", what, (unsigned long long)comp);
     ZSTD_DCtx *z = ZSTD_createDCtx();
-    size_t cap_now = 4096, n = 0;
-    uint8_t *out = malloc(cap_now);
+    size_t cap_now = cap < 4096 ? (size_t)cap : 4096, n = 0;
+    uint8_t *out = malloc(cap_now ? cap_now : 1);
     pi0_status st = PI0_OK;
     if (!z || !out) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     ZSTD_inBuffer in = {r.p, rd_left(&r), 0};
     for (;;) {
         if (n == cap_now) {
-            if (cap_now >= cap) { st = pi0_fail(PI0_ERR_FORMAT, "%s: decodes to more than %llu bytes", what, (unsigned long long)cap); goto done; }
+            if (cap_now >= cap) {
+                st = pi0_fail(PI0_ERR_FORMAT, "%s: decodes to more than %llu bytes (%s)", what, (unsigned long long)cap, cap_what);
+                goto done;
+            }
             size_t nc = cap_now * 2 > cap ? (size_t)cap : cap_now * 2;
             uint8_t *g = realloc(out, nc);
             if (!g) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
@@ -224,27 +257,37 @@ static void dft_free(dft *t) {
     memset(t, 0, sizeof *t);
 }
 
-static pi0_status parse_dft(rd *r, const char *transitive, const char *what, dft *t) {
+/* Reads a data file table: its size is counted against MAX_FILES, its paths (each built in full, plus its base
+ * path) against MAX_BUILT, both before they are built. */
+static pi0_status parse_dft(ocdbt *db, rd *r, const char *transitive, const char *what, dft *t) {
     memset(t, 0, sizeof *t);
     uint64_t n, *pre = NULL, *suf = NULL, *base = NULL;
     size_t tl = strlen(transitive);
     pi0_status st = PI0_OK;
     if (!rd_varint(r, &n) || n > rd_left(r)) return pi0_fail(PI0_ERR_FORMAT, "%s: data file table truncated", what);
+    if ((st = charge(&db->n_files, n, MAX_FILES, what, "data files named (all data file tables)")) != PI0_OK) return st;
     if (!(pre = rd_column(r, n ? n - 1 : 0)) || !(suf = rd_column(r, n)) || !(base = rd_column(r, n))) {
         st = pi0_fail(PI0_ERR_FORMAT, "%s: data file table truncated", what);
         goto done;
     }
+    uint64_t bytes = 0, stored = 0, prev_len = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t p = i ? pre[i - 1] : 0, len = p + suf[i];
+        if (p > prev_len || suf[i] > rd_left(r) - stored || len + tl > MAX_PATH || base[i] > len) {
+            st = pi0_fail(PI0_ERR_FORMAT, "%s: data file table entry %llu: inconsistent path lengths", what, (unsigned long long)i);
+            goto done;
+        }
+        stored += suf[i];
+        bytes += 2 * (tl + 1) + len + base[i];
+        prev_len = len;
+    }
+    if ((st = charge(&db->built, bytes, MAX_BUILT, what, BUILT_WHAT)) != PI0_OK) goto done;
     t->full = calloc((size_t)(n ? n : 1), sizeof *t->full);
     t->trans = calloc((size_t)(n ? n : 1), sizeof *t->trans);
     if (!t->full || !t->trans) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     t->n = n;
-    size_t prev_len = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t p = i ? pre[i - 1] : 0, len = p + suf[i];
-        if (p > prev_len || suf[i] > rd_left(r) || len + tl > MAX_PATH || base[i] > len) {
-            st = pi0_fail(PI0_ERR_FORMAT, "%s: data file table entry %llu: inconsistent path lengths", what, (unsigned long long)i);
-            goto done;
-        }
         char *full = malloc(tl + len + 1), *tr = malloc(tl + base[i] + 1);
         if (!full || !tr) { free(full); free(tr); st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
         memcpy(full, transitive, tl);
@@ -256,7 +299,6 @@ static pi0_status parse_dft(rd *r, const char *transitive, const char *what, dft
         tr[tl + base[i]] = 0;
         t->full[i] = full;
         t->trans[i] = tr;
-        prev_len = (size_t)len;
         if (len && !safe_path(full, tl + len)) {
             st = pi0_fail(PI0_ERR_FORMAT, "%s: data file path '%s' leaves the database directory", what, full);
             goto done;
@@ -270,19 +312,51 @@ done:
 
 /* ---- B+tree walk ---- */
 
-static int add_path(ocdbt *db, const char *p) {
-    for (int i = 0; i < db->n_paths; i++) if (!strcmp(db->paths[i], p)) return i;
-    char **g = realloc(db->paths, (size_t)(db->n_paths + 1) * sizeof *g);
-    if (!g) return -1;
-    db->paths = g;
-    if (!(g[db->n_paths] = strdup(p))) return -1;
-    return db->n_paths++;
+/* Appends data file p to db->paths (counted against MAX_BUILT) and sets *ix to its index + 1. A leaf appends each
+ * table entry that its values name once; a file named by several tables is merged by dedupe_paths at the end, so
+ * that no lookup scans the paths (a hostile tree names up to MAX_FILES of them, MAX_ENTRIES times). */
+static pi0_status add_path(ocdbt *db, const char *p, const char *what, int *ix) {
+    pi0_status st = charge(&db->built, strlen(p) + 1, MAX_BUILT, what, BUILT_WHAT);
+    if (st != PI0_OK) return st;
+    if (db->n_paths == db->paths_cap) {
+        int nc = db->paths_cap ? 2 * db->paths_cap : 16;
+        char **g = realloc(db->paths, (size_t)nc * sizeof *g);
+        if (!g) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        db->paths = g; db->paths_cap = nc;
+    }
+    if (!(db->paths[db->n_paths] = strdup(p))) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    *ix = ++db->n_paths;
+    return PI0_OK;
+}
+
+typedef struct { char *path; int i; } path_ref;
+static int cmp_path(const void *a, const void *b) { return strcmp(((const path_ref *)a)->path, ((const path_ref *)b)->path); }
+
+/* Keeps one copy of each data file in db->paths (sorted) and renumbers the entries' file indices. */
+static pi0_status dedupe_paths(ocdbt *db) {
+    int n = db->n_paths, kept = 0;
+    path_ref *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    int *to = malloc((size_t)(n ? n : 1) * sizeof *to);
+    if (!v || !to) { free(v); free(to); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < n; i++) v[i] = (path_ref){db->paths[i], i};
+    qsort(v, (size_t)n, sizeof *v, cmp_path);
+    for (int k = 0; k < n; k++) {
+        if (kept && !strcmp(v[k].path, db->paths[kept - 1])) free(v[k].path);
+        else db->paths[kept++] = v[k].path;
+        to[v[k].i] = kept - 1;
+    }
+    db->n_paths = kept;
+    for (int i = 0; i < db->n; i++) if (db->e[i].file >= 0) db->e[i].file = to[db->e[i].file];
+    free(v); free(to);
+    return PI0_OK;
 }
 
 static pi0_status add_entry(ocdbt *db, const char *prefix, size_t plen, const uint8_t *key, size_t klen,
                             ocdbt_entry e, const uint8_t *inline_v, const char *what) {
     if (memchr(key, 0, klen) || memchr(prefix, 0, plen))
         return pi0_fail(PI0_ERR_FORMAT, "%s: a key holds a NUL byte", what);
+    pi0_status st = charge(&db->built, plen + klen + 1 + (inline_v ? e.length : 0), MAX_BUILT, what, BUILT_WHAT);
+    if (st != PI0_OK) return st;
     if (db->n == db->cap) {
         int nc = db->cap ? 2 * db->cap : 64;
         ocdbt_entry *g = realloc(db->e, (size_t)nc * sizeof *g);
@@ -305,29 +379,38 @@ static pi0_status add_entry(ocdbt *db, const char *prefix, size_t plen, const ui
 static pi0_status walk(ocdbt *db, const char *file, const char *trans, uint64_t off, uint64_t len, int height,
                        const char *prefix, size_t plen);
 
-/* Reads one node's keys (both node kinds share the layout up to the suffix bytes). */
-static pi0_status read_keys(rd *r, uint64_t n, int interior, const char *what, uint8_t ***keys, size_t **klen,
-                            uint64_t **scp) {
+/* Reads one node's keys (both node kinds share the layout up to the suffix bytes) into one buffer *buf: key i at
+ * (*keys)[i], (*klen)[i] bytes. Their lengths are checked and their sum counted against MAX_BUILT first. */
+static pi0_status read_keys(ocdbt *db, rd *r, uint64_t n, int interior, const char *what, uint8_t **buf,
+                            uint8_t ***keys, size_t **klen, uint64_t **scp) {
     uint64_t *pre = rd_column(r, n - 1), *suf = pre ? rd_column(r, n) : NULL;
     *scp = suf && interior ? rd_column(r, n) : NULL;
-    *keys = NULL; *klen = NULL;
+    *buf = NULL; *keys = NULL; *klen = NULL;
     pi0_status st = PI0_OK;
     if (!suf || (interior && !*scp)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: entries truncated", what); goto done; }
-    *keys = calloc((size_t)n, sizeof **keys);
-    *klen = calloc((size_t)n, sizeof **klen);
-    if (!*keys || !*klen) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    uint64_t total = 0, stored = 0, prev = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t p = i ? pre[i - 1] : 0;
-        if ((i && p > (*klen)[i - 1]) || suf[i] > rd_left(r) || p + suf[i] > MAX_KEY ||
-            (interior && (*scp)[i] > p + suf[i])) {
+        if (p > prev || suf[i] > rd_left(r) - stored || p + suf[i] > MAX_KEY || (interior && (*scp)[i] > p + suf[i])) {
             st = pi0_fail(PI0_ERR_FORMAT, "%s: entry %llu: inconsistent key lengths", what, (unsigned long long)i);
             goto done;
         }
-        size_t kl = (size_t)(p + suf[i]);
-        if (!((*keys)[i] = malloc(kl ? kl : 1))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
-        if (p) memcpy((*keys)[i], (*keys)[i - 1], (size_t)p);
-        memcpy((*keys)[i] + p, r->p, (size_t)suf[i]);
+        stored += suf[i];
+        total += prev = p + suf[i];
+    }
+    if ((st = charge(&db->built, total, MAX_BUILT, what, BUILT_WHAT)) != PI0_OK) goto done;
+    *buf = malloc(total ? (size_t)total : 1);
+    *keys = calloc((size_t)n, sizeof **keys);
+    *klen = calloc((size_t)n, sizeof **klen);
+    if (!*buf || !*keys || !*klen) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
+    uint8_t *at = *buf;
+    for (uint64_t i = 0; i < n; i++) {
+        size_t p = i ? (size_t)pre[i - 1] : 0, kl = p + (size_t)suf[i];
+        (*keys)[i] = at;
+        if (p) memcpy(at, (*keys)[i - 1], p);
+        memcpy(at + p, r->p, (size_t)suf[i]);
         r->p += suf[i];
+        at += kl;
         (*klen)[i] = kl;
         if (i) {   /* strictly increasing */
             size_t m = kl < (*klen)[i - 1] ? kl : (*klen)[i - 1];
@@ -347,28 +430,28 @@ static pi0_status walk_body(ocdbt *db, rd *r, const char *trans, int height, con
                             const char *what) {
     uint8_t h;
     uint64_t n, *scp = NULL, *vlen = NULL, *fid = NULL, *offs = NULL, *lens = NULL;
-    uint8_t **keys = NULL, *kind = NULL;
+    uint8_t *kbuf = NULL, **keys = NULL, *kind = NULL;
     size_t *klen = NULL;
+    int *file_ix = NULL;   /* per data file table entry: its index in db->paths + 1, 0 until a value names it */
     dft t = {0};
     pi0_status st;
     if (!rd_u8(r, &h)) return pi0_fail(PI0_ERR_FORMAT, "%s: truncated", what);
     if (h != height) return pi0_fail(PI0_ERR_FORMAT, "%s: height %u, expected %d", what, h, height);
-    if ((st = parse_dft(r, trans, what, &t)) != PI0_OK) return st;
+    if ((st = parse_dft(db, r, trans, what, &t)) != PI0_OK) return st;
     if (!rd_varint(r, &n) || n == 0 || n > rd_left(r)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: bad entry count", what); goto done; }
-    if ((st = read_keys(r, n, height > 0, what, &keys, &klen, &scp)) != PI0_OK) goto done;
+    if ((st = charge(&db->entries, n, MAX_ENTRIES, what, "B+tree entries (all nodes)")) != PI0_OK) goto done;
+    if ((st = read_keys(db, r, n, height > 0, what, &kbuf, &keys, &klen, &scp)) != PI0_OK) goto done;
     if (height > 0) {
         if (!(fid = rd_column(r, n)) || !(offs = rd_column(r, n)) || !(lens = rd_column(r, n))) {
             st = pi0_fail(PI0_ERR_FORMAT, "%s: child references truncated", what);
             goto done;
         }
-        for (int k = 0; k < 3; k++) {   /* statistics: num_keys, num_tree_bytes, num_indirect_value_bytes */
-            uint64_t *s = rd_column(r, n);
-            if (!s) { st = pi0_fail(PI0_ERR_FORMAT, "%s: statistics truncated", what); goto done; }
-            free(s);
-        }
+        /* statistics: num_keys, num_tree_bytes, num_indirect_value_bytes */
+        if (!rd_skip_varints(r, 3 * n)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: statistics truncated", what); goto done; }
         for (uint64_t i = 0; i < n && st == PI0_OK; i++) {
             if (fid[i] >= t.n) { st = pi0_fail(PI0_ERR_FORMAT, "%s: child %llu names data file %llu of %llu", what, (unsigned long long)i, (unsigned long long)fid[i], (unsigned long long)t.n); break; }
             size_t cl = plen + (size_t)scp[i];
+            if ((st = charge(&db->built, cl + 1, MAX_BUILT, what, BUILT_WHAT)) != PI0_OK) break;
             char *cp = malloc(cl + 1);
             if (!cp) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); break; }
             memcpy(cp, prefix, plen);
@@ -393,12 +476,14 @@ static pi0_status walk_body(ocdbt *db, rd *r, const char *trans, int height, con
         st = pi0_fail(PI0_ERR_FORMAT, "%s: value references truncated", what);
         goto done;
     }
+    if (!(file_ix = calloc((size_t)(t.n ? t.n : 1), sizeof *file_ix))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto done; }
     for (uint64_t i = 0, k = 0; i < n && st == PI0_OK; i++) {
         ocdbt_entry e = {.file = -1, .length = vlen[i]};
         const uint8_t *v = NULL;
         if (kind[i]) {
             if (fid[k] >= t.n || !t.full[fid[k]][0]) { st = pi0_fail(PI0_ERR_FORMAT, "%s: value %llu names data file %llu of %llu", what, (unsigned long long)i, (unsigned long long)fid[k], (unsigned long long)t.n); break; }
-            if ((e.file = add_path(db, t.full[fid[k]])) < 0) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); break; }
+            if (!file_ix[fid[k]] && (st = add_path(db, t.full[fid[k]], what, &file_ix[fid[k]])) != PI0_OK) break;
+            e.file = file_ix[fid[k]] - 1;
             e.offset = offs[k++];
         } else {
             if (vlen[i] > rd_left(r)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: inline value %llu truncated", what, (unsigned long long)i); break; }
@@ -409,8 +494,7 @@ static pi0_status walk_body(ocdbt *db, rd *r, const char *trans, int height, con
     }
     if (st == PI0_OK && rd_left(r)) st = pi0_fail(PI0_ERR_FORMAT, "%s: %llu stray bytes after the entries", what, (unsigned long long)rd_left(r));
 done:
-    if (keys) for (uint64_t i = 0; i < n; i++) free(keys[i]);
-    free(keys); free(klen); free(scp); free(vlen); free(kind); free(fid); free(offs); free(lens);
+    free(kbuf); free(keys); free(klen); free(scp); free(vlen); free(kind); free(fid); free(offs); free(lens); free(file_ix);
     dft_free(&t);
     return st;
 }
@@ -450,24 +534,32 @@ static pi0_status walk(ocdbt *db, const char *file, const char *trans, uint64_t 
     char what[512];
     snprintf(what, sizeof what, "%s: B+tree node %s@%llu+%llu", db->dir, file, (unsigned long long)off, (unsigned long long)len);
     if (height < 0 || height > MAX_HEIGHT) return pi0_fail(PI0_ERR_FORMAT, "%s: height %d out of range", what, height);
-    if (++db->nodes > MAX_NODES) return pi0_fail(PI0_ERR_FORMAT, "%s: more than %d B+tree nodes", db->dir, MAX_NODES);
+    /* nodes: at most MAX_ENTRIES + 1, each but the root being a child reference counted in its parent */
+    db->nodes++;
+    pi0_status st = charge(&db->built, strlen(file) + 1, MAX_BUILT, what, BUILT_WHAT);   /* seen_before's copy */
+    if (st != PI0_OK) return st;
     int again = seen_before(db, file, off, len);
     if (again < 0) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
     if (again) return pi0_fail(PI0_ERR_FORMAT, "%s: referenced a second time (B+tree nodes have one parent)", what);
     const uint8_t *data;
     size_t flen;
-    pi0_status st = map_file(db, file, &data, &flen);
-    if (st != PI0_OK) return st;
+    if ((st = map_file(db, file, &data, &flen)) != PI0_OK) return st;
     if (off > flen || len > flen - off)
         return pi0_fail(PI0_ERR_FORMAT, "%s: past the end of the file (%zu bytes; truncated?)", what, flen);
     uint8_t *body;
     size_t blen;
-    if ((st = decode_frame(data + off, (size_t)len, MAGIC_BTREE, db->max_node, what, &body, &blen)) != PI0_OK) return st;
-    if ((db->decoded += blen) > DECODED_MAX_TOTAL) {
-        free(body);
-        return pi0_fail(PI0_ERR_FORMAT, "%s: the B+tree's nodes decode to more than %llu bytes in all", what,
-                        (unsigned long long)DECODED_MAX_TOTAL);
-    }
+    uint64_t left = DECODED_MAX_TOTAL - db->decoded;
+    char cap_what[160];
+    if (db->max_node <= left)
+        snprintf(cap_what, sizeof cap_what, "the decoded node size limit: the config's max_decoded_node_bytes, at most %llu",
+                 (unsigned long long)NODE_MAX_BYTES);
+    else
+        snprintf(cap_what, sizeof cap_what, "what is left of the %llu bytes all B+tree nodes may decode to",
+                 (unsigned long long)DECODED_MAX_TOTAL);
+    if ((st = decode_frame(data + off, (size_t)len, MAGIC_BTREE, db->max_node <= left ? db->max_node : left, cap_what,
+                           what, &body, &blen)) != PI0_OK)
+        return st;
+    db->decoded += blen;
     rd r = {body, body + blen};
     st = walk_body(db, &r, trans, height, prefix, plen, what);
     free(body);
@@ -500,7 +592,8 @@ static pi0_status read_manifest(ocdbt *db, const char *name, int depth) {
     if (!found) return pi0_fail(PI0_ERR_IO, "%s: missing (not an OCDBT database)", what);
     uint8_t *body;
     size_t blen;
-    if ((st = decode_frame(data, len, MAGIC_MANIFEST, MANIFEST_MAX_BYTES, what, &body, &blen)) != PI0_OK) return st;
+    if ((st = decode_frame(data, len, MAGIC_MANIFEST, MANIFEST_MAX_BYTES, "the manifest size limit", what, &body, &blen)) != PI0_OK)
+        return st;
     rd r = {body, body + blen};
     uint64_t kind, max_inline, max_node, comp;
     uint8_t arity;
@@ -521,7 +614,7 @@ static pi0_status read_manifest(ocdbt *db, const char *name, int depth) {
         return read_manifest(db, num, 1);
     }
     if (kind != 0) { st = pi0_fail(PI0_ERR_FORMAT, "%s: manifest kind %llu (expected 0 single or 1 numbered)", what, (unsigned long long)kind); goto done; }
-    if ((st = parse_dft(&r, "", what, &t)) != PI0_OK) goto done;
+    if ((st = parse_dft(db, &r, "", what, &t)) != PI0_OK) goto done;
     uint64_t nv, gen = 0, g, fid = 0, off = 0, len_ = 0;
     uint8_t h = 0;
     if (!rd_varint(&r, &nv) || nv == 0 || nv > ((uint64_t)1 << arity) || nv > rd_left(&r)) {
@@ -559,6 +652,7 @@ pi0_status ocdbt_open(ocdbt **out, const char *dir, const ocdbt_files *files) {
     db->files = files ? *files : (ocdbt_files){default_map, db};
     db->max_node = NODE_MAX_BYTES;
     pi0_status st = read_manifest(db, "manifest.ocdbt", 0);
+    if (st == PI0_OK) st = dedupe_paths(db);
     if (st == PI0_OK) {
         qsort(db->e, (size_t)db->n, sizeof *db->e, cmp_entry);
         for (int i = 1; i < db->n && st == PI0_OK; i++)

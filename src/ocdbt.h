@@ -2,7 +2,8 @@
  * checkpoints (docs/checkpoints.md). Reads the manifest (single or numbered kind), takes the latest
  * version's B+tree root, walks the whole tree once and keeps a sorted table of keys with their value
  * locations (inline bytes, or file + offset + length into a data file). Every node's length, CRC-32C,
- * varints, key order and references are checked; a hostile file gets an error naming it, never a crash.
+ * varints, key order and references are checked, and what one open decodes and builds is bounded (ocdbt.c,
+ * docs/checkpoints.md); a hostile file gets an error naming it, never a crash.
  * It does not write, does not read older versions, and does not interpret values (zarr.c does).
  * Files are read through `ocdbt_files` so that the fuzz target can serve them from memory. */
 #ifndef PI0_OCDBT_H

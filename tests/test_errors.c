@@ -3,8 +3,11 @@
  * tensors, truncated files, bad config.json), bad model inputs, and the CLI's exit codes and
  * messages. Run under ASan+UBSan by `make debug`. */
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include "ocdbt.h"
 #include "pi0.h"
@@ -581,6 +584,215 @@ static void test_ocdbt_shared_nodes(void) {
     free(buf);
 }
 
+/* OCDBT: trees that build far more memory than they store. A prefix-compressed key is rebuilt in full from the
+ * previous key (8 bytes of node name a 64 KB key), a child's keys carry its parent's prefix, and a data file table
+ * entry is a few bytes; the reader bounds what it builds (docs/checkpoints.md, OCDBT). Each tree is written here,
+ * opened in a child process whose peak RSS (getrusage) must stay under 256 MB, and must be refused with the limit
+ * named. Without the bounds the first three take 0.5 GB each and the fourth loads (sizes chosen to stay near that;
+ * RLIMIT_AS caps the child at 2 GB outside sanitizer builds, whose shadow memory such a limit breaks). The last is
+ * within the bounds and loads, but names 25000 data files 250000 times: a reader that looks each name up among the
+ * files seen so far compares ~10^12 bytes, and the child's 60 s CPU limit (RLIMIT_CPU) ends it; the load needs well
+ * under a second. */
+typedef struct { uint8_t *p; size_t n, cap; } bytes;
+static void put(bytes *b, const void *s, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p) { printf("out of memory\n"); _exit(3); }
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+static void put_u8(bytes *b, uint8_t v) { put(b, &v, 1); }
+static void put_fill(bytes *b, uint8_t v, size_t n) { for (size_t i = 0; i < n; i++) put_u8(b, v); }
+static void put_var(bytes *b, uint64_t v) {
+    for (; v >= 0x80; v >>= 7) put_u8(b, (uint8_t)(v | 0x80));
+    put_u8(b, (uint8_t)v);
+}
+/* magic (BE) | length (LE) | version 0 | compression (0 none, 1 zstd) | body | CRC-32C (LE); frees body */
+static void put_node(bytes *out, uint32_t magic, bytes *body, int zstd) {
+    bytes n = {0};
+    for (int i = 3; i >= 0; i--) put_u8(&n, (uint8_t)(magic >> (8 * i)));
+    put_fill(&n, 0, 8);
+    put_u8(&n, 0);
+    put_u8(&n, (uint8_t)zstd);
+    if (zstd) {
+        size_t cap = ZSTD_compressBound(body->n), at = n.n;
+        put_fill(&n, 0, cap);
+        n.n = at + ZSTD_compress(n.p + at, cap, body->p, body->n, 3);
+    } else {
+        put(&n, body->p, body->n);
+    }
+    for (int i = 0; i < 8; i++) n.p[4 + i] = (uint8_t)((uint64_t)(n.n + 4) >> (8 * i));
+    uint32_t c = ocdbt_crc32c(n.p, n.n);
+    for (int i = 0; i < 4; i++) put_u8(&n, (uint8_t)(c >> (8 * i)));
+    put(out, n.p, n.n);
+    free(n.p); free(body->p);
+    *body = (bytes){0};
+}
+/* The data file table of one file, "d/x" (every file but the manifest is the node blob in mem_map). */
+static void put_dft_dx(bytes *b) { put_var(b, 1); put_var(b, 3); put_var(b, 0); put(b, "d/x", 3); }
+/* A single-file manifest (config as Orbax writes it, uncompressed nodes) whose newest version's root is at
+ * d/x@off+len, or, with files > 0, whose data file table names that many 100-byte paths instead. */
+static void put_manifest(bytes *out, int height, uint64_t off, uint64_t len, uint64_t files) {
+    bytes b = {0};
+    put_fill(&b, 0x11, 16);
+    put_var(&b, 0); put_var(&b, 1024); put_var(&b, 100000000); put_u8(&b, 4); put_var(&b, 0);
+    if (files) {   /* each path the previous one's first 99 bytes and one more: 4 bytes an entry */
+        put_var(&b, files);
+        for (uint64_t i = 1; i < files; i++) put_var(&b, 99);
+        put_var(&b, 100);
+        for (uint64_t i = 1; i < files; i++) put_var(&b, 1);
+        for (uint64_t i = 0; i < files; i++) put_var(&b, 100);
+        put_fill(&b, 'c', 100);
+        for (uint64_t i = 1; i < files; i++) put_u8(&b, (uint8_t)('a' + i % 26));
+    } else {
+        put_dft_dx(&b);
+    }
+    put_var(&b, 1); put_var(&b, 1); put_u8(&b, (uint8_t)height); put_var(&b, 0); put_var(&b, off); put_var(&b, len);
+    put_fill(&b, 0, 4);   /* statistics and commit time: not read */
+    put_node(out, 0x0cdb3a2a, &b, files > 0);
+}
+/* A leaf of n keys with empty inline values: the first key `first` bytes, then each key the previous one's first
+ * `first - 3` bytes and a 3-byte counter (no NUL bytes, increasing). */
+static void put_leaf(bytes *out, uint64_t n, uint64_t first, uint8_t fill) {
+    bytes b = {0};
+    put_u8(&b, 0);
+    put_var(&b, 0);   /* no data files */
+    put_var(&b, n);
+    for (uint64_t i = 1; i < n; i++) put_var(&b, first - 3);
+    put_var(&b, first);
+    for (uint64_t i = 1; i < n; i++) put_var(&b, 3);
+    put_fill(&b, fill, first - 3);
+    for (uint64_t i = 0; i < n; i++) {
+        put_u8(&b, (uint8_t)(1 + i / 65025));
+        put_u8(&b, (uint8_t)(1 + i / 255 % 255));
+        put_u8(&b, (uint8_t)(1 + i % 255));
+    }
+    for (uint64_t i = 0; i < n; i++) put_var(&b, 0);
+    put_fill(&b, 0, n);   /* kinds: inline */
+    put_node(out, 0x0cdb20de, &b, 0);
+}
+
+typedef struct { const char *label; int kind; pi0_status want; const char *needles[4]; } hostile_case;
+
+/* This process's resident set in KB (/proc/self/statm), 0 when unknown. */
+static long rss_kb(void) {
+    long pages = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+    if (f) fclose(f);
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* In the child: builds case k's files, opens them, writes "RSS at start (KB)|status|message" to fd. */
+static void hostile_open(int k, int fd) {
+    long start = rss_kb();
+    bytes man = {0}, d = {0};
+    if (k == 0) {            /* one 100 KB leaf of 4000 keys of 64 KB each: 262 MB of keys, built twice */
+        put_leaf(&d, 4000, 65535, 'a');
+        put_manifest(&man, 0, 0, d.n, 0);
+    } else if (k == 1) {     /* 24 leaves of 400 three-byte keys under a root whose 60 KB keys prefix them */
+        const int C = 24, M = 400;
+        uint64_t off[24], len[24];
+        for (int c = 0; c < C; c++) { off[c] = d.n; put_leaf(&d, M, 3, 'b'); len[c] = d.n - off[c]; }
+        bytes b = {0};
+        put_u8(&b, 1);
+        put_dft_dx(&b);
+        put_var(&b, (uint64_t)C);
+        for (int c = 1; c < C; c++) put_var(&b, 59998);
+        put_var(&b, 60000);
+        for (int c = 1; c < C; c++) put_var(&b, 2);
+        for (int c = 0; c < C; c++) put_var(&b, 60000);   /* subtree common prefix: the whole key */
+        put_fill(&b, 'r', 59998);
+        for (int c = 0; c < C; c++) { put_u8(&b, 1); put_u8(&b, (uint8_t)(1 + c)); }
+        for (int c = 0; c < C; c++) put_var(&b, 0);
+        for (int c = 0; c < C; c++) put_var(&b, off[c]);
+        for (int c = 0; c < C; c++) put_var(&b, len[c]);
+        put_fill(&b, 0, 3 * (size_t)C);   /* statistics */
+        uint64_t root = d.n;
+        put_node(&d, 0x0cdb20de, &b, 0);
+        put_manifest(&man, 1, root, d.n - root, 0);
+    } else if (k == 2) {     /* a zstd manifest whose data file table names 2 million 100-byte paths */
+        put_manifest(&man, 0, 0, 16, 2000000);
+    } else if (k == 3) {     /* one 2 MB leaf of 300000 three-byte keys */
+        put_leaf(&d, 300000, 3, 'k');
+        put_manifest(&man, 0, 0, d.n, 0);
+    } else {                 /* a zstd leaf of 250000 values in 25000 data files of 1000-byte paths, scattered */
+        const uint64_t F = 25000, n = 250000;
+        bytes b = {0};
+        put_u8(&b, 0);
+        put_var(&b, F);
+        for (uint64_t i = 1; i < F; i++) put_var(&b, 996);
+        for (uint64_t i = 0; i < F; i++) put_var(&b, i ? 4 : 1000);
+        for (uint64_t i = 0; i < F; i++) put_var(&b, 0);
+        put_fill(&b, 'p', 996);
+        for (uint64_t i = 0; i < F; i++) { char x[8]; snprintf(x, sizeof x, "%04llx", (unsigned long long)i); put(&b, x, 4); }
+        put_var(&b, n);
+        for (uint64_t i = 1; i < n; i++) put_var(&b, 0);
+        for (uint64_t i = 0; i < n; i++) put_var(&b, 3);
+        for (uint64_t i = 0; i < n; i++) {
+            put_u8(&b, (uint8_t)(1 + i / 65025)); put_u8(&b, (uint8_t)(1 + i / 255 % 255)); put_u8(&b, (uint8_t)(1 + i % 255));
+        }
+        for (uint64_t i = 0; i < n; i++) put_var(&b, 0);   /* value lengths */
+        put_fill(&b, 1, n);                                 /* kinds: in a data file */
+        for (uint64_t i = 0; i < n; i++) put_var(&b, i * 7919 % F);
+        for (uint64_t i = 0; i < n; i++) put_var(&b, 0);   /* offsets */
+        put_node(&d, 0x0cdb20de, &b, 1);
+        put_manifest(&man, 0, 0, d.n, 0);
+    }
+    mem_db x = {man.p, d.p, man.n, d.n};
+    ocdbt *db = NULL;
+    pi0_status st = ocdbt_open(&db, "hostile", &(ocdbt_files){mem_map, &x});
+    ocdbt_close(db);
+    dprintf(fd, "%ld|%d|%s", start, (int)st, st == PI0_OK ? "" : pi0_last_error());
+}
+
+static void test_ocdbt_amplification(void) {
+    static const hostile_case cases[] = {
+        {"a leaf of 4000 keys of 64 KB", 0, PI0_ERR_FORMAT, {"hostile: B+tree node d/x@0+", "bytes of keys", "67108864", "262140000"}},
+        {"24 leaves under 60 KB prefixes", 1, PI0_ERR_FORMAT, {"hostile: B+tree node d/x@", "bytes of keys", "67108864"}},
+        {"a manifest naming 2 million data files", 2, PI0_ERR_FORMAT, {"hostile/manifest.ocdbt", "data files", "65536", "2000000"}},
+        {"a leaf of 300000 keys", 3, PI0_ERR_FORMAT, {"hostile: B+tree node d/x@0+", "B+tree entries", "262144", "300000"}},
+        {"250000 values in 25000 data files", 4, PI0_OK, {""}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int fds[2];
+        if (pipe(fds) != 0) { CHECK(0, "pipe"); return; }
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
+            setrlimit(RLIMIT_AS, &(struct rlimit){(rlim_t)2 << 30, (rlim_t)2 << 30});
+#endif
+            setrlimit(RLIMIT_CPU, &(struct rlimit){60, 60});
+            hostile_open(cases[k].kind, fds[1]);
+            _exit(0);
+        }
+        close(fds[1]);
+        char msg[1024] = "";
+        size_t got = 0;
+        for (ssize_t r; got < sizeof msg - 1 && (r = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0;) got += (size_t)r;
+        msg[got] = 0;
+        close(fds[0]);
+        int wst = 0;
+        struct rusage ru = {0};
+        wait4(pid, &wst, 0, &ru);
+        /* the load's own peak: the child's peak less what it had at the fork (this test binary's pages) */
+        char *status = strchr(msg, '|'), *text = status ? strchr(status + 1, '|') : NULL;
+        long mb = (ru.ru_maxrss - atol(msg)) / 1024;
+        int ok = WIFEXITED(wst) && WEXITSTATUS(wst) == 0 && text && atoi(status + 1) == (int)cases[k].want;
+        for (int i = 0; i < 4 && cases[k].needles[i]; i++) ok &= text && strstr(text, cases[k].needles[i]) != NULL;
+        CHECK(ok, "%s: wanted %s naming '%s'; got %s %d, '%s'", cases[k].label, pi0_status_str(cases[k].want),
+              cases[k].needles[0], WIFSIGNALED(wst) ? "signal" : "exit status",
+              WIFSIGNALED(wst) ? WTERMSIG(wst) : WEXITSTATUS(wst), msg);
+        CHECK(mb < 256, "%s: peak RSS %ld MB above the %ld MB at the fork (bound 256 MB)", cases[k].label, mb, atol(msg) / 1024);
+        printf("ocdbt %-40s peak RSS %4ld MB (+ %ld MB at the fork)  %s: %s\n", cases[k].label, mb, atol(msg) / 1024,
+               ok && mb < 256 ? "OK" : "FAIL", text ? text + 1 : msg);
+    }
+}
+
 int main(void) {
     if (!mkdtemp(tmp)) { perror("mkdtemp"); return 1; }
     if (getenv("PI0_BIN")) PI0 = getenv("PI0_BIN");
@@ -592,6 +804,7 @@ int main(void) {
     test_tokenizer_expansion();
     test_tokenizer_byte_pieces();
     test_ocdbt_shared_nodes();
+    test_ocdbt_amplification();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmp);

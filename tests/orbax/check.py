@@ -149,11 +149,15 @@ def fresh(base, tmp, name):
     return d
 
 
-def add_leaf(d, path, value):
-    """A new array written by tensorstore and registered in _METADATA, as Orbax would have saved it (nnx leaf)."""
-    keys = ["params"] + path.split("/") + ["value"]
-    arr = ts.open({"driver": "zarr", "kvstore": {"driver": "file", "path": os.path.join(d, "params", ".".join(keys))},
-                   "metadata": {"shape": list(value.shape), "chunks": list(value.shape), "dtype": "<f4",
+def add_leaf(d, path, value, nnx=True, chunks=None, ocdbt=False):
+    """A new array written by tensorstore (into the OCDBT database when ocdbt) and registered in _METADATA, as Orbax
+    would have saved it (an nnx leaf when nnx)."""
+    keys = ["params"] + path.split("/") + (["value"] if nnx else [])
+    params = os.path.join(d, "params")
+    kv = ({"driver": "ocdbt", "base": "file://" + params + "/", "path": ".".join(keys) + "/"} if ocdbt else
+          {"driver": "file", "path": os.path.join(params, ".".join(keys))})
+    arr = ts.open({"driver": "zarr", "kvstore": kv,
+                   "metadata": {"shape": list(value.shape), "chunks": list(chunks or value.shape), "dtype": "<f4",
                                 "compressor": {"id": "zstd", "level": 1}}}, create=True).result()
     arr.write(value).result()
     mp = os.path.join(d, "params", "_METADATA")
@@ -271,6 +275,13 @@ def bad_inputs(tmp, ocd, zarr):
     rc, _, err = pi0("info", "--checkpoint", d)
     check("extra parameter: loads with a warning naming it", rc == 0 and "1 parameter(s) not used by the model ignored "
           "(first: 'extra_head/kernel')" in err, f"rc {rc} {err[-300:]}")
+    # 30000 more keys in the OCDBT database (an unused array of 30000 chunks): more than the largest real checkpoint
+    # has (a few thousand), inside the reader's bounds (docs/checkpoints.md, OCDBT)
+    d = fresh(ocd, tmp, "many-keys")
+    add_leaf(d, "extra_head/kernel", np.arange(120000, dtype=np.float32).reshape(30000, 4), nnx=False, chunks=(1, 4),
+             ocdbt=True)
+    rc, _, err = pi0("info", "--checkpoint", d)
+    check("an OCDBT tree of 30000 more keys loads", rc == 0 and "(first: 'extra_head/kernel')" in err, f"rc {rc} {err[-300:]}")
     d = fresh(zarr, tmp, "lora")
     add_leaf(d, "PaliGemma/llm/layers/attn/q_einsum/lora_a", np.ones((2, 4, 64, 16), np.float32))
     expect_error("LoRA adapters refused", d, "LoRA adapter parameters", "q_einsum/lora_a")
