@@ -199,13 +199,13 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_st $(BUILD)/fuzz/corpus_cfg
 	cp tests/fixtures/tiny-pi0/b1.in.safetensors tests/fixtures/tiny-pi05/b2.out.safetensors $(BUILD)/fuzz/corpus_st/
 	cp tests/fixtures/tiny-pi0/config.json $(BUILD)/fuzz/corpus_cfg/
-	cp tests/fuzz/regress_config/* $(BUILD)/fuzz/corpus_cfg/   # an image grid that overflowed int (fixed in s38)
+	cp tests/fuzz/regress_config/* $(BUILD)/fuzz/corpus_cfg/   # an image grid that overflowed int (fixed in 3ca7642)
 	$(BUILD)/fuzz/fuzz_safetensors $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_st
 	$(BUILD)/fuzz/fuzz_config $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) $(BUILD)/fuzz/corpus_cfg
 	@mkdir -p $(BUILD)/fuzz/corpus_tok
 	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed', vocab_size=60, model_type='bpe', byte_fallback=False, hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed.vocab
 	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed_bytes', vocab_size=300, model_type='bpe', byte_fallback=True, normalization_rule_name='identity', hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed_bytes.vocab   # with the 256 <0xXX> byte pieces
-	cp tests/fuzz/regress_tokenizer/* $(BUILD)/fuzz/corpus_tok/   # inputs that once leaked (fixed in 143f3c3) or overflowed the prompt (s38)
+	cp tests/fuzz/regress_tokenizer/* $(BUILD)/fuzz/corpus_tok/   # inputs that once leaked (fixed in 143f3c3) or overflowed the prompt (fixed in 1c9ab5e)
 	$(BUILD)/fuzz/fuzz_tokenizer $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
 	@mkdir -p $(BUILD)/fuzz/corpus_pol
 	(printf '\001'; cat tests/fixtures/tiny-pi0/assets/tiny/norm_stats.json) > $(BUILD)/fuzz/corpus_pol/stats
@@ -214,7 +214,7 @@ fuzz: fuzz-build
 	@mkdir -p $(BUILD)/fuzz/corpus_lerobot
 	printf '\001{"type": "pi05", "chunk_size": 10, "input_features": {"observation.images.a": {"type": "VISUAL", "shape": [3, 8, 8]}, "observation.state": {"type": "STATE", "shape": [8]}}, "empty_cameras": 1, "image_resolution": [224, 224], "use_peft": false}' > $(BUILD)/fuzz/corpus_lerobot/config
 	printf '\004\000\000\003\005\007\003\003\001\001\010\000\000' > $(BUILD)/fuzz/corpus_lerobot/obs
-	printf '\004\000\000\003\004\004\003\003\001\372\002\011\000%048d' 0 > $(BUILD)/fuzz/corpus_lerobot/empty_state   # an empty 2^31 x 2^33 x 0 state (s38)
+	printf '\004\000\000\003\004\004\003\003\001\372\002\011\000%048d' 0 > $(BUILD)/fuzz/corpus_lerobot/empty_state   # an empty 2^31 x 2^33 x 0 state (fixed in 57807e5)
 	$(BUILD)/fuzz/fuzz_lerobot $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=8192 $(BUILD)/fuzz/corpus_lerobot
 	@mkdir -p $(BUILD)/fuzz/corpus_ocdbt
 	cp tests/fuzz/seeds_ocdbt/* $(BUILD)/fuzz/corpus_ocdbt/   # orbax-checkpoint's manifests + root nodes; a tensorstore tree of 1 KB nodes (make_seed_orbax.py)

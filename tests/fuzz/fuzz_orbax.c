@@ -6,8 +6,9 @@
  * component, at most 4 deep). The records are written under a fresh directory that orbax_load then reads; it may
  * fail, never crash, leak or read out of bounds. The load is capped at 64 MiB of parameters (orbax_limit_bytes):
  * a few KB of metadata whose chunks are absent (fill values) can describe a model of any size.
- * Seeds: tests/fuzz/seeds_orbax (tiny π0 and π0.5 checkpoints written by orbax-checkpoint, most chunks replaced by
- * fill values: tests/fuzz/make_seed_orbax.py). With PI0_FUZZ_VERBOSE=1 each input's result goes to stderr
+ * Seeds: tests/fuzz/seeds_orbax (tiny π0 and π0.5 checkpoints written by orbax-checkpoint: plain zarr with most
+ * chunks replaced by fill values, and OCDBT with large arrays saved as zeros, one of them rewritten into small nodes:
+ * tests/fuzz/make_seed_orbax.py). With PI0_FUZZ_VERBOSE=1 each input's result goes to stderr
  * ("orbax_load: OK ..." or the error), which `make fuzz` uses to check that the seeds load. */
 #include <stdio.h>
 #include <stdlib.h>
