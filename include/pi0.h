@@ -335,9 +335,9 @@ typedef struct {
 pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing);
 /* Runs one batch of `batch` (1..max_batch) synthetic observations (black images on every camera key of the robot,
  * zero state, the default prompt or "warm up", a fixed noise seed) and discards the actions. A process's first
- * inference pays one-time costs (CUDA module loading, GEMM algorithm timing, graph capture: 0.4-0.6 s on an H100);
- * a server calls this before it accepts robots. Prompts of other lengths later cost one graph capture (22-28 ms on
- * the H100) the first time each. The policy's noise stream for observations without a seed is not touched.
+ * inference pays one-time costs (CUDA module loading, GEMM algorithm timing, graph capture: bench/RESULTS.md has
+ * them); a server calls this before it accepts robots. Prompts of other lengths later cost one graph capture the
+ * first time each. The policy's noise stream for observations without a seed is not touched.
  * *ms (may be NULL) gets the time taken. */
 pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms);
 /* The same with this prompt (NULL: as pi0_policy_warmup): the prompt a fleet will send (one task over many robots),
