@@ -119,15 +119,15 @@ $(BUILD)/pi0: $(CLI_OBJ) $(BUILD)/libpi0.a | $(BUILD)/lib/libspng.so.0
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-# The kernel lab (bench/kernels, run on the GPU machine by bench/kernels/run_lab.sh run): `make lab` whenever nvcc is
-# found. Each lab links libpi0.a; the *_prof labs compile the production kernels' files again with a lab switch
-# (src/cuda/lab_hooks.cuh), which turns their compiled-out stamps on.
+# The kernel lab (bench/kernels, its README says what each lab is; run on the GPU machine by bench/kernels/run_lab.sh
+# run): `make lab` whenever nvcc is found. Each lab links libpi0.a; the *_prof labs compile the production kernels'
+# files again with a lab switch (src/cuda/lab_hooks.cuh), which turns their compiled-out stamps on.
 LAB      := $(BUILD)/lab
 LAB_NV   := $(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA
 LAB_LINK := $(BUILD)/libpi0.a $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd) -Xcompiler -fopenmp \
             -lcublasLt -lgomp
-LAB_BINS := gemv_smallm decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain sm_stream wgemm_lab wgmma_rate \
-            lt_search chain_prof wg_prof fw_prof megakernel megakernel2 phase_lab
+LAB_BINS := gemv_smallm decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain wgmma_rate lt_search chain_prof \
+            wg_prof fw_prof
 LAB_HDRS := $(wildcard bench/kernels/*.cuh) $(wildcard src/cuda/*.cuh)
 lab: $(if $(NVCC),$(LAB_BINS:%=$(LAB)/%),lab-no-nvcc)
 lab-no-nvcc:

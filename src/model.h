@@ -30,12 +30,12 @@ pi0_status model_start(model_sess *s, const pi0_inputs *in, pi0_dump_fn dump, vo
 pi0_status model_finish(model_sess *s, float *actions, model_timing *tm);
 void model_abort(model_sess *s);
 
-/* The action expert's layers of one denoise step (docs/model.md 3.8/3.13), as model.c's expert_layers runs them op
- * by op (bench/kernels/expert_persist.cuh runs them as one persistent kernel, a lab). Per layer l: norm (Gemma RMSNorm with attn_norm /
- * mlp_norm, or adaRMS with mods[2l] / mods[2l+1] for π0.5), q|k|v with RoPE at pos, attention (attn with
- * k1/v1 = kc[l]/vc[l]), o, the residual (plain add, or gated by the mod's gate for π0.5), norm, gate|up,
- * down, residual. The suffix K/V of layer l go to kc[l]/vc[l] at element offset kv_tail when attn.tail > 0
- * (B = 1: the keys after the cached prefix), else to k/v. M = B x suffix rows. */
+/* The action expert's layers of one denoise step (docs/model.md 3.8/3.13), as model.c's expert_layers runs them op by
+ * op (one persistent kernel for all of them was measured slower: bench/RESULTS.md L34, L69). Per layer l: norm (Gemma
+ * RMSNorm with attn_norm / mlp_norm, or adaRMS with mods[2l] / mods[2l+1] for π0.5), q|k|v with RoPE at pos, attention
+ * (attn with k1/v1 = kc[l]/vc[l]), o, the residual (plain add, or gated by the mod's gate for π0.5), norm, gate|up,
+ * down, residual. The suffix K/V of layer l go to kc[l]/vc[l] at element offset kv_tail when attn.tail > 0 (B = 1: the
+ * keys after the cached prefix), else to k/v. M = B x suffix rows. */
 typedef struct {
     const pi0_gemma_layer *layers;
     int depth, M, D, F;

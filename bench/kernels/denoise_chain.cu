@@ -2,23 +2,17 @@
 // the production ops exactly as model.c's denoise calls them (RMSNorm, q|k|v with RoPE into the KV cache,
 // tail attention, o + residual, RMSNorm, gate|up with gelu * up, down + residual), captured as one graph and
 // timed with CUDA events: the cost of a layer in the real chain of kernels, and of each op kind by
-// leaving it out. Random weights (18 x 34.6 MB, more than the L2), prefix of 788 cached keys. Also the
-// persistent-kernel experiment (expert_persist.cuh): checked against the per-op chain, timed, and its
-// per-phase profile (clock64 stamps of every block). Built as chain_prof (run_lab.sh) with LAB_PROF=1: per-block
-// phase stamps of the few-row products in the chain, also with their weight copies switched off (wrong results:
-// the chain's latency alone).
-// Build and run: sh bench/kernels/run_lab.sh build / run OUTDIR.
+// leaving it out. Random weights (18 x 34.6 MB, more than the L2), prefix of 788 cached keys. Built as chain_prof
+// (make lab) with LAB_PROF=1: per-block phase stamps of the few-row products in the chain, also with their weight
+// copies switched off (wrong results: the chain's latency alone).
+// Build and run: make lab, then build/lab/denoise_chain (or sh bench/kernels/run_lab.sh run OUTDIR).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../src/cuda/common.cuh"
-extern "C" {
-#include "../../src/model.h"   // pi0_expert_step: the expert's layers as model.c runs them
-}
 #include "lab.cuh"
-#include "expert_persist.cuh"
 
 #ifdef GEMV_PROF   // gemv.cu built with -DGEMV_PROF: per-block phase stamps of the few-row products
 void gemv_prof_set(unsigned long long *buf, unsigned cap);
@@ -151,26 +145,14 @@ int main(void) {
     pi0_attn a = {.nseg = 1, .heads = Hq, .kv_heads = 1, .head_dim = hd, .scale = 1.0f / 16.0f, .q_off = qo,
                   .k_off = ko, .block0 = 1, .tail = M};
     // what: 1 q|k|v, 2 attention, 4 o, 8 gate|up, 16 down, 32 the RMSNorm before q|k|v, 64 the one before gate|up
-    // (separate kernels), 128: both norms fused into the products (backend.h pi0_prenorm), 256: all layers as one
-    // persistent kernel (expert_persist.cuh)
-    xlab xl;
-    if (!xlab_init(&xl)) { printf("the persistent kernel cannot run on this device\n"); return 1; }
-    pi0_expert_step ex = {.layers = ly, .depth = L, .M = M, .D = D, .F = F, .s = s, .sy = sy, .stmp = sy, .q = sq,
-                          .att = satt, .g = sg, .u = su, .kc = kc, .vc = vc, .kv_tail = (size_t)P * hd, .pos = spos,
-                          .attn = a, .eps = 1e-6f};
+    // (separate kernels), 128: both norms fused into the products (backend.h pi0_prenorm)
     cudaStream_t side;
     CK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     cudaEvent_t evf[18], evj;
     for (int l = 0; l < L; l++) CK(cudaEventCreateWithFlags(&evf[l], cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&evj, cudaEventDisableTiming));
-    int nl = L;   // layers per step (the persistent kernel is also checked over one layer)
     auto step = [&](int what) {
-        ex.depth = nl;
-        if (what & 256) {   // the persistent kernel (expert_persist.cuh)
-            if (!xlab_step(&xl, c->stream, &ex)) { printf("the persistent kernel refused the shape\n"); exit(1); }
-            return;
-        }
-        for (int l = 0; l < nl; l++) {
+        for (int l = 0; l < L; l++) {
             pi0_gemma_layer *Ly = &ly[l];
             pi0_proj3 pj = {{&Ly->q, &Ly->k, &Ly->v}, {NULL, NULL, NULL}};
             pt sk = pt_at(be, kc[l], (size_t)P * hd), sv = pt_at(be, vc[l], (size_t)P * hd);
@@ -201,7 +183,7 @@ int main(void) {
         }
     };
     struct { const char *name; int what, pdl, small; } vers[] = {
-        {"persistent kernel", 256, 1, 1},   {"layer (norms fused)", 159, 1, 1}, {"  no PDL", 159, 0, 1},          {"  cuBLASLt/GEMM path", 159, 1, 0},
+        {"layer (norms fused)", 159, 1, 1}, {"  no PDL", 159, 0, 1},          {"  cuBLASLt/GEMM path", 159, 1, 0},
         {"layer (norm kernels)", 127, 1, 1}, {"  norm+q|k|v fused", 129, 1, 1}, {"  norm+gate|up fused", 136, 1, 1},
         {"  without attention", 125, 1, 1}, {"  norms fused, no attention", 157, 1, 1}, {"  without norms", 31, 1, 1},     {"  only norm+q|k|v", 33, 1, 1},
         {"  only q|k|v", 1, 1, 1},          {"  only attention", 2, 1, 1},     {"  only o", 4, 1, 1},
@@ -223,86 +205,6 @@ int main(void) {
         return 0;
     }
 #endif
-    for (int depth = 1; depth <= L; depth += L - 1) {   // the persistent kernel against the production chain
-        pt s0 = be->alloc(be, (size_t)M * D, PT_ACT);
-        CK(cudaMemcpy(s0.p, s.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));
-        float *h[2];
-        nl = depth;
-        for (int v = 0; v < 2; v++) {
-            CK(cudaMemcpy(s.p, s0.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));
-            c->fused_small = 1;
-            step(v ? 256 : 159);
-            CK(cudaStreamSynchronize(c->stream));
-            h[v] = (float *)malloc((size_t)M * D * 4);
-            if (be->download(be, h[v], s, (size_t)M * D) != PI0_OK) { printf("download failed\n"); return 1; }
-        }
-        nl = L;
-        double num = 0, den = 0;
-        for (int i = 0; i < M * D; i++) { num += (h[1][i] - h[0][i]) * (h[1][i] - h[0][i]); den += h[0][i] * h[0][i]; }
-        // both are bf16 chains that round in different orders; 18 layers of random weights amplify that
-        // (the first version, bench/RESULTS.md L34: 1.27e-2 after 18 layers; two layers against the CPU reference: 4.6e-3)
-        const double bound = depth == 1 ? 5e-3 : 2e-2;
-        printf("persistent kernel vs per-op chain, residual rows after %d layer(s): rel L2 %.2e %s\n", depth, sqrt(num / den),
-               sqrt(num / den) < bound ? "OK" : "FAIL");
-        CK(cudaMemcpy(s.p, s0.p, (size_t)M * D * 2, cudaMemcpyDeviceToDevice));
-        free(h[0]); free(h[1]);
-        be->release(be, s0);
-    }
-    for (int mode = 0; mode <= 3; mode += 3) {   // where the persistent kernel's time goes, per phase (mode 3: no weights)
-        int G = xl.blocks;
-        size_t n = (size_t)G * L * XPH * XST;
-        long long *prof;
-        CK(cudaMalloc(&prof, n * 8));
-        CK(cudaMemset(prof, 0, n * 8));   // stamps a block does not reach stay 0
-        xl.prof = prof;
-        xl.mode = mode;
-        step(256);
-        CK(cudaStreamSynchronize(c->stream));
-        xl.prof = NULL;
-        xl.mode = 0;
-        long long *h = (long long *)malloc(n * 8);
-        CK(cudaMemcpy(h, prof, n * 8, cudaMemcpyDeviceToHost));
-        int khz = 0;
-        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
-        const char *names[XPH] = {"q|k|v", "attention", "o", "gate|up", "down"};
-        printf("persistent kernel%s, %d blocks, layers 1..%d (us at %d MHz), means over the blocks that have the stamp:\n"
-               "  phase        X/S   MMAs/P  reduced/headwait  work-end  barrier | work mean / max   per layer\n",
-               mode ? " without weight traffic (wrong results)" : "", G, L - 1, khz / 1000);
-        double total = 0;
-        for (int p = 0; p < XPH; p++) {
-            double d[XST] = {0}, wm = 0, wx = 0;
-            int cnt[XST] = {0};
-            for (int l = 1; l < L; l++) {
-                double mx = 0;
-                for (int b = 0; b < G; b++) {
-                    const long long *r = h + ((size_t)b * L + l) * XPH * XST + p * XST;
-                    long long prev = r[0];
-                    for (int k = 1; k < XST; k++)
-                        if (r[k] && prev) { d[k] += (double)(r[k] - prev) / khz * 1e3; cnt[k]++; prev = r[k]; }
-                    double w = (double)(r[4] - r[0]) / khz * 1e3;
-                    wm += w;
-                    if (w > mx) mx = w;
-                }
-                wx += mx;
-            }
-            printf("  %-10s", names[p]);
-            for (int k = 1; k < XST; k++) printf(" %8.2f", cnt[k] ? d[k] / cnt[k] : 0.0);
-            printf(" | %6.2f / %6.2f\n", wm / ((L - 1) * G), wx / (L - 1));
-            total += d[5] / (cnt[5] ? cnt[5] : 1) + wm / ((L - 1) * G);
-        }
-        printf("  sum of phase means (work + barrier): %.2f us per layer\n", total);
-        free(h);
-        CK(cudaFree(prof));
-    }
-    for (int mode = 1; mode <= 3; mode++) {   // the persistent kernel's bounds: the weight stream alone, no barriers, no weights
-        xl.mode = mode;
-        step(256);
-        CK(cudaStreamSynchronize(c->stream));
-        float med = lab_graph_median_ms(c->stream, &c->capturing, [&] { step(256); });
-        printf("persistent kernel, %s: %.2f us per layer\n",
-               mode == 1 ? "weight stream only" : mode == 2 ? "no grid barriers" : "no weight traffic", med * 1e3 / L);
-        xl.mode = 0;
-    }
     printf("%-24s %12s\n", "18 layers, one step", "us per layer");
     for (auto &v : vers) {
         c->pdl = v.pdl && c->hopper;   // the portable path (PI0_CUDA_PATH=portable) has no PDL

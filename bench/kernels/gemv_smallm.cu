@@ -7,7 +7,7 @@
 // Each version is checked against a CPU product in double (rel L2), then timed with CUDA events over
 // replays of a graph of 64 back-to-back launches that rotate over >= 256 MB of weights (so the 50 MB L2
 // serves nothing twice). Prints microseconds per launch and the weight stream in TB/s.
-// Build and run: sh bench/kernels/run_lab.sh OUTDIR (device machine; libpi0.a from `make BUILD=build-gpu`).
+// Build and run: make lab, then build/lab/gemv_smallm on the device machine (or sh bench/kernels/run_lab.sh run OUTDIR).
 // `gemv_smallm M` takes M rows (default 11; 17 to 64 run gemv.cu's warpgroup kernel, whatever the block shape);
 // `gemv_smallm once [SHAPE VERSION [M]]` runs every version (or one) 3 times without graphs (for ncu).
 #include <math.h>

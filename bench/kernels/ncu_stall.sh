@@ -1,7 +1,7 @@
 # ncu stall reasons per issued instruction of 8 few-row products (gemv.cu) of one pi0-3cam inference, no cache
 # flush, serialised. Usage (device machine): sh bench/kernels/ncu_stall.sh OUT [BIN]   (BUILD = the folder of BIN;
 # the checkpoint: BIN gen-checkpoint --variant pi0 --seed 1 /tmp/pi0-ckpt/pi0)
-B=${BUILD:-build-carry}; out=$1; bin=${2:-pi0}
+B=${BUILD:-build}; out=$1; bin=${2:-pi0}
 ncu --clock-control none --cache-control none --kernel-name regex:gemv_kernel --launch-skip 300 --launch-count 8 --csv \
   --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,gpu__time_duration.sum,smsp__inst_executed.sum,sm__cycles_elapsed.avg" \
   $B/$bin bench --backend cuda --checkpoint /tmp/pi0-ckpt/pi0 --workload pi0-3cam --no-graph --warmup 0 --iters 1 > $out/ncu_$bin.csv 2>/dev/null

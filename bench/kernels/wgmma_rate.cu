@@ -1,14 +1,32 @@
 // wgmma_rate.cu — how fast one SM runs back-to-back warpgroup MMAs of the shapes the prefix flash kernel uses
-// (attention.cu flash_wg_kernel: S on m64n64k16 with both operands in shared memory, P V on m64n256k16 with A from
+// (attn_flash_wg.cu flash_wg_kernel: S on m64n64k16 with both operands in shared memory, P V on m64n256k16 with A from
 // registers), against the wide shapes of a GEMM main loop. Each block (one per SM) runs `iters` groups of 4 k16
 // products on one accumulator set, one group in flight (commit, wait<1>), with 1 or 2 warpgroups; the result is
 // tensor cycles per product (clock64 of thread 0) and the share of the SM's dense bf16 peak (2048 FMA per cycle).
-// Operands are zeros: the rate does not depend on the values. Build: sh bench/kernels/run_lab.sh build.
+// Operands are zeros: the rate does not depend on the values. Built by make lab; run: build/lab/wgmma_rate.
 #include <stdio.h>
 
 #include "../../src/cuda/mma.cuh"
 #include "lab.cuh"
-#include "wgemm.cuh"
+
+// The wide shapes of a GEMM main loop (both operands in shared memory); the flash kernel's own are in mma.cuh.
+#define WG_D64(d) WG_D32(d, 0), WG_D32(d, 32)
+__device__ __forceinline__ void wg_ss_64x128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,"
+                 "%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,"
+                 "%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, p, 1, 1, 0, 0; }"
+                 : WG_D64(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wg_ss_64x256(float (&d)[128], uint64_t da, uint64_t db, int acc) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" WG_R128 "}, %128, %129, p, 1, 1, 0, 0; }"
+                 : WG_D128(d)
+                 : "l"(da), "l"(db), "r"(acc));
+}
 
 __device__ __forceinline__ void rs_64x64_t(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"

@@ -4,9 +4,8 @@
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
 // row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
 // the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm:
-// 6.95 us under ncu with them read after the statistics: bench/RESULTS.md L33, measured in
-// `git show 4fde7d2:bench/RESULTS.md`, session 4): LayerNorm's into the block's
-// shared memory, the others' into registers. Others: one block of 256 threads a row.
+// 6.95 us under ncu with them read after the statistics: bench/RESULTS.md L33 and its entry): LayerNorm's into the
+// block's shared memory, the others' into registers. Others: one block of 256 threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
 #include "common.cuh"
