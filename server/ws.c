@@ -505,6 +505,17 @@ static int callback_event(struct lws *wsi, enum lws_callback_reasons reason, voi
             return lws_http_transaction_completed(wsi) ? -1 : 0;
         }
         break;
+    /* The end of an HTTP transaction however it ends (reply written, client gone before it, context destroyed): lws
+     * calls this with the per-session data still valid and frees that data right after, on a close and also when it
+     * binds the connection anew (a keep-alive connection's next request, a websocket upgrade), where
+     * LWS_CALLBACK_CLOSED_HTTP does not come. LWS_CALLBACK_CLOSED below is for websockets only. */
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+        if (c) {
+            free(c->metrics);
+            c->metrics = NULL;
+            c->healthz = 0;
+        }
+        break;
 
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         if (!authorized(s, wsi)) {
@@ -565,7 +576,6 @@ static int callback_event(struct lws *wsi, enum lws_callback_reasons reason, voi
         free(c->error);
         engine_job_free(c->done);
         free(c->chunk);
-        free(c->metrics);
         memset(c, 0, sizeof *c);
         return 0;
 
