@@ -40,6 +40,7 @@ struct conn {
     int metadata_sent;
     char *error;                /* to send as a text frame, then close with close_code */
     int close_code, closing;
+    int close_handed;           /* the close frame is lws's to send (on_writeable returned -1 after lws_close_reason) */
     double t_open, t_wait;      /* t_wait: when the server started waiting for the current request */
     double prev_total_ms;       /* openpi's server_timing.prev_total_ms of the next reply */
     int have_prev;
@@ -60,6 +61,7 @@ struct ws_server {
     uint64_t next_id;
     volatile sig_atomic_t stop;
     int draining;
+    int closing_all;            /* the stop's last phase: every websocket closes now (ws_server_run) */
     int idle_told;              /* the count last given to engine_set_idle_clients (-1: none yet) */
     lws_sorted_usec_list_t tick;
     int port;
@@ -261,7 +263,7 @@ static int on_receive(ws_server *s, conn *c, const void *in, size_t len) {
     c->rx_open = !last;
     if (starts) c->t_rx = now_ms();
     if (c->error || c->closing) { /* refused: drop the rest, then let the close go out */
-        if (last) {
+        if (last && !c->close_handed) {
             lws_set_timeout(wsi, NO_PENDING_TIMEOUT, 0);
             lws_callback_on_writable(wsi);
         }
@@ -321,12 +323,18 @@ static int send_frame(struct lws *wsi, const uint8_t *payload, size_t n, enum lw
 
 static int on_writeable(ws_server *s, conn *c) {
     struct lws *wsi = c->wsi;
+    /* lws goes on calling this after the close is handed over (while it waits for the client's answer to its close
+     * frame, when the client sends once more, say): a second -1 makes lws drop the connection at once with the
+     * client's input unread, which the kernel answers with a reset, and a client that is sending then fails before
+     * it reads the close frame. */
+    if (c->close_handed) return 0;
     if (c->closing) {
-        if (c->rx_open) return 0; /* see conn_error */
+        if (c->rx_open && !s->closing_all) return 0; /* see conn_error; at the stop's end the close goes out now */
         static const char going[] = "server shutting down";
         static const char internal[] = "Internal server error. Reason in the previous frame.";
         const char *r = c->close_code == LWS_CLOSE_STATUS_GOINGAWAY && !c->error ? going : internal;
         lws_close_reason(wsi, (enum lws_close_status)c->close_code, (unsigned char *)r, strlen(r));
+        c->close_handed = 1;
         return -1;
     }
     if (!c->metadata_sent) {
@@ -505,6 +513,17 @@ static int callback_event(struct lws *wsi, enum lws_callback_reasons reason, voi
             return lws_http_transaction_completed(wsi) ? -1 : 0;
         }
         break;
+    /* The end of an HTTP transaction however it ends (reply written, client gone before it, context destroyed): lws
+     * calls this with the per-session data still valid and frees that data right after, on a close and also when it
+     * binds the connection anew (a keep-alive connection's next request, a websocket upgrade), where
+     * LWS_CALLBACK_CLOSED_HTTP does not come. LWS_CALLBACK_CLOSED below is for websockets only. */
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+        if (c) {
+            free(c->metrics);
+            c->metrics = NULL;
+            c->healthz = 0;
+        }
+        break;
 
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         if (!authorized(s, wsi)) {
@@ -565,7 +584,6 @@ static int callback_event(struct lws *wsi, enum lws_callback_reasons reason, voi
         free(c->error);
         engine_job_free(c->done);
         free(c->chunk);
-        free(c->metrics);
         memset(c, 0, sizeof *c);
         return 0;
 
@@ -686,6 +704,10 @@ void ws_server_run(ws_server *s) {
     double until = now_ms() + s->p.drain_s * 1e3;
     while ((engine_pending(s->eng) > 0 || unsent_replies(s) > 0) && now_ms() < until)
         if (lws_service(s->ctx, 0) < 0) break;
+    /* Every websocket gets its close frame now, one in the middle of sending a message too (unlike an error's close,
+     * see conn_error, this one does not wait for the message's end), and its client 2 s to answer;
+     * lws_context_destroy drops those that do not. */
+    s->closing_all = 1;
     for (conn *c = s->conns; c; c = c->next) {
         if (!c->error && !c->closing) snprintf(c->why, sizeof c->why, "closed by the server, 1001 (shutting down)");
         c->closing = 1;
