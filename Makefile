@@ -50,7 +50,7 @@ CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c src/model.c src/backends.c src/api.c src/tokenizer.c src/image.c \
-           src/policy.c src/robot.c src/pi0_policy.c \
+           src/norm_stats.c src/robot.c src/pi0_policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c
@@ -73,7 +73,7 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) $(HDRS) $(BUILD)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # the policy's float64 transforms must round like numpy: separate multiply and add, no FMA contraction
-$(BUILD)/src/policy.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o $(BUILD)/src/lerobot_pipeline.o: CFLAGS += -ffp-contract=off
+$(BUILD)/src/norm_stats.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o $(BUILD)/src/lerobot_pipeline.o: CFLAGS += -ffp-contract=off
 
 # every object is compiled again when the compiler flags change (the commit id aside: bench.c has its own rule), so
 # that a build folder from before a flag change (say -fPIC for the shared library) cannot link stale objects
@@ -179,7 +179,7 @@ debug:
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/policy.c src/robot.c src/ocdbt.c src/zarr.c \
+FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/norm_stats.c src/robot.c src/ocdbt.c src/zarr.c \
             src/lerobot.c src/lerobot_pipeline.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
             $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot $(BUILD)/fuzz/fuzz_orbax \

@@ -13,7 +13,7 @@
 
 #include "lerobot.h"
 #include "pi0.h"
-#include "policy.h"
+#include "norm_stats.h"
 #include "robot.h"
 #include "util.h"
 

@@ -2,7 +2,7 @@
  * (pi0_libero, pi05_droid, pi0_aloha_sim, ...), the LIBERO / DROID / ALOHA input transforms (request
  * arrays -> three camera slots of uint8 HWC images + the robot state in double) and the output
  * transforms (AbsoluteActions, slicing to the robot's dims, ALOHA's joint flips and gripper conversion).
- * Pure functions: no model, no norm stats, no resizing (policy.c does those). Mirrors
+ * Pure functions: no model, no norm stats, no resizing (pi0_policy.c and norm_stats.c do those). Mirrors
  * openpi/policies/{libero,droid,aloha}_policy.py and transforms.AbsoluteActions. */
 #ifndef PI0_ROBOT_H
 #define PI0_ROBOT_H

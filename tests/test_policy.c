@@ -5,7 +5,7 @@
  * Usage: test_policy DIR (written by policy_check.py) */
 #include <stdlib.h>
 
-#include "policy.h"
+#include "norm_stats.h"
 #include "test.h"
 #include "util.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz_arrays.h"
-#include "policy.h"
+#include "norm_stats.h"
 #include "robot.h"
 
 static const char *KEYS[] = {"observation/image", "observation/wrist_image", "observation/state",

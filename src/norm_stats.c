@@ -1,7 +1,8 @@
-/* policy.c — norm stats (docs/model.md 4.2; openpi transforms.Normalize / Unnormalize, shared/normalize.py).
- * See policy.h. The formulas keep openpi's operation order so float64 results round the same way (built
- * without FMA contraction). The public policy API built on these is in pi0_policy.c. */
-#include "policy.h"
+/* norm_stats.c — norm stats (docs/model.md 4.2; openpi transforms.Normalize / Unnormalize, shared/normalize.py):
+ * reads norm_stats.json and (un)normalises state and action vectors. See norm_stats.h. The formulas keep openpi's
+ * operation order so float64 results round the same way (built without FMA contraction). Owns no policy state: the
+ * asset selection and the public policy API built on these are in pi0_policy.c. */
+#include "norm_stats.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,8 +1,8 @@
-/* policy.h — the policy wrapper around the model (docs/model.md 4): norm_stats.json and state/action
+/* norm_stats.h — norm stats around the model (docs/model.md 4.2): norm_stats.json and state/action
  * (un)normalisation, z-score (π0) and quantile (π0.5), as openpi's transforms.Normalize / Unnormalize.
- * Robot transforms and the policy API are still to come (issue 4). Math and results in double (openpi's float64). */
-#ifndef PI0_POLICY_H
-#define PI0_POLICY_H
+ * Math and results in double (openpi's float64). The robot transforms are robot.h's, the policy API pi0_policy.c's. */
+#ifndef PI0_NORM_STATS_H
+#define PI0_NORM_STATS_H
 
 #include <stddef.h>
 
