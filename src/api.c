@@ -18,8 +18,8 @@
 #include "config.h"
 #include "model.h"
 #include "lerobot.h"
+#include "openpi_config.h"
 #include "orbax.h"
-#include "robot.h"
 #include "safetensors.h"
 #include "util.h"
 #include "weights.h"
@@ -754,8 +754,8 @@ pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_co
         st = pi0_fail(PI0_ERR_IO, "%s: a checkpoint is already there (pass force / --force to overwrite it)", out);
         goto done;
     }
-    const robot_config *rc = p->config ? robot_config_find(p->config) : NULL;
-    if (p->config && !rc) { st = pi0_fail(PI0_ERR_ARG, "unknown openpi config '%s' (known: %s)", p->config, robot_config_names()); goto done; }
+    const openpi_config *rc = p->config ? openpi_config_find(p->config) : NULL;
+    if (p->config && !rc) { st = pi0_fail(PI0_ERR_ARG, "unknown openpi config '%s' (known: %s)", p->config, openpi_config_names()); goto done; }
     pi0_model_params mp = {.quiet = p->quiet, .action_horizon = p->action_horizon ? p->action_horizon : rc ? rc->action_horizon : 0,
                            .max_token_len = p->max_token_len ? p->max_token_len : rc ? rc->max_token_len : 0};
     if ((st = pi0_model_load(&m, src, &mp)) != PI0_OK) goto done;

@@ -14,6 +14,7 @@
 #include "lerobot.h"
 #include "pi0.h"
 #include "norm_stats.h"
+#include "openpi_config.h"
 #include "robot.h"
 #include "util.h"
 
@@ -23,7 +24,7 @@ struct pi0_policy {
     pi0_tokenizer *tok;
     norm_stats ns;
     pi0_robot robot;
-    const robot_config *cfg;     /* NULL when loaded by robot name */
+    const openpi_config *cfg;     /* NULL when loaded by robot name */
     lerobot_pipeline *lr;        /* a LeRobot policy directory: its own features and processors instead of a robot */
     char *asset_id, *default_prompt;
     const char *metadata;
@@ -162,8 +163,8 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     pi0_status st;
     pi0_policy *p = pi0_calloc(1, sizeof *p, "policy");
     if (!p) return PI0_ERR_NOMEM;
-    if (params->config && !(p->cfg = robot_config_find(params->config))) {
-        st = pi0_fail(PI0_ERR_ARG, "unknown config '%s' (known: %s)", params->config, robot_config_names());
+    if (params->config && !(p->cfg = openpi_config_find(params->config))) {
+        st = pi0_fail(PI0_ERR_ARG, "unknown config '%s' (known: %s)", params->config, openpi_config_names());
         goto fail;
     }
     p->robot = params->robot ? robot_from_name(params->robot) : p->cfg ? p->cfg->robot : PI0_ROBOT_NONE;

@@ -1,4 +1,4 @@
-/* robot.c — openpi's LIBERO / DROID / ALOHA transforms and the shipped config table. See robot.h.
+/* robot.c — openpi's LIBERO / DROID / ALOHA transforms. See robot.h (the config table is openpi_config.c's).
  * Arithmetic follows numpy's order and precision (float64, no FMA: built with -ffp-contract=off) so
  * that the returned actions are bit-equal to openpi's. Deliberate differences, all on inputs openpi
  * mishandles: images may be CHW or HWC for every robot (openpi's ALOHA assumes CHW), float images
@@ -10,44 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "openpi_config.h"
 #include "util.h"
-
-#define ALOHA_RESET "{\"reset_pose\": [0, -1.5, 1.5, 0, 0, 0]}"
-
-/* openpi training/config.py (and polaris_config.py): robot, model type, AbsoluteActions, state in prompt,
- * default prompt, asset id (LeRobot configs use the repo id), policy_metadata, action horizon, prompt length. */
-static const robot_config CONFIGS[] = {
-    {"pi0_aloha", PI0_ROBOT_ALOHA, 0, 1, 0, NULL, "trossen", ALOHA_RESET, 50, 48},
-    {"pi05_aloha", PI0_ROBOT_ALOHA, 1, 1, 1, NULL, "trossen", ALOHA_RESET, 50, 200},
-    {"pi0_aloha_towel", PI0_ROBOT_ALOHA, 0, 1, 0, "fold the towel", "trossen", ALOHA_RESET, 50, 48},
-    {"pi0_aloha_tupperware", PI0_ROBOT_ALOHA, 0, 1, 0, "open the tupperware and put the food on the plate", "trossen",
-     ALOHA_RESET, 50, 48},
-    {"pi0_aloha_pen_uncap", PI0_ROBOT_ALOHA, 0, 1, 0, "uncap the pen", "trossen", "{}", 50, 48},
-    {"pi05_aloha_pen_uncap", PI0_ROBOT_ALOHA, 1, 1, 1, "uncap the pen", "trossen", "{}", 50, 200},
-    {"pi0_aloha_sim", PI0_ROBOT_ALOHA, 0, 0, 0, "Transfer cube", "lerobot/aloha_sim_transfer_cube_human", "{}", 50, 48},
-    {"pi0_libero", PI0_ROBOT_LIBERO, 0, 1, 0, NULL, "physical-intelligence/libero", "{}", 50, 48},
-    {"pi05_libero", PI0_ROBOT_LIBERO, 1, 0, 0, NULL, "physical-intelligence/libero", "{}", 10, 200},
-    {"pi0_droid", PI0_ROBOT_DROID, 0, 0, 0, NULL, "droid", "{}", 10, 48},
-    {"pi05_droid", PI0_ROBOT_DROID, 1, 0, 1, NULL, "droid", "{}", 15, 200},
-    {"pi05_droid_finetune", PI0_ROBOT_DROID, 1, 0, 1, NULL, "droid", "{}", 16, 200},
-    {"pi05_full_droid_finetune", PI0_ROBOT_DROID, 1, 1, 1, NULL, "droid", "{}", 16, 200},
-    {"pi05_droid_jointpos_polaris", PI0_ROBOT_DROID, 1, 1, 1, NULL, "droid", "{}", 15, 200},
-    {"pi0_droid_jointpos_polaris", PI0_ROBOT_DROID, 0, 1, 0, NULL, "droid", "{}", 10, 100},
-    {"pi0_droid_jointpos_100k_polaris", PI0_ROBOT_DROID, 0, 1, 0, NULL, "droid", "{}", 10, 100},
-};
-#define N_CONFIGS (int)(sizeof CONFIGS / sizeof CONFIGS[0])
-
-const robot_config *robot_config_find(const char *name) {
-    for (int i = 0; name && i < N_CONFIGS; i++)
-        if (!strcmp(CONFIGS[i].name, name)) return &CONFIGS[i];
-    return NULL;
-}
-
-const char *robot_config_names(void) {
-    return "pi0_aloha, pi05_aloha, pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap, pi05_aloha_pen_uncap, "
-           "pi0_aloha_sim, pi0_libero, pi05_libero, pi0_droid, pi05_droid, pi05_droid_finetune, pi05_full_droid_finetune, "
-           "pi05_droid_jointpos_polaris, pi0_droid_jointpos_polaris, pi0_droid_jointpos_100k_polaris";
-}
 
 static const char *NAMES[] = {"none", "libero", "droid", "aloha"};
 
@@ -61,7 +25,7 @@ const char *robot_name(pi0_robot r) { return (unsigned)r <= PI0_ROBOT_ALOHA ? NA
 int robot_state_dim(pi0_robot r) { return r == PI0_ROBOT_ALOHA ? 14 : 8; }
 int robot_action_dim(pi0_robot r) { return r == PI0_ROBOT_ALOHA ? 14 : r == PI0_ROBOT_DROID ? 8 : 7; }
 int robot_default_delta(pi0_robot r, int pi05) { return r == PI0_ROBOT_ALOHA || (r == PI0_ROBOT_LIBERO && !pi05); }
-const char *robot_default_metadata(pi0_robot r) { return r == PI0_ROBOT_ALOHA ? ALOHA_RESET : "{}"; }
+const char *robot_default_metadata(pi0_robot r) { return r == PI0_ROBOT_ALOHA ? OPENPI_ALOHA_METADATA : "{}"; }
 
 /* ---- request arrays ---- */
 

@@ -1,9 +1,8 @@
-/* robot.h — openpi's robot transforms (docs/model.md 4.1, 4.3, 4.4): the table of shipped openpi configs
- * (pi0_libero, pi05_droid, pi0_aloha_sim, ...), the LIBERO / DROID / ALOHA input transforms (request
- * arrays -> three camera slots of uint8 HWC images + the robot state in double) and the output
- * transforms (AbsoluteActions, slicing to the robot's dims, ALOHA's joint flips and gripper conversion).
- * Pure functions: no model, no norm stats, no resizing (pi0_policy.c and norm_stats.c do those). Mirrors
- * openpi/policies/{libero,droid,aloha}_policy.py and transforms.AbsoluteActions. */
+/* robot.h — openpi's robot transforms (docs/model.md 4.1, 4.3, 4.4): the LIBERO / DROID / ALOHA input transforms
+ * (request arrays -> three camera slots of uint8 HWC images + the robot state in double) and the output transforms
+ * (AbsoluteActions, slicing to the robot's dims, ALOHA's joint flips and gripper conversion). Pure functions: no
+ * model, no norm stats, no resizing (pi0_policy.c and norm_stats.c do those), no config table (openpi_config.h).
+ * Mirrors openpi/policies/{libero,droid,aloha}_policy.py and transforms.AbsoluteActions. */
 #ifndef PI0_ROBOT_H
 #define PI0_ROBOT_H
 
@@ -13,23 +12,6 @@
 
 #define ROBOT_CAMS 3        /* model camera slots: base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb */
 #define ROBOT_MAX_STATE 14  /* the longest robot state (ALOHA) */
-
-typedef struct {
-    const char *name;           /* openpi config name */
-    pi0_robot robot;
-    int pi05;                   /* the model type the config is trained for */
-    int delta;                  /* 1 = AbsoluteActions on output (docs/model.md 4.3) */
-    int discrete_state;         /* 1 = state in the prompt (π0.5 except pi05_libero) */
-    const char *default_prompt; /* the config's default prompt, or NULL */
-    const char *asset_id;       /* folder under DIR/assets with norm_stats.json */
-    const char *metadata_json;  /* the config's policy_metadata, sent first by the server */
-    int action_horizon;         /* the config's Pi0Config action_horizon (Orbax checkpoints do not store it) */
-    int max_token_len;          /* and max_token_len (48 π0 / 200 π0.5 unless the config says otherwise) */
-} robot_config;
-
-/* NULL when unknown; robot_config_names() lists the known names for messages. */
-const robot_config *robot_config_find(const char *name);
-const char *robot_config_names(void);
 
 pi0_robot robot_from_name(const char *name);     /* "libero" | "droid" | "aloha"; PI0_ROBOT_NONE otherwise */
 const char *robot_name(pi0_robot r);
