@@ -1,6 +1,6 @@
 /* backend.h — the op table that model.c is written against, filled by the CPU reference (src/cpu/)
- * and the CUDA backend (src/cuda/), and the providers api.c creates them through (backends.c). Ops enqueue work and
- * never synchronise, except download.
+ * and the CUDA backend (src/cuda/), and the providers the API layer (api_model.c, api_session.c) creates them
+ * through (backends.c). Ops enqueue work and never synchronise, except download.
  *
  * The ops are primitive (a product, a norm, an attention) where fusion can live inside a backend, with four
  * exceptions kept in the table because the fusion changes what crosses the op boundary: qkv (three projections,
@@ -209,8 +209,9 @@ struct pi0_backend {
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
 
 /* ---- the backends of this build (backends.c: the one place that knows which exist) ----
- * What the API layer (api.c) needs from a backend beyond its op table: whether a device suits it, a backend
- * instance per session, the model's weights in the backend's memory, and host memory its uploads read fast. */
+ * What the API layer (api_model.c, api_session.c) needs from a backend beyond its op table: whether a device suits
+ * it, a backend instance per session, the model's weights in the backend's memory, and host memory its uploads read
+ * fast. */
 typedef struct {
     const char *name;                                                   /* "cpu", "cuda" */
     pi0_status (*check)(int device);                                    /* NULL: always usable */

@@ -20,7 +20,7 @@ void model_sess_free(model_sess *s);
 /* 1 = synchronise and read the clock between stages (no CUDA graph): fills the vision/prefill/denoise
  * split of model_timing. 0 (default) = graph replay where the backend has graphs; only total_ms. */
 void model_set_stage_timing(model_sess *s, int on);
-/* One inference in two halves, so that the caller (api.c, the one place that validates inputs) can check the
+/* One inference in two halves, so that the caller (api_session.c, the one place that validates inputs) can check the
  * pixel values while the GPU computes. model_start uploads the inputs (validated, but for what the caller checks
  * meanwhile) and runs the model: with model_queues(s, dump) true (a CUDA graph replay) the work is only queued
  * when it returns, otherwise it is done. Then model_finish reads the actions [B, H, A] (and the timing, tm may be
