@@ -49,7 +49,8 @@ ifeq ($(shell uname -m),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
 endif
 
-LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c src/model.c src/backends.c \
+LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c \
+           src/model.c src/model_rtc.c src/backends.c \
            src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/image.c \
            src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c \
            src/cpu/cpu_backend.c

@@ -6,7 +6,8 @@
  * all rows at once; only attention sees the segments. Suffix rows are b*S + i.
  * The time-dependent terms (π0: action_time_mlp_in's time half; π0.5: time MLP and every adaRMS
  * modulation) depend only on t, which takes a fixed sequence, so they are computed at session create
- * with the same ops (docs/model.md 3.13).
+ * with the same ops (docs/model.md 3.13). Real-time chunking's inputs and the exact form's transpose pass are
+ * model_rtc.c's (the session's state, model_sess.h, is shared with it).
  *
  * Pitfalls that have bitten (keep in mind when editing):
  *  - Gemma RMSNorm scales by (1 + w), SigLIP LayerNorm by w; eps 1e-6 for both.
@@ -29,69 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "model_sess.h"
 #include "util.h"
 
-#define EPS 1e-6f
-#define MAX_BUFS 128
-
-/* One inference after upload_inputs; run directly (staged, with dumps or stage timing) or as the
- * body of a CUDA graph. Kept in the session from model_start to model_finish. */
-struct run_args {
-    struct model_sess *s;
-    int B, nimg, Mp;
-    pi0_dump_fn dump;
-    void *user;
-    double t[3];   /* clock after vision, after prefill, after denoise (staged runs) */
-    double t0;     /* clock at model_start */
-    int replay;    /* 1 = run as a CUDA graph (the work is queued when model_start returns) */
-};
-
-struct model_sess {
-    pi0_backend *be;
-    const pi0_config *c;
-    pi0_weights *w;
-    int max_b, steps;
-    int N, T, R, L, P, S, H, A;      /* cameras, tokens/image, image size, max tokens, P, S, horizon, A */
-    int Dv, Fv, Hv, D, F, De, Fe, Hq, Kv, Dh;
-    float dt;
-    float *tvals;                    /* [steps] t at the start of each step (fp32 accumulation) */
-    pt bufs[MAX_BUFS];
-    int n_bufs, alloc_failed;        /* alloc_failed: some buf() returned NULL (message already set) */
-    /* vision */
-    pt img, sel, vx, va, vq, vk, vv, vo, vm, vout;
-    /* prefix */
-    pt ids, id_rows, img_rows, pos, h, y, q, att, g, u;
-    pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */
-    /* suffix */
-    pt s, sy, sq, sk, sv, satt, sg, su, stmp, spos, act_rows, st_rows, out_rows;
-    pt x, x0, vel, state, st_tok, a_emb, a_hid, a_out, vin;   /* x0: the start noise, x: x_t */
-    pt rtc_y, rtc_w, rtc_g;          /* real-time chunking: leftover [B*H, A], prefix weights [B*H], weight per step */
-    int rtc;                         /* this inference's pi0_rtc_mode (set by upload_inputs) */
-    /* exact RTC (docs/model.md 3.11), allocated at the first exact inference: each expert layer's saved values
-     * (residual in, residual after attention, q after RoPE, suffix k / v, gate and up before gelu) and the
-     * cotangents of the backward pass */
-    int exact_ready;
-    pt xh, xh2, xq, xk, xv, xg, xu;  /* [depth] slabs of (Ms, width) rows */
-    pt az;                           /* π0: the action MLP's pre-swish rows (Mh, De) F32 */
-    pt d_s, d_sy, d_tmp, d_a;        /* cotangents (ACT), (Ms, De) and (Ms, Fe) */
-    pt d_gu, d_qkv;                  /* cotangents of gate | up and q | k | v side by side, rows of ld_gu, ld_qkv */
-    int ld_gu, ld_qkv;
-    pt d_vin, d_act, d_hid, d_x, err, zero_row, rtc_jac; /* F32 */
-    float *h_rtc_jac;
-    float *h_rtc_g;                  /* [steps] host copy of rtc_g */
-    pt time_terms;                   /* π0: [steps, De] = W_in[:, De:] . posemb(t) + b_in */
-    pt mods;                         /* π0.5: [(2*depth+1) * steps, 3De] adaRMS modulations */
-    int stage_timing;                /* 1: no graph, sync + clock between stages */
-    struct run_args run;             /* the inference between model_start and model_finish */
-    /* host index scratch (sized at create); h_voff/h_poff/h_soff are the attention segments */
-    int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_poff, *h_spos, *h_soff;
-    int32_t *h_full;                 /* compacted prefix row -> uncompacted (b*P + j), for dumps */
-    int32_t h_tail_off[2];           /* B = 1: keys [0, Np + S) of the cache, prefix then suffix */
-    pt *h_mods;                      /* π0.5: this step's 2*depth layer modulations (expert_layers) */
-    float *h_noise;
-};
-
-static pt buf(model_sess *s, size_t n, int kind) {
+pt model_buf(model_sess *s, size_t n, int kind) {
     pt t = {NULL, kind};
     if (s->alloc_failed) return t;   /* stop at the first failure: its message is the useful one */
     if (s->n_bufs == MAX_BUFS) {
@@ -138,7 +80,8 @@ static pi0_status precompute_time(model_sess *s) {
     float *temb = malloc((size_t)K * De * sizeof(float));
     if (!temb) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
     for (int k = 0; k < K; k++) posemb(temb + (size_t)k * De, s->tvals[k], De);
-    pt te = buf(s, (size_t)K * De, PT_F32), h1 = buf(s, (size_t)K * De, PT_F32), cond = buf(s, (size_t)K * De, PT_F32);
+    pt te = model_buf(s, (size_t)K * De, PT_F32), h1 = model_buf(s, (size_t)K * De, PT_F32);
+    pt cond = model_buf(s, (size_t)K * De, PT_F32);
     pi0_status st = te.p && h1.p && cond.p ? be->upload(be, te, temb, (size_t)K * De) : pi0_fail(PI0_ERR_NOMEM, "out of memory");
     free(temb);
     if (st != PI0_OK) return st;
@@ -148,7 +91,7 @@ static pi0_status precompute_time(model_sess *s) {
         be->linear(be, s->time_terms, te, &w->atm_in_w, &w->atm_act_b, K, De, De, De, EPI_STORE);
         return PI0_OK;
     }
-    pt zero = buf(s, (size_t)De, PT_F32);
+    pt zero = model_buf(s, (size_t)De, PT_F32);
     if (!zero.p) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
     be->linear(be, h1, te, &w->time_in_w, &w->time_in_b, K, De, De, 0, EPI_STORE);
     be->add_rows(be, h1, zero, K, K, De, ACT_SWISH);
@@ -188,59 +131,59 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     float t = 1.0f;
     for (int k = 0; k < steps; k++) { s->tvals[k] = c->lerobot_time ? (float)(1.0 + k * (-1.0 / steps)) : t; t = t + s->dt; }
 
-    s->img = buf(s, nimg * s->R * s->R * 3, PT_F32);
-    s->sel = buf(s, nimg, PT_I32);
-    s->vx = buf(s, vrows * s->Dv, PT_ACT);
-    s->va = buf(s, vrows * s->Dv, PT_ACT);
-    s->vq = buf(s, 3 * vrows * s->Dv, PT_ACT);   /* q, k, v in one buffer: a backend may fill them as one batch */
+    s->img = model_buf(s, nimg * s->R * s->R * 3, PT_F32);
+    s->sel = model_buf(s, nimg, PT_I32);
+    s->vx = model_buf(s, vrows * s->Dv, PT_ACT);
+    s->va = model_buf(s, vrows * s->Dv, PT_ACT);
+    s->vq = model_buf(s, 3 * vrows * s->Dv, PT_ACT);   /* q, k, v in one buffer: a backend may fill them as one batch */
     s->vk = pt_at(be, s->vq, vrows * s->Dv);
     s->vv = pt_at(be, s->vq, 2 * vrows * s->Dv);
-    s->vo = buf(s, vrows * s->Dv, PT_ACT);
-    s->vm = buf(s, vrows * s->Fv, PT_ACT);
-    s->vout = buf(s, vrows * s->D, PT_ACT);
-    s->ids = buf(s, (size_t)B * s->L, PT_I32);
-    s->id_rows = buf(s, (size_t)B * s->L, PT_I32);
-    s->img_rows = buf(s, vrows, PT_I32);
-    s->pos = buf(s, prow, PT_I32);
-    s->h = buf(s, prow * s->D, PT_ACT);
-    s->y = buf(s, prow * s->D, PT_ACT);
-    s->q = buf(s, prow * qw, PT_ACT);
-    s->att = buf(s, prow * qw, PT_ACT);
-    s->g = buf(s, prow * s->F, PT_ACT);
-    s->u = buf(s, prow * s->F, PT_ACT);
+    s->vo = model_buf(s, vrows * s->Dv, PT_ACT);
+    s->vm = model_buf(s, vrows * s->Fv, PT_ACT);
+    s->vout = model_buf(s, vrows * s->D, PT_ACT);
+    s->ids = model_buf(s, (size_t)B * s->L, PT_I32);
+    s->id_rows = model_buf(s, (size_t)B * s->L, PT_I32);
+    s->img_rows = model_buf(s, vrows, PT_I32);
+    s->pos = model_buf(s, prow, PT_I32);
+    s->h = model_buf(s, prow * s->D, PT_ACT);
+    s->y = model_buf(s, prow * s->D, PT_ACT);
+    s->q = model_buf(s, prow * qw, PT_ACT);
+    s->att = model_buf(s, prow * qw, PT_ACT);
+    s->g = model_buf(s, prow * s->F, PT_ACT);
+    s->u = model_buf(s, prow * s->F, PT_ACT);
     /* S spare rows after the prefix: at B = 1 the suffix K/V go right after the cached prefix (one key
      * range for the suffix attention, see denoise) */
     for (int l = 0; l < depth; l++) {
-        s->kc[l] = buf(s, (prow + s->S) * kvw, PT_ACT);
-        s->vc[l] = buf(s, (prow + s->S) * kvw, PT_ACT);
+        s->kc[l] = model_buf(s, (prow + s->S) * kvw, PT_ACT);
+        s->vc[l] = model_buf(s, (prow + s->S) * kvw, PT_ACT);
     }
-    s->s = buf(s, srow * s->De, PT_ACT);
-    s->sy = buf(s, srow * s->De, PT_ACT);
-    s->stmp = buf(s, srow * s->De, PT_ACT);
-    s->sq = buf(s, srow * qw, PT_ACT);
-    s->sk = buf(s, srow * kvw, PT_ACT);
-    s->sv = buf(s, srow * kvw, PT_ACT);
-    s->satt = buf(s, srow * qw, PT_ACT);
-    s->sg = buf(s, srow * s->Fe, PT_ACT);
-    s->su = buf(s, srow * s->Fe, PT_ACT);
-    s->spos = buf(s, srow, PT_I32);
-    s->act_rows = buf(s, hrow, PT_I32);
-    s->st_rows = buf(s, (size_t)B, PT_I32);
-    s->out_rows = buf(s, hrow, PT_I32);
-    s->x = buf(s, hrow * s->A, PT_F32);
-    s->x0 = buf(s, hrow * s->A, PT_F32);
-    s->vel = buf(s, hrow * s->A, PT_F32);
-    s->rtc_y = buf(s, hrow * s->A, PT_F32);
-    s->rtc_w = buf(s, hrow, PT_F32);
-    s->rtc_g = buf(s, (size_t)B * steps, PT_F32);
-    s->state = buf(s, (size_t)B * s->A, PT_F32);
-    s->st_tok = buf(s, (size_t)B * s->De, PT_F32);
-    s->a_emb = buf(s, hrow * s->De, PT_F32);
-    s->a_hid = buf(s, hrow * s->De, PT_F32);
-    s->a_out = buf(s, hrow * s->De, PT_F32);
-    s->vin = buf(s, hrow * s->De, PT_F32);
-    if (c->pi05) s->mods = buf(s, (size_t)(2 * depth + 1) * steps * 3 * s->De, PT_F32);
-    else s->time_terms = buf(s, (size_t)steps * s->De, PT_F32);
+    s->s = model_buf(s, srow * s->De, PT_ACT);
+    s->sy = model_buf(s, srow * s->De, PT_ACT);
+    s->stmp = model_buf(s, srow * s->De, PT_ACT);
+    s->sq = model_buf(s, srow * qw, PT_ACT);
+    s->sk = model_buf(s, srow * kvw, PT_ACT);
+    s->sv = model_buf(s, srow * kvw, PT_ACT);
+    s->satt = model_buf(s, srow * qw, PT_ACT);
+    s->sg = model_buf(s, srow * s->Fe, PT_ACT);
+    s->su = model_buf(s, srow * s->Fe, PT_ACT);
+    s->spos = model_buf(s, srow, PT_I32);
+    s->act_rows = model_buf(s, hrow, PT_I32);
+    s->st_rows = model_buf(s, (size_t)B, PT_I32);
+    s->out_rows = model_buf(s, hrow, PT_I32);
+    s->x = model_buf(s, hrow * s->A, PT_F32);
+    s->x0 = model_buf(s, hrow * s->A, PT_F32);
+    s->vel = model_buf(s, hrow * s->A, PT_F32);
+    s->rtc_y = model_buf(s, hrow * s->A, PT_F32);
+    s->rtc_w = model_buf(s, hrow, PT_F32);
+    s->rtc_g = model_buf(s, (size_t)B * steps, PT_F32);
+    s->state = model_buf(s, (size_t)B * s->A, PT_F32);
+    s->st_tok = model_buf(s, (size_t)B * s->De, PT_F32);
+    s->a_emb = model_buf(s, hrow * s->De, PT_F32);
+    s->a_hid = model_buf(s, hrow * s->De, PT_F32);
+    s->a_out = model_buf(s, hrow * s->De, PT_F32);
+    s->vin = model_buf(s, hrow * s->De, PT_F32);
+    if (c->pi05) s->mods = model_buf(s, (size_t)(2 * depth + 1) * steps * 3 * s->De, PT_F32);
+    else s->time_terms = model_buf(s, (size_t)steps * s->De, PT_F32);
     if (s->alloc_failed) goto fail;
 
     s->h_sel = malloc(nimg * 4); s->h_voff = malloc((nimg + 1) * 4);
@@ -360,25 +303,6 @@ static void prefill(model_sess *s, int Mp, int B, pi0_dump_fn dump, void *user) 
     }
 }
 
-/* Expert norm l (2l attention, 2l+1 MLP): plain RMSNorm (π0) or adaRMS with this step's modulation (π0.5),
- * as the input of the following product (qkv / mlp_up), which a backend may fuse into it; the normalised
- * rows, where written, go to sy. */
-static pi0_prenorm ex_prenorm(const pi0_expert_step *e, const pi0_wt *plain, int norm) {
-    pi0_prenorm p = {.eps = e->eps, .out = e->sy};
-    if (e->mods) {
-        p.mod = e->mods[norm];
-        p.rows_per_mod = e->M;
-    } else {
-        p.w = plain;
-    }
-    return p;
-}
-
-/* π0.5's residual gate of norm `norm` (the third part of its modulation row, stride 3D); none for π0 */
-static pt ex_gate(pi0_backend *be, const pi0_expert_step *e, int norm) {
-    return e->mods ? pt_at(be, e->mods[norm], 2 * (size_t)e->D) : (pt){0};
-}
-
 /* Residual s += y . W^T: plain (π0) or gated by norm `norm`'s gate (π0.5, docs/model.md 3.7; stmp is the scratch). */
 static void ex_residual(pi0_backend *be, const pi0_expert_step *e, pt y, const pi0_wt *W, int K, int norm) {
     if (e->mods)
@@ -406,159 +330,6 @@ void expert_layers(pi0_backend *be, const pi0_expert_step *e) {
         be->mlp_up(be, e->g, e->u, e->s, L, M, e->F, D, &pn);
         ex_residual(be, e, e->g, &L->down, e->F, 2 * l + 1);
     }
-}
-
-/* ---- exact real-time chunking: the expert's forward keeping what its transpose needs, and the transpose ---- */
-
-static pi0_status exact_buffers(model_sess *s) {
-    if (s->exact_ready) return PI0_OK;
-    pi0_backend *be = s->be;
-    if (!be->mlp_up_save || !be->residual_save || !be->linear_t || !be->linear_t_cat || !be->norm_bwd ||
-        !be->gelu_mul_bwd || !be->swish_bwd || !be->rope_bwd || !be->attention_bwd || !be->scale_rows || !be->rtc_error ||
-        !be->rtc_correct)
-        return pi0_fail(PI0_ERR_ARG, "exact real-time chunking: the %s backend lacks the expert's transpose ops", be->name);
-    size_t Ms = (size_t)s->max_b * s->S, Mh = (size_t)s->max_b * s->H, depth = (size_t)s->c->ex.depth;
-    size_t qw = (size_t)s->Hq * s->Dh, kvw = (size_t)s->Kv * s->Dh;
-    s->xh = buf(s, depth * Ms * s->De, PT_ACT);
-    s->xh2 = buf(s, depth * Ms * s->De, PT_ACT);
-    s->xq = buf(s, depth * Ms * qw, PT_ACT);
-    s->xk = buf(s, depth * Ms * kvw, PT_ACT);
-    s->xv = buf(s, depth * Ms * kvw, PT_ACT);
-    s->xg = buf(s, depth * Ms * s->Fe, PT_ACT);
-    s->xu = buf(s, depth * Ms * s->Fe, PT_ACT);
-    s->az = buf(s, Mh * s->De, PT_F32);
-    s->d_s = buf(s, Ms * s->De, PT_ACT);
-    s->d_sy = buf(s, Ms * s->De, PT_ACT);
-    s->d_tmp = buf(s, Ms * s->De, PT_ACT);
-    s->d_a = buf(s, Ms * s->Fe, PT_ACT);
-    /* the rows of the side-by-side cotangents, padded with zero columns (alloc zero-fills; no op writes them) to a
-     * multiple of 1024: the CUDA backend's few-row product reads its inner dimension in slices of 1024 (q | k | v:
-     * 2560 -> 3072), so that each transposed group is one product (linear_t_cat) */
-    s->ld_gu = (int)((2 * (size_t)s->Fe + 1023) / 1024 * 1024);
-    s->ld_qkv = (int)((qw + 2 * kvw + 1023) / 1024 * 1024);
-    s->d_gu = buf(s, Ms * s->ld_gu, PT_ACT);
-    s->d_qkv = buf(s, Ms * s->ld_qkv, PT_ACT);
-    s->d_vin = buf(s, Mh * s->De, PT_F32);
-    s->d_act = buf(s, Mh * s->De, PT_F32);
-    s->d_hid = buf(s, Mh * s->De, PT_F32);
-    s->d_x = buf(s, Mh * s->A, PT_F32);
-    s->err = buf(s, Mh * s->A, PT_F32);
-    s->zero_row = buf(s, (size_t)s->max_b * s->De, PT_F32);
-    s->rtc_jac = buf(s, (size_t)s->max_b, PT_F32);
-    if (s->alloc_failed) {
-        pi0_error_prefix("exact real-time chunking's buffers (%s, batch %d)", s->be->name, s->max_b);
-        return PI0_ERR_NOMEM;
-    }
-    s->exact_ready = 1;
-    return PI0_OK;
-}
-
-static pt slab(model_sess *s, pt t, int l, size_t width) {   /* layer l's rows of a saved slab */
-    return pt_at(s->be, t, (size_t)l * s->max_b * s->S * width);
-}
-
-/* A residual branch's add (ex_residual) that also keeps the result in `save` (NULL: not kept). */
-static void ex_residual_save(pi0_backend *be, const pi0_expert_step *e, pt save, pt y, const pi0_wt *W, int K, int norm) {
-    be->residual_save(be, e->s, save, e->stmp, y, W, e->M, e->D, K, ex_gate(be, e, norm), 3 * e->D, e->M);
-}
-
-/* expert_layers keeping each layer's values for expert_backward (same math: mlp_up_save and residual_save are
- * mlp_up and the residual adds that also store what they computed; the residual rows before each block are the
- * previous add's results). */
-static void expert_layers_saving(model_sess *s, const pi0_expert_step *e) {
-    pi0_backend *be = s->be;
-    pi0_attn a = e->attn;
-    int M = e->M, D = e->D, qw = a.heads * a.head_dim;
-    size_t kvw = (size_t)a.kv_heads * a.head_dim;
-    be->copy_rows(be, slab(s, s->xh, 0, D), (pt){0}, e->s, (pt){0}, M, D);   /* the first layer's input */
-    for (int l = 0; l < e->depth; l++) {
-        const pi0_gemma_layer *L = &e->layers[l];
-        pi0_prenorm pn = ex_prenorm(e, &L->attn_norm, 2 * l);
-        pt sk = a.tail ? pt_at(be, e->kc[l], e->kv_tail) : slab(s, s->xk, l, kvw);
-        pt sv = a.tail ? pt_at(be, e->vc[l], e->kv_tail) : slab(s, s->xv, l, kvw);
-        pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
-        be->qkv(be, slab(s, s->xq, l, qw), sk, sv, e->s, &pj, M, D, e->pos, a.head_dim, &pn);
-        a.k1 = e->kc[l];
-        a.v1 = e->vc[l];
-        if (!a.tail) { a.k2 = sk; a.v2 = sv; }
-        be->attention(be, e->att, slab(s, s->xq, l, qw), &a);
-        ex_residual_save(be, e, slab(s, s->xh2, l, D), e->att, &L->o, qw, 2 * l);
-        pn = ex_prenorm(e, &L->mlp_norm, 2 * l + 1);
-        be->mlp_up_save(be, e->g, slab(s, s->xg, l, e->F), slab(s, s->xu, l, e->F), e->s, L, M, e->F, D, &pn);
-        ex_residual_save(be, e, l + 1 < e->depth ? slab(s, s->xh, l + 1, D) : (pt){0}, e->g, &L->down, e->F, 2 * l + 1);
-    }
-}
-
-/* The cotangent of a norm's input (plain RMSNorm weights, or adaRMS modulation `norm` of this step), [op]= into dx. */
-static void ex_norm_bwd(pi0_backend *be, const pi0_expert_step *e, pt dx, pt dy, pt x, const pi0_wt *plain, int norm,
-                        enum pi0_epi epi) {
-    if (e->mods) be->norm_bwd(be, dx, dy, x, NULL, e->mods[norm], e->M, e->M, e->D, e->eps, epi);
-    else be->norm_bwd(be, dx, dy, x, plain, (pt){0}, 1, e->M, e->D, e->eps, epi);
-}
-
-/* The cotangent through a residual branch's product: dy . W (gated: (dy * gate) . W), into out. */
-static void ex_residual_bwd(model_sess *s, const pi0_expert_step *e, pt out, pt dy, const pi0_wt *W, int K, int norm) {
-    pi0_backend *be = s->be;
-    if (e->mods) {
-        be->scale_rows(be, s->d_tmp, dy, ex_gate(be, e, norm), 3 * e->D, e->M, e->M, e->D);
-        dy = s->d_tmp;
-    }
-    be->linear_t(be, out, dy, W, e->M, e->D, K, 0, EPI_STORE);
-}
-
-/* d_s (M, D) holds the cotangent of the last layer's output; leaves the cotangent of the first layer's input there. */
-static void expert_backward(model_sess *s, const pi0_expert_step *e) {
-    pi0_backend *be = s->be;
-    pi0_attn a = e->attn;
-    int M = e->M, D = e->D, Fd = e->F, qw = a.heads * a.head_dim;
-    size_t kvw = (size_t)a.kv_heads * a.head_dim;
-    for (int l = e->depth - 1; l >= 0; l--) {
-        const pi0_gemma_layer *L = &e->layers[l];
-        /* MLP: s += down(gelu(gate(n)) * up(n)), n = norm(xh2) */
-        ex_residual_bwd(s, e, s->d_a, s->d_s, &L->down, Fd, 2 * l + 1);
-        be->gelu_mul_bwd(be, s->d_gu, pt_at(be, s->d_gu, (size_t)Fd), s->d_a, slab(s, s->xg, l, Fd),
-                         slab(s, s->xu, l, Fd), M, Fd, s->ld_gu);
-        const pi0_wt *gu[2] = {&L->gate, &L->up}, *qkv[3] = {&L->q, &L->k, &L->v};
-        be->linear_t_cat(be, s->d_sy, s->d_gu, s->ld_gu, gu, 2, M, D, EPI_STORE);
-        ex_norm_bwd(be, e, s->d_s, s->d_sy, slab(s, s->xh2, l, D), &L->mlp_norm, 2 * l + 1, EPI_ADD);
-        /* attention: s += o(attn(rope(q(n)), [cache, rope(k(n))], [cache, v(n)])), n = norm(xh) */
-        ex_residual_bwd(s, e, e->att, s->d_s, &L->o, qw, 2 * l);   /* att: the attention output's cotangent */
-        a.k1 = e->kc[l];
-        a.v1 = e->vc[l];
-        if (!a.tail) { a.k2 = slab(s, s->xk, l, kvw); a.v2 = slab(s, s->xv, l, kvw); }
-        pt dq = s->d_qkv, dk = pt_at(be, dq, (size_t)qw), dv = pt_at(be, dk, kvw);
-        be->attention_bwd(be, dq, dk, dv, e->att, slab(s, s->xq, l, qw), &a, s->ld_qkv);
-        be->rope_bwd(be, dq, a.heads, dk, a.kv_heads, e->pos, M, a.head_dim, s->ld_qkv);
-        be->linear_t_cat(be, s->d_sy, s->d_qkv, s->ld_qkv, qkv, 3, M, D, EPI_STORE);
-        ex_norm_bwd(be, e, s->d_s, s->d_sy, slab(s, s->xh, l, D), &L->attn_norm, 2 * l, EPI_ADD);
-    }
-}
-
-/* Exact guidance of step k (pi0.h PI0_RTC_EXACT): err = (Y - x1) w with x1 = x_t - t v, then dx = err^T dv/dx_t by
- * the transpose of the step (action_out, final norm, the layers, the action embedding), and the guided velocity. The
- * batch's samples of LeRobot's form (rtc_jac 0) get rtc_guide's fp32 arithmetic from rtc_error and rtc_correct
- * (backend.h), so that each sample's actions are those it gets in a batch of its own form. */
-static void exact_guidance(model_sess *s, const pi0_expert_step *e, const pi0_prenorm *fin, int B, int k) {
-    pi0_backend *be = s->be;
-    pi0_weights *w = s->w;
-    int Mh = B * s->H, Ms = e->M, De = s->De;
-    float t = s->tvals[k];
-    be->rtc_error(be, s->err, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_jac, t, Mh, s->H, s->A);
-    be->linear_t(be, s->d_vin, s->err, &w->action_out_w, Mh, s->A, De, 0, EPI_STORE);
-    be->copy_rows(be, s->d_sy, s->out_rows, s->d_vin, (pt){0}, Mh, De);
-    if (!s->c->pi05) be->copy_rows(be, s->d_sy, s->st_rows, s->zero_row, (pt){0}, B, De);   /* v reads no state row */
-    if (fin->w) be->norm_bwd(be, s->d_s, s->d_sy, s->s, fin->w, (pt){0}, 1, Ms, De, EPS, EPI_STORE);
-    else be->norm_bwd(be, s->d_s, s->d_sy, s->s, NULL, fin->mod, fin->rows_per_mod, Ms, De, EPS, EPI_STORE);
-    expert_backward(s, e);
-    be->copy_rows(be, s->d_act, (pt){0}, s->d_s, s->act_rows, Mh, De);   /* the action rows' token cotangents */
-    if (s->c->pi05) {
-        be->linear_t(be, s->d_x, s->d_act, &w->action_in_w, Mh, De, s->A, 0, EPI_STORE);
-    } else {
-        be->linear_t(be, s->d_hid, s->d_act, &w->atm_out_w, Mh, De, De, 0, EPI_STORE);
-        be->swish_bwd(be, s->d_hid, s->d_hid, s->az, Mh, De);
-        be->linear_t(be, s->d_x, s->d_hid, &w->atm_act_w, Mh, De, s->A, 0, EPI_STORE);
-    }
-    be->rtc_correct(be, s->vel, s->err, s->d_x, s->rtc_g, s->rtc_jac, s->steps, k, t, Mh, s->H, s->A);
 }
 
 static void suffix_embed(model_sess *s, int B, int step) {
@@ -614,7 +385,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         suffix_embed(s, B, k);
         if (s->c->pi05)
             for (int n = 0; n < 2 * depth; n++) s->h_mods[n] = mod_at(s, n, k);
-        if (s->rtc == PI0_RTC_EXACT) expert_layers_saving(s, &e);
+        if (s->rtc == PI0_RTC_EXACT) model_rtc_expert_layers(s, &e);
         else expert_layers(be, &e);
         pi0_prenorm fin = {.eps = EPS, .out = s->sy};
         if (s->c->pi05) {
@@ -629,7 +400,7 @@ static void denoise(model_sess *s, int B, pi0_dump_fn dump, void *user) {
         if (s->rtc == PI0_RTC_LEROBOT)   /* real-time chunking: towards the previous chunk's leftover (pi0.h) */
             be->rtc_guide(be, s->vel, s->x, s->rtc_y, s->rtc_w, s->rtc_g, s->steps, k, s->tvals[k], Mh, s->H, s->A);
         else if (s->rtc == PI0_RTC_EXACT)
-            exact_guidance(s, &e, &fin, B, k);
+            model_rtc_guidance(s, &e, &fin, B, k);
         be->axpy(be, s->x, s->vel, s->dt, (size_t)Mh * s->A);
         range(s, NULL);
         if (dump) {
@@ -708,28 +479,7 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
         st = be->upload(be, s->x0, noise, (size_t)B * s->H * s->A);
     }
     s->rtc = in->rtc;
-    if (st == PI0_OK && in->rtc == PI0_RTC_EXACT) {
-        st = exact_buffers(s);
-        for (int b = 0; b < B; b++) s->h_rtc_jac[b] = in->rtc_exact ? (in->rtc_exact[b] ? 1.0f : 0.0f) : 1.0f;
-        if (st == PI0_OK) st = be->upload(be, s->rtc_jac, s->h_rtc_jac, (size_t)B);
-    }
-    if (st == PI0_OK && (in->rtc == PI0_RTC_LEROBOT || in->rtc == PI0_RTC_EXACT)) {
-        /* the guidance weight of each step (LeRobot's denoise_step, in fp32 as its tensors): tau = 1 - t,
-         * min(nan_to_num(c) * inv_r2, max) with infinities replaced by max */
-        for (int bk = 0; bk < B * s->steps; bk++) {
-            int k = bk % s->steps;
-            float t = s->tvals[k], tau = 1.0f - t, mx = in->rtc_max_weights[bk / s->steps], omt = 1.0f - tau;
-            volatile float sq = omt * omt, tt = tau * tau;   /* volatile: no fused multiply-add, as PyTorch */
-            float inv_r2 = (sq + tt) / sq, c = omt / tau;
-            if (isinf(c)) c = mx;
-            float g = c * inv_r2;
-            if (isinf(g) || isnan(g)) g = isnan(g) ? 0.0f : mx;
-            s->h_rtc_g[bk] = g < mx ? g : mx;
-        }
-        st = be->upload(be, s->rtc_y, in->rtc_prev, (size_t)B * s->H * s->A);
-        if (st == PI0_OK) st = be->upload(be, s->rtc_w, in->rtc_weights, (size_t)B * s->H);
-        if (st == PI0_OK) st = be->upload(be, s->rtc_g, s->h_rtc_g, (size_t)B * s->steps);
-    }
+    if (st == PI0_OK) st = model_rtc_upload(s, in);
     *nimg_out = nimg;
     *Mp_out = Mp;
     return st;
