@@ -1,6 +1,6 @@
 /* msgnp.h — openpi's msgpack-numpy wire format (docs/protocol.md 4, openpi-client's
- * msgpack_numpy.py) in C over msgpack-c: request bytes -> pi0_observation, and the metadata and reply
- * messages back. Owns nothing of the policy: it only checks the structure, dtypes and sizes; whether a
+ * msgpack_numpy.py) in C over msgpack-c: request bytes -> pi0_observation (msgnp.c), and the metadata and reply
+ * messages back (msgnp_encode.c). Owns nothing of the policy: it only checks the structure, dtypes and sizes; whether a
  * key or shape suits the robot is the policy's business (pi0_policy_prepare).
  * Encoded messages start with `headroom` unused bytes so libwebsockets can write its frame header there
  * (LWS_PRE) without a copy. */
@@ -79,11 +79,11 @@ typedef struct {
 pi0_status msgnp_encode_batch_reply(const msgnp_item *items, int n, int h, int d, size_t headroom, msgnp_buf *out);
 /* The metadata frame from the policy's metadata JSON (objects -> maps with str keys, JSON integers ->
  * msgpack ints, reals -> float64, as Python's msgpack packs openpi's config values). */
+pi0_status msgnp_encode_metadata(const char *json, size_t headroom, msgnp_buf *out, char *err, size_t errlen);
 /* Length (1-4) of the strict UTF-8 sequence at s, 0 if none starts there. */
 size_t msgnp_utf8_seq(const uint8_t *s, size_t n);
 /* Client-supplied text made safe for a log line or a websocket text frame: control bytes and bytes that are
  * not valid UTF-8 become \xNN, valid UTF-8 is kept. Writes at most cap bytes (NUL included); returns the length. */
 size_t msgnp_escape(char *dst, size_t cap, const char *src);
-pi0_status msgnp_encode_metadata(const char *json, size_t headroom, msgnp_buf *out, char *err, size_t errlen);
 
 #endif

@@ -11,7 +11,7 @@ SRV_LIBS  := $(if $(LWS_A),$(LWS_A) $(if $(CAP_A),$(CAP_A),-lcap) $(if $(Z_A),$(
              $(if $(MSGPACK_A),$(MSGPACK_A),-lmsgpackc) -lssl -lcrypto -lpthread -ldl
 SRV_HDRS  := $(wildcard server/*.h) include/pi0.h
 # the protocol layer: everything but main.c and the policy binding, unit-tested without a policy
-SRV_CORE  := $(addprefix $(BUILD)/server/,msgnp.o engine.o ws.o)
+SRV_CORE  := $(addprefix $(BUILD)/server/,msgnp.o msgnp_encode.o engine.o ws.o)
 
 .PHONY: test-server fuzz-server
 
