@@ -631,7 +631,8 @@ static void t_patch(int R, int P, int Dv, int nimg) {
     free_wts(ar, ws, 3);
 }
 
-/* ---- exact real-time chunking: the transposes of the expert's ops (backward.cu) against their CPU twins ---- */
+/* ---- exact real-time chunking: the transposes of the expert's ops (gemm_bwd.cu, norm.cu, elementwise.cu,
+ * attn_bwd.cu) and the guided velocity (rtc.cu) against their CPU twins ---- */
 
 /* linear_t: out (M, K) [op]= dy (M, N) . W[:, k0:k0+K], W (N, kcols); f32 as t_linear's (0: bf16 rows: few rows through
  * a transposed copy, else cuBLASLt with the weight as stored; 1: fp32 rows: whole weights through a transposed copy

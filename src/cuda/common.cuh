@@ -78,7 +78,7 @@ struct cuda_ctx {
     float *pscratch;           // its partial results (CUDA_P_SCRATCH bytes) and counters (CUDA_P_COUNTERS, zero
     unsigned *pcounters;       // between launches)
     int sms;                   // streaming multiprocessors of the device
-    struct cuda_wt_t { const void *w, *wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights (backward.cu)
+    struct cuda_wt_t { const void *w, *wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights (gemm_bwd.cu)
     int n_wts, cap_wts;
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
@@ -180,15 +180,6 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     const float a = -2.0f * 0.7978845608028654f * 1.4426950408889634f;   // -2 sqrt(2 / pi) log2(e)
     return __fdividef(x, 1.0f + ex2_ftz(x * fmaf(a * 0.044715f, x * x, a)));
 }
-
-// LeRobot's real-time-chunking guidance of one value in two halves, err = (y - (x - t v)) w and v - g err (CPU
-// twins: guide_err, guide_step in cpu_backend.c): rtc_guide_kernel calls both, and so do rtc_error_kernel and
-// rtc_correct_kernel for a sample of LeRobot's form, which makes its answer the guide's bit for bit whatever the batch
-// holds (backend.h). Each operation rounded on its own, as PyTorch's elementwise kernels (no contraction).
-__device__ __forceinline__ float rtc_guide_err(float v, float x, float y, float w, float t) {
-    return __fmul_rn(__fsub_rn(y, __fsub_rn(x, __fmul_rn(t, v))), w);
-}
-__device__ __forceinline__ float rtc_guide_step(float v, float g, float err) { return __fsub_rn(v, __fmul_rn(g, err)); }
 
 // V consecutive bf16 <-> fp32: one 16-byte access for V = 8 (the caller checks alignment), else scalar.
 template <int V> __device__ __forceinline__ void ldv(float (&d)[V], const bf16 *p) {

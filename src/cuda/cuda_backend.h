@@ -18,7 +18,8 @@ void cuda_weights_free(void *arena);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);
-/* backward.cu: exact real-time chunking's transposes of the expert's ops (backend.h; CPU twins cpu_<op>) */
+/* exact real-time chunking's ops (backend.h; CPU twins cpu_<op>): gemm.cu (mlp_up_save), gemm_bwd.cu, norm.cu,
+ * elementwise.cu, attn_bwd.cu, rtc.cu */
 void cuda_mlp_up_save(pi0_backend *be, pt out, pt gs, pt us, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                       const pi0_prenorm *pre);
 void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);

@@ -1,7 +1,9 @@
 // elementwise.cu — the small ops of backend.h: patch embedding (docs/model.md 3.4, fp32 math), RoPE (3.7,
 // half-split, fp32 angles), the gated MLP product gelu_tanh(g) * u, token embedding x sqrt(D) (3.6), row
-// gathers/scatters with dtype conversion, gated residual (adaRMS), bias + swish rows, the Euler update.
-// bf16 storage, fp32 math. Each kernel's CPU twin is the cpu_<op> of src/cpu/cpu_backend.c.
+// gathers/scatters with dtype conversion, gated residual (adaRMS), bias + swish rows, the Euler update; beside their
+// forward ops, the transposes exact real-time chunking needs (docs/model.md 3.11): gelu_mul_bwd, rope_bwd,
+// scale_rows (the gate's cotangent), swish_bwd. bf16 storage, fp32 math. Each kernel's CPU twin is the cpu_<op> of
+// src/cpu/cpu_backend.c. Real-time chunking's guidance itself is rtc.cu's.
 #include <math.h>
 
 #include "common.cuh"
@@ -31,6 +33,45 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F) {
     const bf16 *gp = (const bf16 *)g.p, *up = (const bf16 *)u.p;
     if (n % 8 == 0 && aligned16(o) && aligned16(gp) && aligned16(up)) cuda_launch(c, gelu_mul_kernel<8>, GRID(n / 8), o, gp, up, n);
     else cuda_launch(c, gelu_mul_kernel<1>, GRID(n), o, gp, up, n);
+}
+
+// gelu_tanh'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) c (1 + 3 0.044715 x^2), th = tanh(c (x + 0.044715 x^3)), c = sqrt(2/pi).
+// V = 8 elements per thread (16-byte accesses) when F and the row stride are multiples of 8 and the pointers allow.
+template <int V>
+__global__ void gelu_mul_bwd_kernel(bf16 *dg, bf16 *du, const bf16 *dy, const bf16 *g, const bf16 *u, size_t n, int F,
+                                    int ld) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (i >= n) return;
+    float x[V], uu[V], t[V], og[V], ou[V];
+    ldv<V>(x, g + i);
+    ldv<V>(uu, u + i);
+    ldv<V>(t, dy + i);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        const float cc = 0.7978845608028654f;
+        float th = tanhf(cc * (x[e] + 0.044715f * x[e] * x[e] * x[e]));
+        float d = 0.5f * (1.0f + th) + 0.5f * x[e] * (1.0f - th * th) * cc * (1.0f + 3.0f * 0.044715f * x[e] * x[e]);
+        og[e] = t[e] * uu[e] * d;
+        ou[e] = t[e] * 0.5f * x[e] * (1.0f + th);
+    }
+    size_t o = i / F * ld + i % F;   // (F % V == 0: the V elements share a row)
+    stv<V>(dg + o, og);
+    stv<V>(du + o, ou);
+}
+
+void cuda_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F, int ld) {
+    cuda_ctx *c = CTX(be);
+    size_t n = (size_t)M * F;
+    if (c->err || !n) return;
+    bf16 *a = (bf16 *)dg.p, *b = (bf16 *)du.p;
+    const bf16 *t = (const bf16 *)dy.p, *gp = (const bf16 *)g.p, *up = (const bf16 *)u.p;
+    if (!ld) ld = F;
+    if (F % 8 == 0 && ld % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(t) && aligned16(gp) && aligned16(up))
+        cuda_launch(c, gelu_mul_bwd_kernel<8>, GRID(n / 8), a, b, t, gp, up, n, F, ld);
+    else
+        cuda_launch(c, gelu_mul_bwd_kernel<1>, GRID(n), a, b, t, gp, up, n, F, ld);
 }
 
 // Patch embedding as an fp32 GEMM (docs/model.md 3.4: convolution in fp32): im2col_kernel gathers each patch in
@@ -186,6 +227,22 @@ void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int r
                                               rows_per_gate, M, D);
 }
 
+__global__ void scale_rows_kernel(bf16 *out, const bf16 *x, const float *v, int stride, int rows_per_vec, int M, int D) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)M * D) return;
+    int r = (int)(idx / D), i = (int)(idx % D);
+    out[idx] = __float2bfloat16(__bfloat162float(x[idx]) * v[(size_t)(r / rows_per_vec) * stride + i]);
+}
+
+void cuda_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0 || D <= 0) return;
+    cuda_launch(c, scale_rows_kernel, GRID((size_t)M * D), (bf16 *)out.p, (const bf16 *)x.p, (const float *)v.p, stride,
+                rows_per_vec, M, D);
+}
+
 template <typename T>
 __global__ void add_rows_kernel(T *x, const float *v, int rows_per_vec, int M, int D, int swish) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
@@ -208,6 +265,23 @@ void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, 
                                                        act == ACT_SWISH);
 }
 
+// dz may be dy (the model runs it in place): each thread reads its element before it writes it.
+__global__ void swish_bwd_kernel(float *dz, const float *dy, const float *z, size_t n) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = z[i], s = 1.0f / (1.0f + expf(-x));
+    dz[i] = dy[i] * s * (1.0f + x * (1.0f - s));
+}
+
+void cuda_swish_bwd(pi0_backend *be, pt dz, pt dy, pt z, int M, int D) {
+    cuda_ctx *c = CTX(be);
+    size_t n = (size_t)M * D;
+    if (c->err || !n) return;
+    cuda_launch(c, swish_bwd_kernel, GRID(n), (float *)dz.p, (const float *)dy.p, (const float *)z.p, n);
+}
+
 __global__ void axpy_kernel(float *x, const float *y, float alpha, size_t n) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
@@ -219,23 +293,6 @@ void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n) {
     cuda_ctx *c = CTX(be);
     if (c->err || !n) return;
     cuda_launch(c, axpy_kernel, GRID(n), (float *)x.p, (const float *)y.p, alpha, n);
-}
-
-__global__ void rtc_guide_kernel(float *v, const float *x, const float *y, const float *w, const float *g, int steps, int k,
-                                 float t, int rows, int H, int A) {
-    pdl_wait();   // programmatic dependent launch: see common.cuh
-    pdl_trigger();
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * A) return;
-    v[i] = rtc_guide_step(v[i], g[(i / A / H) * steps + k], rtc_guide_err(v[i], x[i], y[i], w[i / A], t));
-}
-
-void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A) {
-    cuda_ctx *c = CTX(be);
-    if (c->err || rows < 1) return;
-    size_t n = (size_t)rows * A;
-    cuda_launch(c, rtc_guide_kernel, GRID(n), (float *)v.p, (const float *)x.p, (const float *)y.p, (const float *)w.p,
-                (const float *)g.p, steps, k, t, rows, H, A);
 }
 
 __global__ void f32_to_bf16_kernel(bf16 *d, const float *s, size_t n) {

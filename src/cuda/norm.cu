@@ -8,6 +8,8 @@
 // block's shared memory, the others' into registers. Others: one block of 256 threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
+// norm_bwd, the transpose of rmsnorm / adarms for exact real-time chunking (docs/model.md 3.11), is last (CPU twin
+// cpu_norm_bwd).
 #include "common.cuh"
 
 enum { NORM_LN, NORM_RMS, NORM_ADA };   // LayerNorm (w, b); RMSNorm (1 + w); adaRMS (mod rows)
@@ -173,4 +175,95 @@ void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, 
 
 void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps) {
     launch_norm(be, out, x, NULL, NULL, (const float *)mod.p, rows_per_mod, NORM_ADA, M, D, eps);
+}
+
+// ---- norm_bwd: one warp per row where D <= 1024 and D % 8 == 0 (the row in registers, 16-byte accesses, the factors
+// (constants) fetched before the programmatic-launch wait), else one block of 256 threads per row; both row sums in
+// fp32, then the row. The block form took 7.3 us per call at 51 rows x 1024 under ncu (bench/RESULTS.md L138). ----
+
+enum { NB_ROWS = 4, NB_NC = 4 };   // rows (warps) per block; 8-element chunks per lane: D <= 32 * 8 * NB_NC
+__global__ void __launch_bounds__(32 * NB_ROWS) norm_bwd_warp_kernel(bf16 *dx, const bf16 *dy, const bf16 *x,
+                                                                     const float *w, const float *mod, int rows_per_mod,
+                                                                     int M, int D, float eps, int add) {
+    int row = blockIdx.x * NB_ROWS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const float *a = w ? w : mod + (size_t)(row < M ? row / rows_per_mod : 0) * 3 * D;   // the scale part: 1 + a[i]
+    float av[NB_NC][8], xv[NB_NC][8], gv[NB_NC][8], ov[NB_NC][8];
+#pragma unroll
+    for (int j = 0; j < NB_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i >= D) continue;
+        float4 p = __ldg((const float4 *)(a + i)), q = __ldg((const float4 *)(a + i) + 1);
+        float t[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) av[j][e] = t[e];
+    }
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    if (row >= M) return;
+    size_t off = (size_t)row * D;
+    float ss = 0, dot = 0;
+#pragma unroll
+    for (int j = 0; j < NB_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i >= D) continue;
+        ldv<8>(xv[j], x + off + i);
+        ldv<8>(gv[j], dy + off + i);
+        if (add) ldv<8>(ov[j], dx + off + i);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            ss += xv[j][e] * xv[j][e];
+            dot += (1.0f + av[j][e]) * gv[j][e] * xv[j][e];
+        }
+    }
+    ss = warp_sum(ss);
+    dot = warp_sum(dot);
+    float r = 1.0f / sqrtf(ss / D + eps), cf = r * r * r / D * dot;
+#pragma unroll
+    for (int j = 0; j < NB_NC; j++) {
+        int i = (j * 32 + lane) * 8;
+        if (i >= D) continue;
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v[e] = r * (1.0f + av[j][e]) * gv[j][e] - xv[j][e] * cf;
+            if (add) v[e] += ov[j][e];
+        }
+        stv<8>(dx + off + i, v);
+    }
+}
+
+
+__global__ void __launch_bounds__(256) norm_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *x, const float *w,
+                                                       const float *mod, int rows_per_mod, int D, float eps, int add) {
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    size_t off = (size_t)blockIdx.x * D;
+    const float *a = w ? w : mod + (size_t)(blockIdx.x / rows_per_mod) * 3 * D;   // the scale part: a = 1 + a[i]
+    float ss = 0, dot = 0;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float xv = __bfloat162float(x[off + i]);
+        ss += xv * xv;
+        dot += (1.0f + a[i]) * __bfloat162float(dy[off + i]) * xv;
+    }
+    ss = block_sum(ss);
+    dot = block_sum(dot);
+    float r = 1.0f / sqrtf(ss / D + eps), cf = r * r * r / D * dot;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        float v = r * (1.0f + a[i]) * __bfloat162float(dy[off + i]) - __bfloat162float(x[off + i]) * cf;
+        dx[off + i] = __float2bfloat16(add ? __bfloat162float(dx[off + i]) + v : v);
+    }
+}
+
+void cuda_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod, int rows_per_mod, int M, int D,
+                   float eps, enum pi0_epi epi) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    const float *wp = w ? (const float *)w->dev32 : NULL, *mp = (const float *)mod.p;
+    if (D % 8 == 0 && D <= 32 * 8 * NB_NC && aligned16(dx.p) && aligned16(dy.p) && aligned16(x.p) &&
+        aligned16(w ? (const void *)wp : (const void *)mp))
+        cuda_launch(c, norm_bwd_warp_kernel, dim3(cdiv(M, NB_ROWS)), dim3(32 * NB_ROWS), 0, (bf16 *)dx.p,
+                    (const bf16 *)dy.p, (const bf16 *)x.p, wp, mp, rows_per_mod, M, D, eps, (int)(epi == EPI_ADD));
+    else
+        cuda_launch(c, norm_bwd_kernel, dim3(M), dim3(256), 0, (bf16 *)dx.p, (const bf16 *)dy.p, (const bf16 *)x.p, wp, mp,
+                    rows_per_mod, D, eps, (int)(epi == EPI_ADD));
 }

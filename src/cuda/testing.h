@@ -21,7 +21,7 @@ long cuda_decode_attention_launches(void);
 long cuda_flash_wg_launches(void);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
-/* Drops the backend's transposed weight copies (linear_t, backward.cu), which it keys by the weight's device address:
+/* Drops the backend's transposed weight copies (linear_t, gemm_bwd.cu), which it keys by the weight's device address:
  * the op tests free weights and upload new ones, at addresses that may repeat, on one backend (a session never outlives
  * its model, so the library never does). */
 void cuda_forget_transposes(pi0_backend *be);
