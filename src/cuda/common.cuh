@@ -253,7 +253,17 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
               const pi0_prenorm *pre);
 void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                  const pi0_prenorm *pre);
+void cuda_mlp_up_save(pi0_backend *be, pt out, pt gs, pt us, pt y, const pi0_gemma_layer *L, int M, int F, int K,
+                      const pi0_prenorm *pre);
+void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                       int gate_stride, int rows_per_gate);
+void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
+                        int gate_stride, int rows_per_gate);
 int cuda_adjacent(const pi0_wt *const *w, int n);   // the n weights follow each other in the arena, equal widths
+// gemm_bwd.cu: linear's transposes (exact real-time chunking)
+void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);
+void cuda_linear_t_cat(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
+                       enum pi0_epi epi);
 // gemv.cu: Y = X . W^T for M <= GEMV_ROWS rows with fused epilogues (see gemv.cu)
 enum { GEMV_ROWS = 64 };
 enum { GEMV_STORE, GEMV_ADD, GEMV_GELU, GEMV_GELU_MUL, GEMV_QKV_ROPE, GEMV_GATED_ADD };
@@ -301,23 +311,31 @@ void cuda_gateup_setup(cuda_ctx *c);
 // attention.cu
 void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a);
 void cuda_attention_setup(cuda_ctx *c);
+// attn_bwd.cu: attention's transpose
+void cuda_attention_bwd(pi0_backend *be, pt dq, pt dk, pt dv, pt dout, pt q, const pi0_attn *a, int ld);
 // norm.cu
 void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps);
 void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps);
 void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
+void cuda_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod, int rows_per_mod, int M, int D,
+                   float eps, enum pi0_epi epi);
 // elementwise.cu
 void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_wt *w, const pi0_wt *b,
                       const pi0_wt *pos, int image_size, int patch);
 void cuda_rope(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim);
+void cuda_rope_bwd(pi0_backend *be, pt q, int qh, pt k, int kh, pt pos, int M, int head_dim, int ld);
 void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F);
+void cuda_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F, int ld);
 void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
 void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
 void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
-void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
-                        int gate_stride, int rows_per_gate);
-void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
-                       int gate_stride, int rows_per_gate);
+void cuda_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D);
 void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);
+void cuda_swish_bwd(pi0_backend *be, pt dz, pt dy, pt z, int M, int D);
 void cuda_axpy(pi0_backend *be, pt x, pt y, float alpha, size_t n);
-void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A);
 void cuda_f32_to_bf16(cuda_ctx *c, bf16 *dst, const float *src, size_t n);
+// rtc.cu: real-time chunking's guidance
+void cuda_rtc_guide(pi0_backend *be, pt v, pt x, pt y, pt w, pt g, int steps, int k, float t, int rows, int H, int A);
+void cuda_rtc_error(pi0_backend *be, pt err, pt v, pt x, pt y, pt w, pt jac, float t, int rows, int H, int A);
+void cuda_rtc_correct(pi0_backend *be, pt v, pt err, pt dx, pt g, pt jac, int steps, int k, float t, int rows, int H,
+                      int A);
