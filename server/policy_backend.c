@@ -1,5 +1,6 @@
-/* policy_backend.c — srv_backend over pi0_policy_* (see policy_backend.h). Errors carry the policy's
- * own message (pi0_last_error is per thread, and each call here reads it on the thread that failed). */
+/* policy_backend.c — srv_backend over pi0_policy_* (see policy_backend.h): prepare, run, free. Errors carry the
+ * policy's own message (pi0_last_error is per thread, and each call here reads it on the thread that failed). No
+ * batching or threading of its own: engine.c decides what runs when. */
 #include "policy_backend.h"
 
 #include <stdio.h>

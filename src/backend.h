@@ -2,15 +2,6 @@
  * and the CUDA backend (src/cuda/), and the providers the API layer (api_model.c, api_session.c) creates them
  * through (backends.c). Ops enqueue work and never synchronise, except download.
  *
- * The ops are primitive (a product, a norm, an attention) where fusion can live inside a backend, with four
- * exceptions kept in the table because the fusion changes what crosses the op boundary: qkv (three projections,
- * + RoPE, and an optional pre-norm), mlp_up (gate|up + gelu * up, optional pre-norm) and linear_gated (π0.5's
- * gated residual). At the denoise's 11-51 rows a launch costs as much as its work, and the fused forms read each
- * input once and skip the intermediates (bench/RESULTS.md: the few-row products L15-L17, the folded norms L56 /
- * L61, gateup.cu L92); their CPU twins compose the primitive ops, so the definition stays primitive. Two host
- * hints stay too: run_graph's key is the host-side shape signature only the model knows, and early_next is a
- * dataflow fact about the model's op order (the next op reads only constants), which no backend can infer.
- *
  * Buffers (pt) are allocated by the backend at session create; model.c never dereferences them.
  * A pt has a kind: PT_ACT is the backend's activation storage (fp32 on the CPU, bf16 on the GPU),
  * PT_F32 is always fp32 (flow state x_t, velocities, time terms), PT_I32 holds indices.
@@ -24,6 +15,15 @@
 
 #include "pi0.h"
 #include "weights.h"
+
+/* The ops are primitive (a product, a norm, an attention) where fusion can live inside a backend, with four
+ * exceptions kept in the table because the fusion changes what crosses the op boundary: qkv (three projections,
+ * + RoPE, and an optional pre-norm), mlp_up (gate|up + gelu * up, optional pre-norm) and linear_gated (π0.5's
+ * gated residual). At the denoise's 11-51 rows a launch costs as much as its work, and the fused forms read each
+ * input once and skip the intermediates (bench/RESULTS.md: the few-row products L15-L17, the folded norms L56 /
+ * L61, gateup.cu L92); their CPU twins compose the primitive ops, so the definition stays primitive. Two host
+ * hints stay too: run_graph's key is the host-side shape signature only the model knows, and early_next is a
+ * dataflow fact about the model's op order (the next op reads only constants), which no backend can infer. */
 
 enum { PT_ACT = 0, PT_F32 = 1, PT_I32 = 2 };
 

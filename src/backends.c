@@ -1,5 +1,6 @@
-/* backends.c — the backends this build carries, as providers for the API layer (backend.h). The only file outside
- * src/cuda/ that knows whether the CUDA backend was built (PI0_HAVE_CUDA: make found nvcc). */
+/* backends.c — the backends this build carries, as providers for the API layer (backend.h): the CPU reference always,
+ * the CUDA backend when it was built. The only file outside src/cuda/ that knows whether it was (PI0_HAVE_CUDA: make
+ * found nvcc). Owns no backend instance: api_model.c and api_session.c create them through these providers. */
 #include "backend.h"
 
 #ifdef PI0_HAVE_CUDA

@@ -1,5 +1,7 @@
-/* config.c — named variants and config.json (see config.h). Mirrors openpi's gemma.get_config,
- * siglip So400m/14 and pi0_config.Pi0Config (docs/model.md 1.1-1.4). */
+/* config.c — named variants and config.json (see config.h): parsed with every dimension checked, finished (derived
+ * sizes, overrides), and written back for generated and converted checkpoints. Mirrors openpi's gemma.get_config,
+ * siglip So400m/14 and pi0_config.Pi0Config (docs/model.md 1.1-1.4). Reads no tensors (weights.c binds them) and no
+ * LeRobot or Orbax metadata (lerobot.c, orbax.c). */
 #include "config.h"
 
 #include <jansson.h>

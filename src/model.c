@@ -1,13 +1,25 @@
-/* model.c — the π0 / π0.5 inference (docs/model.md 3.4-3.13), written once against the op table of backend.h.
- *
- * Layout: every sample's prefix is COMPACTED (docs/model.md 3.3/3.13): masked cameras and padded tokens are
+/* model.c — the π0 / π0.5 inference (docs/model.md 3.4-3.13), written once against the op table of backend.h: the
+ * session's buffers (all allocated at create), vision, prefill with the prefix KV cache, and the denoise loop.
+ * Owns no weights (weights.c binds them) and checks no inputs (api_inputs.c); real-time chunking's inputs and the
+ * exact form's transpose pass are model_rtc.c's (the session's state, model_sess.h, is shared with it). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model_sess.h"
+#include "util.h"
+
+/* Layout: every sample's prefix is COMPACTED (docs/model.md 3.3/3.13): masked cameras and padded tokens are
  * dropped, positions run 0..Np-1, and the prefixes of all samples are concatenated row-wise
  * ("varlen"): sample b owns rows [p_off[b], p_off[b+1]). Row-wise ops (linear, norms, RoPE) run on
  * all rows at once; only attention sees the segments. Suffix rows are b*S + i.
  * The time-dependent terms (π0: action_time_mlp_in's time half; π0.5: time MLP and every adaRMS
  * modulation) depend only on t, which takes a fixed sequence, so they are computed at session create
- * with the same ops (docs/model.md 3.13). Real-time chunking's inputs and the exact form's transpose pass are
- * model_rtc.c's (the session's state, model_sess.h, is shared with it).
+ * with the same ops (docs/model.md 3.13).
  *
  * Pitfalls that have bitten (keep in mind when editing):
  *  - Gemma RMSNorm scales by (1 + w), SigLIP LayerNorm by w; eps 1e-6 for both.
@@ -22,16 +34,6 @@
  *  - A batch may mix exact and LeRobot real-time chunking (and none: zero weights); each sample keeps its own form's
  *    arithmetic, or a request's actions change with its batch neighbours.
  */
-#include "model.h"
-
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "model_sess.h"
-#include "util.h"
 
 pt model_buf(model_sess *s, size_t n, int kind) {
     pt t = {NULL, kind};

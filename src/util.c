@@ -1,4 +1,6 @@
-/* util.c — error messages, dtype helpers, RNG, small file reading (see util.h). */
+/* util.c — the library's small shared services (see util.h): the thread's last error and pi0_status names, dtype
+ * sizes, names and conversions, the seeded RNG, bounded file reading. Also built into the fuzz targets and tests.
+ * No model logic and no format parsing. */
 #include "util.h"
 
 #include <errno.h>

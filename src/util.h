@@ -1,5 +1,6 @@
-/* util.h — internal helpers shared by the library: error reporting, bf16/f16 conversion, RNG.
- * Owns the thread-local last-error message (pi0_last_error). No model logic here. */
+/* util.h — internal helpers shared by the library: error reporting, dtype sizes and bf16/f16 conversion, the RNG,
+ * bounded file reading, allocation with a message. Owns the thread-local last-error message (pi0_last_error). No
+ * model logic here. */
 #ifndef PI0_UTIL_H
 #define PI0_UTIL_H
 

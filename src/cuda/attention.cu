@@ -1,6 +1,12 @@
 // attention.cu — softmax attention over segments (backend.h `attention`, CPU twin cpu_attention): the dispatcher
 // and the generic path; the decode path is attn_decode.cu, flash attention attn_flash.cu (mma.sync) and
 // attn_flash_wg.cu (wgmma).
+// Its scratch is the one reserve sizes (backend.cu); attention's transpose for exact real-time chunking is
+// attn_bwd.cu's.
+#include <math.h>
+
+#include "attention.cuh"
+
 // Three paths, tried in this order: decode attention (few query rows, below), flash attention (below), and the
 // generic one for what neither takes (other head sizes, unaligned rows, PI0_CUDA_FLASH=0):
 // per segment: logits = scale * Q.K^T by cuBLASLt into fp32 (`scores`), a masked softmax in fp32 that
@@ -19,9 +25,6 @@
 // kernel's two waves take flash attention. Flash attention runs the prefix (head_dim 256, MQA, no suffix mask) on
 // flash_wg_kernel (wgmma + tensor copies) and the rest on flash_attn_kernel (mma.sync; PI0_CUDA_FLASH=mma sends the
 // prefix there too, as it does where a tensor map cannot be made).
-#include <math.h>
-
-#include "attention.cuh"
 
 // Launches flash attention for segments [s, s + g) of equal lengths when it applies (returns 1): nq queries and
 // n1 source-1 keys each; with a second source (k2, v2: nq rows per segment) its keys are the tail of n1 + nq.

@@ -1,4 +1,6 @@
-// attention.cuh — the attention paths' entry points (attention.cu dispatches between them; each file holds one path).
+// attention.cuh — the attention paths' entry points: attention.cu dispatches between them, each file holds one path
+// (attn_decode.cu, attn_flash_wg.cu, attn_flash.cu). Shared by those files only; the op table sees cuda_attention
+// (common.cuh), and attention's transpose (attn_bwd.cu) is no path of the forward op.
 #pragma once
 #include "common.cuh"
 

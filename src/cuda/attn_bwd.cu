@@ -1,8 +1,8 @@
 // attn_bwd.cu — attention's transpose for exact real-time chunking (backend.h attention_bwd, docs/model.md 3.11): the
 // cotangents of the queries and of the suffix keys and values for the cotangent of attention's output, the prefix
-// cache held constant. CPU twin: cpu_attention_bwd (double sums). mma.sync only (compute capability 8.0): the Hopper and
-// the portable path run the same kernels. Allocates nothing: its logits and softmax statistics live in the attention
-// scratch that reserve sized (backend.cu). The forward paths are attention.cu's and attn_*.cu's.
+// cache held constant. CPU twin: cpu_attention_bwd (double sums). mma.sync only (compute capability 8.0): the Hopper
+// and the portable path run the same kernels. Allocates nothing: its logits and softmax statistics live in the
+// attention scratch that reserve sized (backend.cu). The forward paths are attention.cu's and attn_*.cu's.
 // Layout legend: H heads, Dh (hd) head dim, r query row, h head, t key.
 #include <stdio.h>
 #include <string.h>

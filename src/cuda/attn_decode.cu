@@ -1,5 +1,7 @@
 // attn_decode.cu — attention's decode path (attention.cu dispatches): few query rows against one key range (the
-// denoise suffix) as flash-decoding over a thread-block cluster.
+// denoise suffix) as flash-decoding over a thread-block cluster on Hopper, or the portable path's kernel elsewhere.
+// CPU twin: cpu_attention. Takes only the shapes it is built for and says so (returns 0): the other paths take the
+// rest.
 #include "attention.cuh"
 #include "lab_hooks.cuh"
 #include "mma.cuh"

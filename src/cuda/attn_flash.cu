@@ -1,5 +1,6 @@
 // attn_flash.cu — attention's flash path on mma.sync (attention.cu dispatches): SigLIP's segments, MQA suffixes past
-// the decode kernel's two waves, and the prefix where the wgmma kernel (attn_flash_wg.cu) does not run.
+// the decode kernel's two waves, and the prefix where the wgmma kernel (attn_flash_wg.cu) does not run. CPU twin:
+// cpu_attention. attention.cu decides which segments come here; this file only launches them.
 #include "attention.cuh"
 #include "mma.cuh"
 

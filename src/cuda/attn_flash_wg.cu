@@ -1,5 +1,6 @@
 // attn_flash_wg.cu — attention's flash path for the prefix on the warpgroup MMA (attention.cu dispatches): head_dim
-// 256, MQA, no suffix mask, wgmma with tensor-map copies.
+// 256, MQA, no suffix mask, wgmma with tensor-map copies; Hopper (sm_90a) only. CPU twin: cpu_attention. Returns 0
+// where a tensor map cannot be made, and the mma.sync path (attn_flash.cu) runs the segments instead.
 #include <cuda.h>
 
 #include "attention.cuh"

@@ -1,7 +1,13 @@
 // gateup.cu — the gated MLP's first half for many rows (the prefix: M = 543-968 at B = 1, and batches):
 // out (M, F) = gelu_tanh(X Wg^T) * (X Wu^T) in one kernel on the Hopper warpgroup MMA, in place of cuBLASLt's
 // product into the fused [M, 2F] buffer followed by the gelu * up pass (docs/model.md 3.7). CPU twin: cpu_mlp_up.
-//
+// Where it does not fit (the shape, the alignment, PI0_CUDA_GATEUP=0: cuda_gateup returns 0) the caller runs cuBLASLt's
+// product and the gelu * up pass instead (gemm.cu); the few-row case is gemv.cu's.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "mma.cuh"
+
 // The operands are swapped against the usual X W^T: the weights are the wgmma A operand (m64: 64 weight rows per
 // consumer warpgroup) and the tokens its B operand (n = BN, a multiple of 8 up to 256), so a tile spans BN tokens
 // rather than a multiple of 64 rows: M = 788 runs as 4 tiles of 200 tokens (+1.5% padding) where 128-row tiles
@@ -19,10 +25,6 @@
 // memory (stmatrix .trans, in the 128-byte swizzle) and stored by one tensor copy. Persistent grid over panels of
 // token tiles (~8 MB of X each), token tiles fastest within a panel, so that the blocks at work share their weight
 // tiles in L2 and X is read from DRAM about once.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
-#include "mma.cuh"
 
 enum { GU_S = 4, GU_FT = 64 };   // ring stages; output features per tile
 template <int BN> struct gu_cfg {

@@ -1,4 +1,17 @@
-// gemv.cu — few-row products on the tensor cores: Y[M, N] = X[M, K] . W[N, K]^T for M <= 16 (the
+// gemv.cu — few-row products on the tensor cores: Y[M, N] = X[M, K] . W[N, K]^T for M <= 16 (the denoise steps at
+// B = 1: M = 11 suffix rows) and, in gemv_wg_kernel, 17 to 64 rows, with the neighbouring elementwise work fused in
+// the epilogue (store, residual add, GELU, gelu(gate) * up, the q|k|v split with RoPE) and, for K = 1024, the
+// RMSNorm / adaRMS before the product folded in. CPU twins: cpu_linear, cpu_qkv, cpu_mlp_up (src/cpu/cpu_backend.c).
+// A shape it does not take (cuda_gemv returns 0) goes to cuBLASLt through gemm.cu, which decides what comes here.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <math.h>
+
+#include "common.cuh"
+#include "lab_hooks.cuh"
+#include "mma.cuh"
+
+// The products: Y[M, N] = X[M, K] . W[N, K]^T for M <= 16 (the
 // denoise steps at B = 1: M = 11 suffix rows; 17 to 64 rows: gemv_wg_kernel below), with the neighbouring elementwise work fused in the
 // epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
 // block: gelu(gate) * up (P = F, docs/model.md 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
@@ -23,14 +36,6 @@
 // zero-padded X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8
 // consecutive k) of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted
 // order for A and B, which leaves every dot product unchanged.
-// CPU twins: cpu_linear, cpu_qkv, cpu_mlp_up (src/cpu/cpu_backend.c).
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <math.h>
-
-#include "common.cuh"
-#include "lab_hooks.cuh"
-#include "mma.cuh"
 
 enum { GW = 8 };   // warps per block = K slices
 

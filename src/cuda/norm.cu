@@ -1,6 +1,10 @@
 // norm.cu — LayerNorm (SigLIP), Gemma RMSNorm with (1 + w), and adaRMS (π0.5 expert); docs/model.md 3.4/3.7.
 // Statistics in fp32 (two passes for LayerNorm: mean, then the mean squared deviation); bf16 in and out;
-// weights fp32 (dev32). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms.
+// weights fp32 (dev32). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms. Last, norm_bwd: the transpose of rmsnorm /
+// adarms for exact real-time chunking (docs/model.md 3.11; CPU twin cpu_norm_bwd). The norms a product reads first
+// are folded into the product where it can (gemv.cu), not run here.
+#include "common.cuh"
+
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
 // row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
 // the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm:
@@ -8,9 +12,6 @@
 // block's shared memory, the others' into registers. Others: one block of 256 threads a row.
 // Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
 // 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
-// norm_bwd, the transpose of rmsnorm / adarms for exact real-time chunking (docs/model.md 3.11), is last (CPU twin
-// cpu_norm_bwd).
-#include "common.cuh"
 
 enum { NORM_LN, NORM_RMS, NORM_ADA };   // LayerNorm (w, b); RMSNorm (1 + w); adaRMS (mod rows)
 enum { NORM_NC = 8, NORM_ROWS = 4 };    // 16-byte chunks per lane (D <= 2048); rows (warps) per block

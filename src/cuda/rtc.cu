@@ -1,8 +1,8 @@
-// rtc.cu — real-time chunking's guidance of the velocity (backend.h, docs/model.md 3.11, pi0.h pi0_rtc_mode): LeRobot's
-// form in one op (rtc_guide), and the exact form's two ops around the expert's transpose pass (rtc_error, then
-// rtc_correct once dx = err^T dv/dx_t is known), which give a sample of LeRobot's form rtc_guide's answer bit for bit.
-// F32 rows of A values, one thread per value. CPU twins: cpu_rtc_guide, cpu_rtc_error, cpu_rtc_correct. The
-// transposes themselves sit beside their forward ops (gemm_bwd.cu, norm.cu, elementwise.cu, attn_bwd.cu).
+// rtc.cu — real-time chunking's guidance of the velocity (backend.h, docs/model.md 3.11, pi0.h pi0_rtc_mode):
+// LeRobot's form in one op (rtc_guide), and the exact form's two ops around the expert's transpose pass (rtc_error,
+// then rtc_correct once dx = err^T dv/dx_t is known), which give a sample of LeRobot's form rtc_guide's answer bit
+// for bit. F32 rows of A values, one thread per value. CPU twins: cpu_rtc_guide, cpu_rtc_error, cpu_rtc_correct.
+// The transposes themselves sit beside their forward ops (gemm_bwd.cu, norm.cu, elementwise.cu, attn_bwd.cu).
 #include "common.cuh"
 
 #define GRID(n) dim3(cdiv((long long)(n), 256)), dim3(256), 0

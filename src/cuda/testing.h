@@ -1,5 +1,6 @@
-/* testing.h — hooks of the CUDA backend for tests/test_cuda_ops.c and test_cuda_e2e.c only (launch counters that show a kernel path ran,
- * forced tile widths, injected graph faults, uploads of single tensors). Not used by the library. */
+/* testing.h — hooks of the CUDA backend for tests/test_cuda_ops.c and test_cuda_e2e.c only: launch counters that show
+ * a kernel path ran, forced tile widths, injected graph faults, uploads of single tensors. Not used by the library
+ * (its files include it through common.cuh only to define the hooks). */
 #ifndef PI0_CUDA_TESTING_H
 #define PI0_CUDA_TESTING_H
 
