@@ -247,7 +247,7 @@ check-ref:
 bench-quick: $(BUILD)/pi0
 	$(BUILD)/pi0 bench --workload all
 
-# pi0-server (issue 6): its rules live next to its code.
+# pi0-server: its rules live next to its code.
 -include server/server.mk
 
 help:

@@ -1,4 +1,4 @@
-# pi0-server (issue 6), included by the Makefile: the openpi websocket policy server, its tests and its
+# pi0-server, included by the Makefile: the openpi websocket policy server, its tests and its
 # fuzz target. libwebsockets and msgpack-c (and libwebsockets' libcap and zlib) are linked statically
 # when their Debian archives exist, so the binary runs on the GPU machine (Ubuntu) too; OpenSSL, which
 # libwebsockets.a is built against, stays dynamic (libssl.so.3: present on Debian 12 and Ubuntu 24.04).

@@ -1,7 +1,7 @@
 /* ws.c — libwebsockets front of pi0-server (see ws.h). One service thread owns every connection;
  * requests go to the engine, whose worker threads wake this thread with lws_cancel_service()
  * (LWS_CALLBACK_EVENT_WAIT_CANCELLED), so /healthz and pings are answered during inference.
- * A client sends no subprotocol, so everything lands on protocols[0] (ECOSYSTEM.md, lws pitfalls):
+ * A client sends no subprotocol, so everything lands on protocols[0] (libwebsockets matches no protocol by name then):
  * its callback serves the websocket, /healthz on LWS_CALLBACK_HTTP, and hands the rest to
  * lws_callback_http_dummy. Per connection: metadata first, then strictly one request at a time
  * (a request sent early is held, with rx flow control off, until the reply is out). Errors follow

@@ -2,8 +2,8 @@
  * encodes text exactly like SentencePiece's BPE model (user-defined pieces, whitespace marker U+2581,
  * score-ordered merges, byte fallback). Supports the identity normalizer that Gemma/PaliGemma's model
  * uses (with its add_dummy_prefix / remove_extra_whitespaces / escape_whitespaces flags); other
- * normalizers (precompiled charsmaps) are refused with a clear error. Spec 3.5; ECOSYSTEM.md has the
- * protobuf field numbers. Prompt formatting (BOS, "\n" marker, state text) is policy code, not here. */
+ * normalizers (precompiled charsmaps) are refused with a clear error. docs/model.md 3.5; the protobuf field
+ * numbers are SentencePiece's sentencepiece_model.proto. Prompt formatting (BOS, "\n" marker, state text) is policy code, not here. */
 #ifndef PI0_TOKENIZER_H
 #define PI0_TOKENIZER_H
 

@@ -396,7 +396,7 @@ static int run_cli(const char *cmd, char **out, char **err) {
     return rc;
 }
 
-/* First contact (issue 46): every command's --help, usage after a usage error, no overwrite without --force, a
+/* First contact: every command's --help, usage after a usage error, no overwrite without --force, a
  * missing GPU found before a 7 GB checkpoint is generated, bench's header and labels, no temporary files left
  * after SIGINT. */
 static void test_cli_first_contact(void) {
@@ -415,7 +415,7 @@ static void test_cli_first_contact(void) {
     int rc = run_cli(cmd, &o, &e);
     CHECK(rc == 2 && strstr(e, "usage: pi0 info --checkpoint DIR"), "usage error prints the command's usage: %d %s", rc, e);
     free(o); free(e);
-    /* pi0 info's device footprint options (issue 42): checked before the checkpoint is read */
+    /* pi0 info's device footprint options: checked before the checkpoint is read */
     snprintf(cmd, sizeof cmd, "%s info --checkpoint %s/none --max-batch 2", PI0, tmp);
     rc = run_cli(cmd, &o, &e);
     CHECK(rc == 2 && strstr(e, "--max-batch sizes a CUDA session's footprint: it needs --backend cuda"),

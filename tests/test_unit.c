@@ -41,7 +41,7 @@ static size_t st_buffer(uint8_t *buf, const char *header, const void *data, size
     return 8 + hl + n;
 }
 
-/* Hardening (issue 45): unaligned tensor data is read through aligned copies (ASan/UBSan would trap a misaligned
+/* Hardening: unaligned tensor data is read through aligned copies (ASan/UBSan would trap a misaligned
  * typed load in `make debug`), and an overlap hidden behind an empty tensor is found. */
 static void test_safetensors_hostile(void) {
     uint8_t buf[512];

@@ -268,7 +268,7 @@ decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, con
     LAB_WRITE(da_prof_buf, da_prof_n, da_prof_cap, 0);
 }
 
-// ---- the portable kernel (compute capability 8.0 on; issue 42): no cluster ----
+// ---- the portable kernel (compute capability 8.0 on: docs/gpu.md): no cluster ----
 // The same blocks (RT = 1) with key chunks of at most DAP_CHUNK keys, so that a block's shared memory (~80 KB) fits
 // every GPU from Ampere on (Ada and consumer Blackwell: 99 KB); gridDim.x chunks. Each block stores its rows' m, l
 // and unnormalised O (fp32) in the portable path's scratch; the last block of a row tile to arrive (a counter per row

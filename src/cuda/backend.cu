@@ -46,7 +46,7 @@ static pi0_status check_device(int device) {
 // A kernel every build carries: whether this binary has code the device can run (its SASS, or PTX to compile).
 __global__ void probe_kernel(int *p) { if (p) *p = 0; }
 
-// The kernel path of a device (issue 42): Hopper's own kernels on compute capability 9.0, the portable ones on every
+// The kernel path of a device (docs/gpu.md): Hopper's own kernels on compute capability 9.0, the portable ones on every
 // other GPU from 8.0 on, or everywhere with PI0_CUDA_PATH=portable (to test and time them on a Hopper GPU).
 static pi0_status device_path(int device, int *hopper, int *major) {
     cudaDeviceProp p;

@@ -15,7 +15,7 @@ extern "C" {
 #include "../backend.h"
 #include "../util.h"
 
-// Instructions of one GPU generation (issue 42's portable path): the backend is compiled for several targets (the
+// Instructions of one GPU generation (the portable path, docs/gpu.md): the backend is compiled for several targets (the
 // Makefile's CUDA_ARCHS); a helper whose instruction the target lacks traps there, and the runtime dispatch (backend.cu:
 // the Hopper kernels only on compute capability 9.0) never launches a kernel that reaches one. PI0_SM90: clusters,
 // mbarrier transactions, bulk and tensor copies, st.async, stmatrix (compute capability 9.0 and later); PI0_SM90A:

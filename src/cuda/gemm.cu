@@ -168,9 +168,8 @@ static int share_tuned(cuda_ctx *c, gemm_plan *p) {
     return 0;
 }
 
-/* The heuristic's order is not speed order (ECOSYSTEM.md: 14.2 to 19.8 us among its top 8 for one
- * shape), so a new shape (without a timed sibling, share_tuned) met outside graph capture times every candidate on
- * the call's own operands
+/* The heuristic's order is not speed order (bench/RESULTS.md L6: a timed choice among its top 8), so a new shape
+ * (without a timed sibling, share_tuned) met outside graph capture times every candidate on the call's own operands
  * (into a scratch output, since beta may be 1) and keeps the fastest. One timing of 5 runs chose a 32 us
  * kernel over a 21 us one for SigLIP's fc2 in one of two processes (ncu, bench/RESULTS.md L47): each candidate's time
  * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates, with the call's alpha and beta (the

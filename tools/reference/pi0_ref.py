@@ -274,7 +274,7 @@ def rope(x, pos):
 
 
 def make_attn_mask(valid, ar):
-    """Spec 3.6: query i may attend key j iff cumsum(ar)_j <= cumsum(ar)_i and valid_i and valid_j.
+    """docs/model.md 3.6: query i may attend key j iff cumsum(ar)_j <= cumsum(ar)_i and valid_i and valid_j.
     valid, ar [B,S] bool/int -> [B,S,S] bool (rows = queries)."""
     c = torch.cumsum(ar.to(torch.int64), dim=1)
     allowed = c[:, None, :] <= c[:, :, None]
