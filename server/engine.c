@@ -275,7 +275,7 @@ static void *worker_main(void *arg) {
             /* nobody can add to this batch: every connection's request is queued or running (openpi's clients send
              * one request at a time), none is being prepared, and no finished job waits to be answered (its robot
              * would send again at once: running without it would split a fleet into alternating batches). One robot
-             * then runs at once instead of after the window (H100, full-size pi0, LIBERO: 5.65 ms around the run) */
+             * then runs at once instead of after the window (bench/RESULTS.md L131) */
             if (e->idle_clients == 0 && arriving(e) == 0 && !e->done_head) break;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             double el = (ts.tv_sec - t0.tv_sec) * 1e3 + (ts.tv_nsec - t0.tv_nsec) * 1e-6;

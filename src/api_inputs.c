@@ -22,8 +22,8 @@ static int floats_ok(const float *x, size_t n, float lo, float hi) {
 
 /* The first index of a value that is not finite or outside [lo, hi], or -1. Blocks of BAD_BLOCK values are
  * tested by floats_ok (in parallel from 4M values) and only the first failing block element by element. The
- * scalar loop with an early exit took ~0.8 ms for one π0 inference's images (3 x 224 x 224 x 3) and ~50 ms for a
- * batch of 64, in every pi0_infer (bench/RESULTS.md L100, L101). */
+ * scalar loop with an early exit was a visible share of every pi0_infer, for one π0 inference's images
+ * (3 x 224 x 224 x 3) and more so for a batch of 64 (bench/RESULTS.md L100, L101). */
 enum { BAD_BLOCK = 4096 };
 long long api_bad_float(const float *x, size_t n, float lo, float hi) {
     long long nb = (long long)((n + BAD_BLOCK - 1) / BAD_BLOCK), first = LLONG_MAX;

@@ -90,7 +90,8 @@ pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions) {
     pi0_status st = api_check_inputs(s, in);
     if (st == PI0_OK) st = api_check_rtc(s, in);
     if (st != PI0_OK) return st;
-    /* the pixels are checked while a queued run computes (the 64-sample images: ~4 ms), else before it */
+    /* the pixels are checked while a queued run computes (the 64-sample images: bench/RESULTS.md L101), else before
+     * it */
     int queued = model_queues(s->ms, s->dump);
     if (!queued && (st = api_check_images(in, &s->m->cfg)) != PI0_OK) return st;
     if ((st = model_start(s->ms, in, s->dump, s->dump_user)) != PI0_OK) return st;

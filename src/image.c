@@ -89,7 +89,7 @@ static void vrow(uint8_t *restrict d, const uint8_t *restrict s, int w, int n, c
 
 /* One 1-D pass: out[y][x][ch] from in along x (horizontal) or y (vertical); 0 when out of memory. Output rows are
  * independent, so large passes split them over threads, with the same values (each output is one integer sum in a
- * fixed order). A 640 x 480 frame took 3.8 ms on one core of the dev VM with a tap loop per channel and output
+ * fixed order). A tap loop per channel and output was slow for a camera-sized frame on one core
  * (bench/RESULTS.md L105). */
 static int pass(uint8_t *dst, const uint8_t *src, int h, int w_in, int w_out, const coeffs *c, int horizontal,
                 int h_out) {

@@ -337,7 +337,7 @@ static pi0_status to_config(const dimset *ds, int pi05, pi0_config *c, const cha
 /* ---- re-layout ---- */
 
 /* dst[c * R + r] = src[r * C + c] for an R x C matrix of esz-byte elements, in 8 x 8 tiles (16-bit ones
- * through SSE2 unpacks on x86: a scalar tile moved 0.7 GB/s, the unpacks ~4x that on the dev machine). */
+ * through SSE2 unpacks on x86: scalar tiles were a bottleneck of the load, bench/RESULTS.md L124). */
 #if defined(__SSE2__)
 #include <emmintrin.h>
 static void tile8_u16(uint16_t *dst, int64_t R, const uint16_t *src, int64_t C) {

@@ -20,7 +20,7 @@
 // The softmax is one warp per logits row.
 // Few query rows against one key range (the denoise suffix: 11 queries x 8 heads = 88 rows, ~800 keys, MQA,
 // head_dim 256; at B = 1 the suffix keys are the range's tail, at B > 1 a second source) go to decode_attn_kernel
-// first: one launch for all equal segments (attn_decode.cu). At B = 8 the GEMM path took ~53 us per expert layer
+// first: one launch for all equal segments (attn_decode.cu). At B = 8 the GEMM path was slower per expert layer
 // (S in two GEMMs, softmax, P V in two GEMMs, a conversion: ncu, bench/RESULTS.md L70). Batches past the decode
 // kernel's two waves take flash attention. Flash attention runs the prefix (head_dim 256, MQA, no suffix mask) on
 // flash_wg_kernel (wgmma + tensor copies) and the rest on flash_attn_kernel (mma.sync; PI0_CUDA_FLASH=mma sends the

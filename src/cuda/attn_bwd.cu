@@ -34,13 +34,12 @@
 // Deterministic: no atomics, every sum in a fixed order. A chunk is as many segments as the scratch (reserve's
 // one-segment logits: query rows x heads x keys) and the launch's segment table (AB_SEGS, passed by value: a CUDA
 // graph bakes it in) hold.
-// Measured (H100, tests/test_cuda_ops PI0_TEST_TIME_ATTN_BWD=1: 20 calls per CUDA graph, 50 replays; π0: 51 query
-// rows x 8 heads, 1 kv head, head_dim 256, 816 cache keys + 51 suffix keys): B = 1 19.6 us per call, B = 8 85 us,
-// B = 64 736-740 us. The four kernels before (logits fragments straight from global memory, a two-pass softmax
-// kernel, dq and dk / dv kernels of 4-warp blocks): 36 / 130 / 1190 us. ncu (B = 1,
-// serialised): logits 10.3 us (one block per SM, its copies then its products then its epilogue; 7.5 cycles per
-// issued instruction, shared-memory loads), softmax 6.5, grad 13.0; the grad kernel at first formed P and dS itself
-// and merged every pair's statistics in each dk / dv block: 29.6 us. Tried and slower (B = 1 23.7 us): 16-warp blocks
+// Measured (H100, tests/test_cuda_ops PI0_TEST_TIME_ATTN_BWD=1; π0: 51 query rows x 8 heads, 1 kv head, head_dim
+// 256, 816 cache keys + 51 suffix keys; bench/RESULTS.md L137): faster at B = 1, 8 and 64 than the four kernels
+// before (logits fragments straight from global memory, a two-pass softmax kernel, dq and dk / dv kernels of 4-warp
+// blocks). ncu (B = 1, serialised): the logits kernel runs one block per SM, its copies then its products then its
+// epilogue, bound by shared-memory loads; the grad kernel at first formed P and dS itself and merged every pair's
+// statistics in each dk / dv block, which was slower than the separate merge. Tried and slower: 16-warp blocks
 // (the logits block's head dimension split over two 8-warp halves, the grad blocks' columns over two halves).
 enum {
     AB_SEGS = 64,

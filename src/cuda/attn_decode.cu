@@ -42,7 +42,7 @@ unsigned da_prof_count(void) {
 // Mask (backend.h `tail`): key t is seen by query j iff t < n1 - tail, or t - (n1 - tail) <
 // (j < block0 ? block0 : tail). With k2 != NULL the tail keys are rows t - (n1 - tail) of k2 / v2 (backend.h's
 // second source: the same mask with tail = its row count).
-// 16 warps: with 4 (one per scheduler) the kernel issued an instruction every 6.4 cycles and took ~12 us
+// 16 warps: with 4 (one per scheduler) the kernel was latency-bound, too few warps to hide it (bench/RESULTS.md L21)
 enum { DA_SPLIT = 8, DA_HD = 256, DA_LD = DA_HD + 8, DA_WARPS = 16, DA_THREADS = 32 * DA_WARPS, DA_MAX_CHUNK = 128 };
 
 // Shared memory: Q rows, K chunk, V chunk (bf16, padded rows), P (bf16), the warps' row maxima and sums, m, l,
@@ -385,7 +385,7 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
     if (!c->hopper) return decode_attention_p(c, out, q, k, v, k2, v2, g, a, rows, nk, tail, sq, sk, s2);
     // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
     // blocks (~145 KB of shared memory, one per SM) are latency-bound: at B = 64 (1536 blocks) even the GEMM path
-    // was faster (denoise 41 against 50-53 ms; B = 8, 192 blocks: 19.9 -> 14.8 ms; bench/RESULTS.md L70), and
+    // was faster, while B = 8 (192 blocks) gained from this kernel (bench/RESULTS.md L70), and
     // flash attention takes such batches
     const int rt = (long long)g * cdiv(rows, 16) * DA_SPLIT > c->sms ? 2 : 1;
     if (g > 1 && (long long)g * cdiv(rows, 16 * rt) * DA_SPLIT > 2 * c->sms) return 0;

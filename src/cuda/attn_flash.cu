@@ -7,19 +7,20 @@
 // ---- flash attention: prefix (MQA, head_dim 256) and SigLIP (MHA, head_dim 72) segments ----
 // For segments whose queries see every key of their own range (the compacted prefix, docs/model.md 3.6, and SigLIP's
 // images, 3.4), and for MQA suffix segments that decode attention does not take (batches past its two waves:
-// at B = 64 the GEMM path took ~92 us per expert layer under ncu, bench/RESULTS.md L71).
+// at B = 64 the GEMM path was slower per expert layer under ncu, bench/RESULTS.md L71).
 // FlashAttention-2 order: a block owns FA_BM = 64 query rows
 // (4 warps x 16), walks the segment's keys in tiles of FA_BN = 64 or 32 (K/V double-buffered through cp.async),
 // S = Q K^T on mma m16n8k16 (ldmatrix from shared memory), an online softmax in fp32 (running row max m
 // and sum l, base-2 exponentials of scale * log2(e) * S), P rounded to bf16 straight from the S registers
 // into the A operand of O += P V, and O / l rounded to bf16 at the end. The logits never reach memory:
-// the GEMM path (QK^T to fp32 logits, softmax kernel, PV) took 72 us per prefix layer (pi0-3cam) and
-// 53 us per SigLIP layer (3 images) under ncu on the H100.
+// the GEMM path (QK^T to fp32 logits, softmax kernel, PV) was slower per prefix layer (pi0-3cam) and per
+// SigLIP layer (3 images) under ncu on the H100 (bench/RESULTS.md L22).
 //  - Limits (ncu, H100, head_dim 256): one block of 4 warps per SM (225 registers, 169 KB of shared
-//    memory), 3.3 cycles between a warp's instructions, shared-memory (ldmatrix) traffic at 55% of its
-//    peak: 42 us per prefix layer. With more blocks than SMs (batches) the 32-key tiles (101 KB) let two
+//    memory); a warp's instruction issue and the shared-memory (ldmatrix) traffic set its time per prefix
+//    layer. With more blocks than SMs (batches) the 32-key tiles (101 KB) let two
 //    blocks share an SM (bench/RESULTS.md L74). Splitting each key tile over 8 warps (two (m, l, O) merged at the end)
-//    measured 45 us: the Q and K/V fragments' shared-memory traffic, not the issue rate, is the next bound.
+//    was slower (bench/RESULTS.md L30): the Q and K/V fragments' shared-memory traffic, not the issue rate, is the
+//    next bound.
 //  - Lazy rescaling: the running max moves (and O, l are rescaled) only when a row's tile max exceeds it
 //    by more than FA_SLACK (base-2 units), decided per warp; otherwise P = 2^(s - m) <= 2^FA_SLACK, which
 //    bf16 and the fp32 sums hold exactly as well. Keys past the segment are masked in the last tile only.
@@ -29,7 +30,7 @@
 // (j < block0 ? block0 : tail); with a second source (k2, v2: rows aligned with the queries) they are its rows,
 // otherwise the range's. Tiles that reach past the nk - tail keys seen by every row are masked per row (every
 // row sees key 0, so the first tile's maxima are finite). SFX: the mask and the second source are compiled in,
-// for suffixes only (without them the prefix kernel keeps 235 registers instead of 242 and took 5% less time at
+// for suffixes only (without them the prefix kernel keeps 235 registers instead of 242 and ran faster at
 // B = 64, and the head_dim-72 kernel 127 registers: 4 blocks per SM). HD is padded to HDP (a multiple
 // of 16) with zero columns in shared memory for the k-dimension of Q K^T; P V computes HDP columns and
 // stores HD. Rounding differs from the PT reference (unnormalised probabilities in bf16 instead of

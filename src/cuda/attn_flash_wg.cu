@@ -31,8 +31,8 @@ extern "C" void fw_prof_read(unsigned long long *dst) { cudaMemcpyFromSymbol(dst
 //    barrier of the warpgroup (each warp's wait covers its own share of a product).
 //  - Keys past the segment (the last tile only) read the next segment's rows or zeros (past the map, whose rows end
 //    with the last segment): finite values, masked to -inf, so that their P is 0.
-// ncu, one prefix layer of pi0-3cam (99 blocks): 18.4 us against 41.2 for the mma.sync kernel, which reads every
-// K / V fragment once per warp through ldmatrix; one warpgroup per block walking all tiles took 21.1
+// ncu, one prefix layer of pi0-3cam (99 blocks): faster than the mma.sync kernel, which reads every K / V fragment
+// once per warp through ldmatrix, and than one warpgroup per block walking all tiles
 // (bench/RESULTS.md L84-L88, with the variants that did not pay). The products alone would run at the tensor peak (lab
 // wgmma_rate.cu): the time goes to each step's chain of S, softmax and refill.
 enum { FW_BM = 64, FW_BN = 64, FW_HD = 256, FW_SLAB = FW_BN * 128, FW_TILE = 4 * FW_SLAB, FW_WG = 2, FW_KB = 1, FW_VB = 2,

@@ -281,9 +281,9 @@ static void cuda_release(pi0_backend *be, pt t) {
     if (t.p) cudaFree(t.p);
 }
 
-// A copy from pageable memory is staged by the driver before cudaMemcpyAsync returns (~5 us for a few
-// bytes). Small uploads (an inference's index arrays) go through this session's page-locked ring instead,
-// which no copy reuses until the stream has been synchronised; large ones (images) go directly, which is
+// A copy from pageable memory is staged by the driver before cudaMemcpyAsync returns, even for a few bytes
+// (bench/RESULTS.md L28). Small uploads (an inference's index arrays) go through this session's page-locked ring
+// instead, which no copy reuses until the stream has been synchronised; large ones (images) go directly, which is
 // asynchronous when the caller's memory is page-locked (pi0_host_alloc).
 static pi0_status cuda_upload(pi0_backend *be, pt dst, const void *src, size_t n) {
     cuda_ctx *c = CTX(be);
@@ -386,10 +386,10 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
         victim->keylen = keylen;
         /* A new key runs un-captured first: its new GEMM shapes are timed there (no timing can happen inside a
          * capture), and the GPU starts at once. The same launches are then captured and instantiated while the GPU
-         * works through that run (capture ~3.5 ms, instantiation ~8-10 ms of host time for ~1300 nodes, H100,
+         * works through that run (host time for ~1300 nodes,
          * bench/RESULTS.md L119), and the graph is uploaded behind it; it first replays on the next call with this key. So a new prompt
          * length costs about the larger of the run and those host steps, where capturing first and then launching
-         * paid them one after the other (bench/RESULTS.md L116: 22-28 ms). The run and the replays compute the same
+         * paid them one after the other (bench/RESULTS.md L116). The run and the replays compute the same
          * launches with the same GEMM algorithms, so they agree bit for bit. */
         fn(arg);
         if (c->err) return report(c);

@@ -128,8 +128,8 @@ __device__ __forceinline__ void pdl_trigger() {
 
 // Every kernel prefers the largest shared memory carveout (228 KB of the SM's 256 KB), so the SM never has to
 // drain to change its L1 / shared memory split between two kernels: the overlap that PDL allows (the next
-// few-row product's weights fetched while this kernel runs) needs both kernels resident at once. pi0-3cam:
-// 14.67-15.04 -> 14.05-14.34 ms (bench/RESULTS.md L41). Set once per kernel and context.
+// few-row product's weights fetched while this kernel runs) needs both kernels resident at once
+// (bench/RESULTS.md L41). Set once per kernel and context.
 static inline void cuda_prefer_smem(cuda_ctx *c, const void *kernel) {
     for (int i = 0; i < c->ncarved; i++)
         if (c->carved[i] == kernel) return;
@@ -173,8 +173,9 @@ __device__ __forceinline__ float ex2_ftz(float x) {
 }
 
 // docs/model.md 3.4/3.7: GELU, tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), computed as
-// the equal x / (1 + e^(-2u)): one ex2 and one reciprocal (MUFU) and four other instructions, where tanhf took ~17
-// (the gelu * up epilogue of gateup.cu was bound by them). Both are within a few ulp of the exact value. Limits:
+// the equal x / (1 + e^(-2u)): one ex2 and one reciprocal (MUFU) and four other instructions, where tanhf needs ~17
+// (bench/RESULTS.md L107; the gelu * up epilogue of gateup.cu was bound by them). Both are within a few ulp of the
+// exact value. Limits:
 // e^(-2u) = inf (x < ~-10) gives x * 0 = -0, as tanh gives 0.5 x (1 - 1); x = +inf gives inf, x = -inf NaN, as before.
 __device__ __forceinline__ float gelu_tanh(float x) {
     const float a = -2.0f * 0.7978845608028654f * 1.4426950408889634f;   // -2 sqrt(2 / pi) log2(e)

@@ -14,7 +14,7 @@
 // padded it to 896 (+14%, bench/RESULTS.md L51). BN is chosen per M from the instantiated widths by a cost
 // model fitted in the lab (bench/kernels/gateup_lab.cu, bench/RESULTS.md L92). The last token tile starts at
 // M - BN instead of running past M: rows it shares with the tile before are computed twice with the same bits,
-// and no tensor copy reads outside X (boxes partly outside a map took ~1.5-2x as long per row in the lab).
+// and no tensor copy reads outside X (boxes partly outside a map took longer per row in the lab, bench/RESULTS.md L94).
 //
 // A block is 3 warpgroups. Warpgroup 0's thread 0 issues the tensor copies into a ring of GU_S stages (full / empty
 // mbarriers). The weight box is a 4-D view of the adjacent [gate; up] weights, {k, 8 rows, gate / up, 8-row
@@ -192,7 +192,7 @@ static int gu_weight_map(CUtensorMap *m, const void *w, int F, int K, int ldw) {
 static const int gu_widths[] = {136, 152, 168, 184, 200, 216, 232, 248, 256};
 
 // The token tile width for M rows: fewest rounds of tiles over the SMs times the width, with narrow tiles costing up
-// to 40% more per token (200-wide tiles took 8% longer per token than 256-wide ones at M = 6304 in the lab); when
+// to 40% more per token (the lab's fit, bench/RESULTS.md L92); when
 // every width fits in one round the narrowest wins. 0 if M is below every width.
 static int gu_pick(int M, int F, int sms) {
     int best = 0;
@@ -210,7 +210,7 @@ template <int BN> static void gu_launch(cuda_ctx *c, const CUtensorMap &tw, cons
                                         int F, int K) {
     const int tiles = (M + BN - 1) / BN * (F / GU_FT);
     // panels of ~8 MB of X: at B = 64 (M = 50432) one sweep of the weights per token tile read X (206 MB) from DRAM
-    // for every weight tile, 9% slower end to end than cuBLASLt + the pass (bench/RESULTS.md L93)
+    // for every weight tile, slower end to end than cuBLASLt + the pass (bench/RESULTS.md L93)
     const int tiles_t = (M + BN - 1) / BN, g8 = (int)((8u << 20) / ((size_t)BN * K * 2)) + 1, G = g8 < tiles_t ? g8 : tiles_t;
     cuda_launch(c, gateup_kernel<BN>, dim3(tiles < c->sms ? tiles : c->sms), dim3(384), gu_cfg<BN>::smem, tw, tx, ty, M, F, K, G);
 }

@@ -4,7 +4,7 @@
 // Descriptors, layouts and the fastest of the heuristic's candidates (timed once, see tune) are made
 // once per shape and cached. Linear with fp32 input (the small head projections and time MLPs, docs/model.md 1.5:
 // computed in fp32) uses linear_f32_kernel, or for 64 rows and more cuBLASLt in fp32 on the weights' fp32 copies (at
-// B = 64 the kernel took 460 us per denoise step: each x value it reads from shared memory feeds two FMAs;
+// B = 64 the kernel was slow: each x value it reads from shared memory feeds two FMAs;
 // bench/RESULTS.md L73, L76). The copies hold the file's values: for an F32 checkpoint the fp32 weights that the PT reference uses
 // (docs/model.md 1.5), which the kernel reads too, so that every batch size computes with them; for a BF16 one the kernel
 // reads the bf16 copy (the same values, half the bytes). Few bf16 rows (M <= GEMV_ROWS) go to gemv.cu. CPU twin: cpu_linear.
@@ -139,7 +139,8 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
 
 /* Row buckets of the tuning: the prefill's row count follows the prompt length (padding is skipped, docs/model.md 3.13),
  * and π0.5's prompt holds the state, so a server meets a new row count every few requests. Timing every candidate
- * again took ~40 ms per new length (bench/RESULTS.md L116). Shapes that differ only in M within one bucket of GEMM_MBUCKET
+ * again was a large cost per new length (bench/RESULTS.md L116). Shapes that differ only in M within one bucket of
+ * GEMM_MBUCKET
  * rows take the timed choice of the first one met (as long as cuBLASLt accepts it for the new layout): M is
  * cuBLASLt's N here, and rows within 64 fill the same tiles of every candidate up to 64 wide. So the algorithm of a
  * length depends on which length of its bucket came first; within a process it never changes (graph replays and
@@ -170,8 +171,8 @@ static int share_tuned(cuda_ctx *c, gemm_plan *p) {
 
 /* The heuristic's order is not speed order (bench/RESULTS.md L6: a timed choice among its top 8), so a new shape
  * (without a timed sibling, share_tuned) met outside graph capture times every candidate on the call's own operands
- * (into a scratch output, since beta may be 1) and keeps the fastest. One timing of 5 runs chose a 32 us
- * kernel over a 21 us one for SigLIP's fc2 in one of two processes (ncu, bench/RESULTS.md L47): each candidate's time
+ * (into a scratch output, since beta may be 1) and keeps the fastest. One timing of 5 runs chose a clearly
+ * slower kernel for SigLIP's fc2 in one of two processes (ncu, bench/RESULTS.md L47): each candidate's time
  * is the best of GEMM_TUNE_ROUNDS rounds taken in turn over the candidates, with the call's alpha and beta (the
  * output then holds garbage, which costs the same). */
 static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const void *bias, size_t ybytes) {
@@ -246,9 +247,9 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
 // y[m, n] (=, +=, gelu) sum_k x[m, k] * w[n, k0 + k] + b[n] with fp32 x. Block: 8 warps, LF_N = 16 features
 // (2 per warp) x LF_M = 8 rows; x staged through shared memory in chunks of LF_K columns, shared by the 8
 // warps; a lane takes 8 consecutive k of every 256 (16-byte weight loads) and the warp sums its lanes.
-// The previous version (one warp per 4 features reading x from L2, 2 warps per scheduler) took 19-23 us
-// per call at M = 10, K = 1024 under ncu on the H100, for N = 1024 and for N = 32 alike: the 4 such
-// products of every denoise step (action_in, action_time_mlp in/out, action_out) cost ~0.7 ms a run.
+// The previous version (one warp per 4 features reading x from L2, 2 warps per scheduler) took as long
+// at M = 10, K = 1024 for N = 32 as for N = 1024, and 4 such
+// products run in every denoise step (action_in, action_time_mlp in/out, action_out; bench/RESULTS.md L23).
 enum { LF_N = 16, LF_M = 8, LF_K = 1024 };
 // Eight consecutive weights: bf16 (one 16-byte load) or, for F32 checkpoints, fp32 (two).
 template <typename WT> struct w8 {
@@ -419,8 +420,8 @@ void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_
 // (backend.cu places them so), then one kernel splits (q, k, v) or applies gelu(gate) * up. ----
 
 // The split kernels below take V = 8 columns per thread (16-byte accesses) when the widths and pointers
-// allow it, else V = 1. Scalar versions under ncu on the H100: gelu*up at M = 788 moved its 77 MB in
-// 63 us (1.2 TB/s), the SigLIP q|k|v split 10.6 MB in 15 us.
+// allow it, else V = 1. The scalar versions (gelu*up at M = 788 moves 77 MB, the SigLIP q|k|v split 10.6 MB)
+// ran well below the memory bandwidth (bench/RESULTS.md L22).
 
 // Splits the fused [M, nq + nk + nv] product into q, k, v and applies RoPE to q and k (same formula as
 // rope_kernel): one thread per (row, head of q|k|v, V consecutive i < hd/2), rotating the pairs (i, i + hd/2).
@@ -429,7 +430,7 @@ template <int V>
 __global__ void split3_rope_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, const int32_t *pos, int M, int nq, int nk,
                                    int nv, int hd) {
     // inv_freq[i] in shared memory, made before the wait (it reads no input): one double pow per entry and
-    // block instead of one per element (the per-element pow made this kernel 16 us at M = 788 under ncu)
+    // block instead of one per element (the per-element pow made this kernel slow at M = 788, bench/RESULTS.md L23)
     __shared__ float freq[ROPE_MAX_HALF];
     int half = hd / 2, w = nq + nk + nv, per = w / 2 / V;
     for (int i = threadIdx.x; i < half && i < ROPE_MAX_HALF; i += blockDim.x) freq[i] = (float)pow(10000.0, -2.0 * i / hd);
@@ -558,7 +559,8 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     }
     // Equal widths, outputs and biases equally spaced (model.c allocates SigLIP's q, k, v as one buffer; the
     // arena keeps a layer's biases in table order): one strided-batched product over the three projections,
-    // biases in the epilogue, nothing to split (the split pass took 7.7 us per SigLIP layer under ncu).
+    // biases in the epilogue, nothing to split (the split pass was one more launch per SigLIP layer,
+    // bench/RESULTS.md L27).
     const char *b0 = p->b[0] ? (const char *)p->b[0]->dev : NULL, *b1 = p->b[1] ? (const char *)p->b[1]->dev : NULL;
     const char *b2 = p->b[2] ? (const char *)p->b[2]->dev : NULL;
     long long dq = (long long)(k.p - q.p), dk = (long long)(v.p - k.p), db = b0 ? (long long)(b1 - b0) : 0;

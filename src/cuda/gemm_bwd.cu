@@ -145,7 +145,7 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
         }
         // fewer: the forward fp32 kernel on a transposed copy (the weights' own values: bf16, or the fp32 copy of an
         // F32 / F16 file), which spreads the output columns over blocks; the kernel below walks all N rows in each
-        // block and took 66 us at N = 1024 (the action MLP's transposes, bench/RESULTS.md L138)
+        // block and was slow at N = 1024 (the action MLP's transposes, bench/RESULTS.md L139)
         int f32w = W->dev32 && W->dtype != PI0_DT_BF16;
         const void *tw = k0 == 0 && K == W->cols ? transposed(c, &W, &N, 1, K, N, f32w) : NULL;
         if (tw) {
@@ -167,7 +167,7 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
     }
     PI0_ASSERT(dy.kind == PT_ACT && out.kind == PT_ACT);
     // few rows (the denoise at small batches): the product with a transposed copy of the whole weight, as a forward
-    // linear, so that gemv.cu's few-row kernel streams it (cuBLASLt reading the weight untransposed took ~3x as long
+    // linear, so that gemv.cu's few-row kernel streams it (cuBLASLt reading the weight untransposed was slower
     // at 51 rows: bench/RESULTS.md L136)
     const void *wt = M <= GEMV_ROWS && k0 == 0 && K == W->cols ? transposed(c, &W, &N, 1, K, N, 0) : NULL;
     if (wt) {

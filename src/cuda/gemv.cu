@@ -16,23 +16,24 @@
 // epilogue: store / add (the residual) / GELU, plus two that combine output rows n and n + P of the same
 // block: gelu(gate) * up (P = F, docs/model.md 3.7 MLP) and the q|k|v split with RoPE (P = hd / 2, the rotated
 // pair), which writes k and v straight into the KV cache rows. For K = 1024 (the expert's q|k|v and gate|up)
-// the RMSNorm / adaRMS before the product is folded in (the two separate norm kernels cost 5.6 of 38.7 us
-// per expert layer, denoise chain lab): norm(x) . W = r (x * (1 + a)) . W + b . W with r = rsqrt(mean(x^2) +
-// eps). X rows go into the product scaled by (1 + a) only, the row's r multiplies its sum in the reduction
+// the RMSNorm / adaRMS before the product is folded in (the two separate norm kernels were a sizeable share
+// of an expert layer, denoise chain lab, bench/RESULTS.md L25): norm(x) . W = r (x * (1 + a)) . W + b . W with
+// r = rsqrt(mean(x^2) + eps). X rows go into the product scaled by (1 + a) only, the row's r multiplies its sum in the reduction
 // (each block holds whole rows; the warps' sums of squares travel with their partial sums), and the adaRMS
 // shift b is one more X row (row M, M <= 15) whose product is added to every row. So the row statistics are
 // off the path from X to the MMAs (bench/RESULTS.md L56); the factors a and b are read before the PDL wait.
-// Why: at M = 11 cuBLASLt streams the expert weights at ~1 TB/s and adds a split-K reduce kernel;
+// Why: at M = 11 cuBLASLt streams the expert weights well below the bandwidth and adds a split-K reduce kernel;
 // this is one launch per product (numbers in bench/RESULTS.md L15, L17, lab: bench/kernels/gemv_smallm.cu).
 // Layout: a block owns R = 8 NT output rows and 1024 columns of K; the K / 1024 blocks of a row block form
 // a thread-block cluster. Block q of the cluster finishes the output rows m with m % ks == q: the others
 // push their partial sums of those rows into its shared memory (st.async, counted on its mbarrier), and it
 // adds them in rank order (deterministic). No cluster barrier is on the critical path: under a cluster
-// barrier the blocks of o and down waited 1-4 us while the next product's weights streamed in (lab profile,
+// barrier the blocks of o and down waited while the next product's weights streamed in (lab profile,
 // bench/RESULTS.md L40). The block's weight rows are fetched with one bulk copy (TMA) per row into
 // padded shared memory, issued before the programmatic-launch wait (common.cuh): weights are constants,
 // so the copy overlaps the previous kernel. The copies mark their lines evict-first in L2, so the 0.6 GB
-// stream per step leaves the KV cache and the activations there (bench/RESULTS.md L57: 29.8 -> 28.8 us per layer). 8 warps split the 1024 columns; mma.m16n8k16 with A = the 16
+// stream per step leaves the KV cache and the activations there (bench/RESULTS.md L57). 8 warps split the 1024
+// columns; mma.m16n8k16 with A = the 16
 // zero-padded X rows (registers, read after the wait), B = 8 weight rows: each lane takes 16 bytes (8
 // consecutive k) of a weight row and of X rows g and g + 8, and the 8 k feed two MMAs in the same permuted
 // order for A and B, which leaves every dot product unchanged.
@@ -157,9 +158,8 @@ __global__ void __launch_bounds__(GW * 32) gemv_kernel(gemv_args a) {
     // (rr = ceil(16 / ks) slots per rank: ks = 3 gives rank 0 six of 16 rows)
     const int ks = gridDim.y, rank = blockIdx.y, own = rank < a.M ? (a.M - rank + ks - 1) / ks : 0, rr = (16 + ks - 1) / ks;
     // NORM: a of this lane's k (K = 1024: one slice, kb = 0), loaded before this block's weight copies are queued
-    // and used only after the wait (x + x a), so nothing before the wait waits on a load. bench/RESULTS.md L61, same call:
-    // pi0-libero 11.7 -> 11.3 ms, the other workloads unchanged (q|k|v's kernel also went from 162 to 158
-    // registers, which lets decode attention's blocks share its SMs)
+    // and used only after the wait (x + x a), so nothing before the wait waits on a load (bench/RESULTS.md
+    // L61; q|k|v's kernel also went from 162 to 158 registers, which lets decode attention's blocks share its SMs)
     float na[4][8];
 #pragma unroll
     for (int u = 0; u < 4; u++)
@@ -343,18 +343,19 @@ template <int NT> static void launch(cuda_ctx *c, const gemv_args &a) {
 
 // ---- 17 to 64 rows (the 50-step horizon: M = 51; B = 2 at 10-11) on the warpgroup MMA ----
 // At 51 rows the kernel above would hold 4 row tiles of X in registers and run them after the whole weight slice
-// has landed (bench/RESULTS.md L48: slower than cuBLASLt), while cuBLASLt streams these weights at 0.7-2 TB/s and needs the
+// has landed (bench/RESULTS.md L48: slower than cuBLASLt), while cuBLASLt streams these weights below the bandwidth
+// and needs the
 // split / gelu * up passes after it. Here the weights are the wgmma A operand (m64: 64 output rows per block) and
 // the X rows its B operand (n64: the M rows, zero-filled past M by the tensor copy), both fed by tensor copies
 // (TMA, 128-byte swizzle) into a ring of WGV_S stages of 64 k; the first stages' weights are requested before the
 // PDL wait, and 5 stages (~100 KB) leave room for a second block, so the next product's blocks prefetch beside
-// this one (10 stages, one block per SM: 1.6-2x slower in a chain). Output rows: [r0, r0 + 32) and [r1, r1 + 32)
+// this one (10 stages, one block per SM: slower in a chain). Output rows: [r0, r0 + 32) and [r1, r1 + 32)
 // (r1 = r0 + 32, or r0 + pair for the pair epilogues). Block (x, y) takes k blocks of a cluster's K slice y; the
 // partial sums of X row m go to the block of rank m / tpr of the cluster (st.async into its recv, counted on its
 // mbarrier), which adds its own and then the others' in rank order (deterministic for a given number of slices,
 // which follows the SM count) and runs the epilogue on items of 8 columns
 // (16-byte accesses). Per-block phase stamps (bench/RESULTS.md L81) set the shape: four accumulators (one wgmma
-// chain per stage took ~500 cycles), the partial sums staged in shared memory and sent in 16-byte pieces, and
+// chain per stage was latency-bound), the partial sums staged in shared memory and sent in 16-byte pieces, and
 // the epilogue's global inputs read before the main loop. The pre-norm runs as its own kernel here.
 enum { WGV_NP = 64, WGV_S = 5, WGV_STAGE = 2 * 64 * 128, WGV_LDR = 68, WGV_PF = WGV_NP * 8 / 128 };
 
@@ -414,7 +415,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     if (tid == 0)
         for (int s = 0; s < WGV_S && s < n; s++) tma_load_2d(ring + s * WGV_STAGE + 64 * 128, &tx, (kb0 + s) * 64, 0, &full[s]);
     // the epilogue's inputs (the old outputs of the adds, or the rows' positions), read now: read in the epilogue,
-    // each was a dependent L2 round trip (~1.4 us per block at 4 items, stamps). An item is 8 output columns of a
+    // each was a dependent L2 round trip on the block's path (stamps). An item is 8 output columns of a
     // row: 8 per row (pairs: 4, 8 columns and their partners), at most WGV_PF per thread.
     const int cg = a.pair ? 4 : 8, items = own * cg;
     const bool adds = a.epi == GEMV_ADD || a.epi == GEMV_GATED_ADD;
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
         if (adds && n < a.N) yin[u] = __ldcg((const uint4 *)(a.y + (size_t)m * a.ldy + n));
         if (a.epi == GEMV_QKV_ROPE) pin[u] = (float)a.pos[m];
     }
-    // four accumulators, one per 16 k of a stage: a chain of dependent wgmmas took ~500 cycles per stage (stamps)
+    // four accumulators, one per 16 k of a stage: a chain of dependent wgmmas was latency-bound (stamps)
     float d[4][32];
 #pragma unroll
     for (int u = 0; u < 4; u++)
@@ -462,7 +463,7 @@ __global__ void __launch_bounds__(128) gemv_wg_kernel(const __grid_constant__ CU
     __syncthreads();   // every warp's products are done before the ring is reused for the staged sums
     // d[u][4 i + 2 h + e]: output row 16 warp + g + 8 h of the tile, X row 8 i + 2 c + e, into stg (the free ring) as
     // [X row][WGV_LDR] (a warp's 8 g and 4 c land in 32 banks); then the rows that other blocks finish go to their
-    // recv in 16-byte pieces (st.async: no per-element owner arithmetic, which took ~2 us per block)
+    // recv in 16-byte pieces (st.async: no per-element owner arithmetic, which was costly per block)
     float *stg = (float *)ring;
 #pragma unroll
     for (int i = 0; i < WGV_NP / 8; i++)

@@ -7,11 +7,11 @@
 
 // Widths D % 8 == 0 up to 32 * 8 * NORM_NC (all of π0's: 1152, 2048, 1024) take one warp per row with the
 // row held in registers (16-byte loads, shuffles only; 4 rows a block, so that 768 rows make 192 blocks);
-// the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm:
-// 6.95 us under ncu with them read after the statistics: bench/RESULTS.md L33 and its entry): LayerNorm's into the
+// the factors (weights, or the adaRMS modulation row) are read before the programmatic-launch wait (LayerNorm
+// was slower under ncu with them read after the statistics: bench/RESULTS.md L33 and its entry): LayerNorm's into the
 // block's shared memory, the others' into registers. Others: one block of 256 threads a row.
-// Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) took
-// 7.3 us for SigLIP's 768 x 1152 and 5.5 us for the expert's 11 rows under ncu on the H100.
+// Why: the block-per-row kernel (three passes over global memory, three block-wide reductions) was
+// slower for SigLIP's 768 x 1152 and for the expert's 11 rows under ncu on the H100 (bench/RESULTS.md L22).
 
 enum { NORM_LN, NORM_RMS, NORM_ADA };   // LayerNorm (w, b); RMSNorm (1 + w); adaRMS (mod rows)
 enum { NORM_NC = 8, NORM_ROWS = 4 };    // 16-byte chunks per lane (D <= 2048); rows (warps) per block
@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(32 * NORM_ROWS) norm_warp_kernel(bf16 *y, cons
     float v[NORM_NC][8], wv[NORM_NC][8], bv[NORM_NC][8], s = 0;
     // the row's factors and shifts are constants (weights, or modulations computed at session create): fetched
     // before the programmatic-launch wait (common.cuh). LayerNorm's weights and shifts go to the block's shared
-    // memory (in registers: 228 registers, 8 warps per SM, 1.7 TB/s for SigLIP at B = 64; bench/RESULTS.md L72);
-    // RMSNorm (1 + w only: 164 registers, 2.9 TB/s) and adaRMS (rows of one block may take different modulation
+    // memory (in registers: 228 registers, 8 warps per SM, too few to stream SigLIP at B = 64; bench/RESULTS.md L72);
+    // RMSNorm (1 + w only: 164 registers) and adaRMS (rows of one block may take different modulation
     // rows) keep them in registers.
     if (MODE == NORM_LN) {   // all loads first (one round trip), then the stores
         constexpr int NF = NORM_NC * 8 / NORM_ROWS / 4;   // float4 per thread and vector at the widest D
@@ -180,7 +180,7 @@ void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M,
 
 // ---- norm_bwd: one warp per row where D <= 1024 and D % 8 == 0 (the row in registers, 16-byte accesses, the factors
 // (constants) fetched before the programmatic-launch wait), else one block of 256 threads per row; both row sums in
-// fp32, then the row. The block form took 7.3 us per call at 51 rows x 1024 under ncu (bench/RESULTS.md L138). ----
+// fp32, then the row. The block form was slower per call at 51 rows x 1024 under ncu (bench/RESULTS.md L139). ----
 
 enum { NB_ROWS = 4, NB_NC = 4 };   // rows (warps) per block; 8-element chunks per lane: D <= 32 * 8 * NB_NC
 __global__ void __launch_bounds__(32 * NB_ROWS) norm_bwd_warp_kernel(bf16 *dx, const bf16 *dy, const bf16 *x,
