@@ -121,6 +121,17 @@ $(BUILD)/pi0: $(CLI_OBJ) $(BUILD)/libpi0.a | $(BUILD)/lib/libspng.so.0
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# The CUDA tests link the CUDA objects compiled again with the tests' hooks (src/cuda/testing.h: launch counters,
+# injected graph faults, forced tile widths, under PI0_CUDA_TESTING); the library carries none of them.
+CU_TOBJ := $(CU_SRC:%.cu=$(BUILD)/testhooks/%.o)
+$(BUILD)/testhooks/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) $(HDRS) $(BUILD)/flags.txt
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -DPI0_CUDA_TESTING -c $< -o $@
+$(BUILD)/libpi0-testhooks.a: $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_TOBJ)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_e2e: $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libpi0-testhooks.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
 # The kernel lab (bench/kernels, its README says what each lab is; run on the GPU machine by bench/kernels/run_lab.sh
 # run): `make lab` whenever nvcc is found. Each lab links libpi0.a; the *_prof labs compile the production kernels'
 # files again with a lab switch (src/cuda/lab_hooks.cuh), which turns their compiled-out stamps on.
@@ -154,7 +165,7 @@ $(LAB)/wg_prof: bench/kernels/wg_prof.cu src/cuda/gemv.cu $(BUILD)/libpi0.a $(LA
 # the prefix's wgmma flash kernel with per-block, per-step stamps
 $(LAB)/fw_prof: bench/kernels/fw_prof.cu src/cuda/attn_flash_wg.cu $(BUILD)/libpi0.a $(LAB_HDRS)
 	@mkdir -p $(dir $@)
-	$(LAB_NV) -DFW_PROF $< src/cuda/attn_flash_wg.cu $(LAB_LINK) -o $@
+	$(LAB_NV) -DFW_PROF -DPI0_CUDA_TESTING $< src/cuda/attn_flash_wg.cu $(LAB_LINK) -o $@
 
 # the test dependencies (Debian packages) first: `make test` is all the set-up a bare machine needs after the build
 test:

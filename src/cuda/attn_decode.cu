@@ -351,8 +351,10 @@ decode_attn_p_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, c
     if (tid == 0) counters[tile] = 0;
 }
 
+#ifdef PI0_CUDA_TESTING
 static long da_launches;   // either kernel (atomic: contexts may run on several threads)
 extern "C" long cuda_decode_attention_launches(void) { return __atomic_load_n(&da_launches, __ATOMIC_RELAXED); }
+#endif
 
 // (cuda_decode_attention's checks passed; rows, nk, tail and the segment strides as it computes them)
 static int decode_attention_p(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
@@ -365,7 +367,7 @@ static int decode_attention_p(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 
     if (g > 1 && (long long)g * tiles * S > 2 * c->sms) return 0;   // batches: flash or GEMM attention (as on Hopper)
     cuda_launch(c, decode_attn_p_kernel, dim3(S, tiles, g), dim3(DA_THREADS), dap_smem(), out, q, k, v, k2, v2, sq, sk, s2,
                 rows, a->heads, nk, tail, a->block0, chunk, a->scale, c->pscratch, c->pcounters);
-    __atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED);
+    PI0_TEST_HOOK(__atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED));
     return 1;
 }
 
@@ -395,7 +397,7 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
     else
         cuda_launch(c, decode_attn_kernel<1>, dim3(DA_SPLIT, cdiv(rows, 16), g), dim3(DA_THREADS), da_smem(chunk, 1), out,
                     q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);
-    __atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED);
+    PI0_TEST_HOOK(__atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED));
     return 1;
 }
 

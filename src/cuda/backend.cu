@@ -87,7 +87,7 @@ static pi0_status device_path(int device, int *hopper, int *major) {
     return PI0_OK;
 }
 
-extern "C" int cuda_backend_hopper(const pi0_backend *be) { return CTX(be)->hopper; }
+PI0_TEST_HOOK(extern "C" int cuda_backend_hopper(const pi0_backend *be) { return CTX(be)->hopper; })
 
 extern "C" pi0_status cuda_device_check(int device) {
     pi0_status st = check_device(device);
@@ -359,10 +359,12 @@ static pi0_status cuda_reserve(pi0_backend *be, size_t max_rows, size_t max_keys
 
 // ---- graphs ----
 
+#ifdef PI0_CUDA_TESTING
 static long graph_replays;   // (atomic: contexts may run on several threads)
 extern "C" long cuda_graph_replays(void) { return __atomic_load_n(&graph_replays, __ATOMIC_RELAXED); }
 static int graph_fault;   // cuda_graph_fault (tests): where the next capture in this process fails
 extern "C" int cuda_graph_fault(int where) { return __atomic_exchange_n(&graph_fault, where, __ATOMIC_RELAXED); }
+#endif
 
 static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg) {
     cuda_ctx *c = CTX(be);
@@ -401,7 +403,8 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
         c->capturing = 0;
         /* a test's fault goes through CUDA itself: a synchronisation is not allowed in a capture and invalidates
          * it; no instantiation takes all flags */
-        const int fault = cuda_graph_fault(0);
+        int fault = 0;
+        PI0_TEST_HOOK(fault = cuda_graph_fault(0));
         const unsigned long long flags = fault == 2 ? ~0ull : 0ull;
         if (fault == 1) cudaStreamSynchronize(c->stream);
         cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
@@ -428,7 +431,7 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
     }
     hit->last_use = ++c->graph_clock;
     CUDA_NOTE(c, cudaGraphLaunch(hit->exec, c->stream));
-    __atomic_add_fetch(&graph_replays, 1, __ATOMIC_RELAXED);
+    PI0_TEST_HOOK(__atomic_add_fetch(&graph_replays, 1, __ATOMIC_RELAXED));
     return report(c);
 }
 

@@ -215,15 +215,17 @@ template <int BN> static void gu_launch(cuda_ctx *c, const CUtensorMap &tw, cons
     cuda_launch(c, gateup_kernel<BN>, dim3(tiles < c->sms ? tiles : c->sms), dim3(384), gu_cfg<BN>::smem, tw, tx, ty, M, F, K, G);
 }
 
+#ifdef PI0_CUDA_TESTING
 static long gu_launches;   // (atomic: contexts may run on several threads)
 extern "C" long cuda_gateup_launches(void) { return __atomic_load_n(&gu_launches, __ATOMIC_RELAXED); }
 static int gu_forced;      // the op tests' width (cuda_gateup_force), 0: picked per M
 extern "C" void cuda_gateup_force(int bn) { __atomic_store_n(&gu_forced, bn, __ATOMIC_RELAXED); }
+#endif
 
 int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, int M, int F, int K, int bn) {
     if (!c->gateup || M <= 0 || F % GU_FT || K % 8 || ldx % 8 || K > ldx || ((uintptr_t)out | (uintptr_t)x | (uintptr_t)w) % 16)
         return 0;
-    if (!bn) bn = __atomic_load_n(&gu_forced, __ATOMIC_RELAXED);
+    PI0_TEST_HOOK(if (!bn) bn = __atomic_load_n(&gu_forced, __ATOMIC_RELAXED));
     if (!bn) bn = gu_pick(M, F, c->sms);
     if (bn <= 0 || bn > M) return 0;
     CUtensorMap tw, tx, ty;
@@ -241,7 +243,7 @@ int cuda_gateup(cuda_ctx *c, bf16 *out, const bf16 *x, int ldx, const bf16 *w, i
     case 256: gu_launch<256>(c, tw, tx, ty, M, F, K); break;
     default: return 0;
     }
-    __atomic_add_fetch(&gu_launches, 1, __ATOMIC_RELAXED);
+    PI0_TEST_HOOK(__atomic_add_fetch(&gu_launches, 1, __ATOMIC_RELAXED));
     return 1;
 }
 

@@ -123,12 +123,14 @@ static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *ro
     return wt;
 }
 
+#ifdef PI0_CUDA_TESTING
 extern "C" void cuda_forget_transposes(pi0_backend *be) {
     cuda_ctx *c = CTX(be);
     cudaStreamSynchronize(c->stream);
     for (int i = 0; i < c->n_wts; i++) cudaFree(c->wts[i].wt);
     c->n_wts = 0;
 }
+#endif
 
 void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi) {
     cuda_ctx *c = CTX(be);

@@ -1,6 +1,7 @@
 /* testing.h — hooks of the CUDA backend for tests/test_cuda_ops.c and test_cuda_e2e.c only: launch counters that show
- * a kernel path ran, forced tile widths, injected graph faults, uploads of single tensors. Not used by the library
- * (its files include it through common.cuh only to define the hooks). */
+ * a kernel path ran, forced tile widths, injected graph faults. They exist only in the CUDA objects the tests link,
+ * compiled again with PI0_CUDA_TESTING (the Makefile's testhooks/, common.cuh's PI0_TEST_HOOK); the library has none.
+ * cuda_upload_list, the upload of a list of tensors, is the library's own (the model's upload uses it). */
 #ifndef PI0_CUDA_TESTING_H
 #define PI0_CUDA_TESTING_H
 
