@@ -39,6 +39,7 @@ extern "C" {
 }
 // The tests' hooks (testing.h: launch counters, injected graph faults, forced tile widths) exist only in the objects
 // the CUDA tests link, compiled again with PI0_CUDA_TESTING (the Makefile's testhooks/); the library has none.
+#include "cuda_backend.h"
 #ifdef PI0_CUDA_TESTING
 #include "testing.h"
 #define PI0_TEST_HOOK(...) __VA_ARGS__
