@@ -22,7 +22,7 @@ char *api_path_join(const char *dir, const char *name) {
 
 void pi0_model_free(pi0_model *m) {
     if (!m) return;
-    if (m->arena) m->prov->weights_free(m->arena);
+    if (m->store) m->prov->weights_free(m->store);
     weights_free(&m->w);
     st_close(m->file);
     free(m->dir);
@@ -116,7 +116,7 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
     if ((st = config_finish(&m->cfg, dir)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
-    if (prov->weights_upload && (st = prov->weights_upload(&m->arena, &m->w, &m->cfg, m->device)) != PI0_OK) {
+    if (prov->weights_upload && (st = prov->weights_upload(&m->store, &m->w, &m->cfg, m->device)) != PI0_OK) {
         pi0_error_prefix("%s", dir);
         goto fail;
     }

@@ -59,8 +59,8 @@ pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_s
     s->dump = p->dump;
     s->dump_user = p->dump_user;
     /* One backend instance per session (its scratch, stream and graphs are not shared between
-     * threads); the weights are the model's (mapping on the CPU, device arena on CUDA). */
-    pi0_status st = m->prov->create(&s->be, m->device, m->n_threads);
+     * threads); the weights are the model's (the mapping on the CPU, its store on CUDA). */
+    pi0_status st = m->prov->create(&s->be, m->device, m->n_threads, m->store);
     if (st == PI0_OK) st = model_sess_create(&s->ms, s->be, &m->cfg, (pi0_weights *)&m->w, max_b, steps);
     if (st != PI0_OK) { pi0_session_free(s); return st; }
     *out = s;

@@ -93,11 +93,15 @@ struct pi0_backend {
     /* Profiling annotation (NVTX ranges on CUDA): opens a range `name`, or closes the innermost open one for
      * name == NULL. Host-side only, no effect on results; NULL = the backend has none. */
     void (*range)(pi0_backend *be, const char *name);
-    /* Scheduling hint, no effect on results; NULL = the backend has none. While on, a product lets the kernel
-     * after it start (and fetch its weights) at once rather than when the product's own inputs are ready. Only
-     * for products whose next op reads nothing before its inputs are ready but constants (weights, norm
-     * factors): the expert's o before gate|up (bench/RESULTS.md L112). */
+    /* Scheduling hint; NULL = the backend has none. While on, a product lets the kernel after it start (and fetch its
+     * weights) at once rather than when the product's own inputs are ready. Only for products whose next op reads
+     * nothing before its inputs are ready but constants (weights, norm factors): the expert's o before gate|up
+     * (bench/RESULTS.md L112). Contract: results are bit for bit those with the hint off (test_cuda_ops checks the
+     * expert's o, gate|up sequence both ways). */
     void (*early_next)(pi0_backend *be, int on);
+    /* The row stride (>= width) that linear_t_cat reads fastest for cotangents `width` columns wide; the model
+     * allocates its side-by-side cotangent buffers with it and keeps the columns past width zero. NULL: width. */
+    int (*cat_ld)(pi0_backend *be, int width);
     /* The device's memory in use and in all (for reports); NULL = the backend has no device memory (the CPU). */
     pi0_status (*memory)(pi0_backend *be, size_t *used, size_t *total);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
@@ -122,7 +126,8 @@ struct pi0_backend {
     void (*attention)(pi0_backend *be, pt out, pt q, const pi0_attn *a);
     /* q, k, v = y . W[i]^T (+ b[i]) for the three projections of an attention layer, y (M, K) (normalised
      * first by pre, if not NULL); then, if pos.p, RoPE on q and k at positions pos with head_dim hd (docs/model.md
-     * 3.4/3.7). A backend may run it as one product and one kernel when the weights are adjacent. */
+     * 3.4/3.7). A backend may run it as one product and one kernel where its weight store holds the three as one
+     * matrix. */
     void (*qkv)(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
                 const pi0_prenorm *pre);
     /* out = gelu_tanh(y . Wgate^T) * (y . Wup^T), (M, F), y normalised first by pre if not NULL; tmp (M, F)
@@ -167,8 +172,8 @@ struct pi0_backend {
     /* out (M, K) [op]= sum_i dy[:, c_i : c_i + W[i]->rows] . W[i], c_i = W[0]->rows + ... + W[i-1]->rows, K = the
      * weights' cols, dy rows of stride ld >= the sum of the rows: the transposes of products that read one input (q,
      * k, v; gate, up) as one product over their output cotangents side by side. The columns past the sum must be
-     * finite (the CUDA backend multiplies them by zero weights, so that a padded ld makes one product of the group);
-     * the model keeps them zero. */
+     * finite (a backend may multiply them by zero weights, so that the ld it asks for in cat_ld makes one product of
+     * the group); the model keeps them zero. */
     void (*linear_t_cat)(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,
                          enum pi0_epi epi);
     /* dx [op]= the input cotangent of rmsnorm (w != NULL) or adarms (w == NULL; mod, rows_per_mod as adarms) at
@@ -210,16 +215,19 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
 
 /* ---- the backends of this build (backends.c: the one place that knows which exist) ----
  * What the API layer (api_model.c, api_session.c) needs from a backend beyond its op table: whether a device suits
- * it, a backend instance per session, the model's weights in the backend's memory, and host memory its uploads read
- * fast. */
+ * it, a backend instance per session, the model's weights in a store the backend owns, and host memory its uploads
+ * read fast. */
 typedef struct {
     const char *name;                                                   /* "cpu", "cuda" */
     pi0_status (*check)(int device);                                    /* NULL: always usable */
-    pi0_status (*create)(pi0_backend **out, int device, int n_threads);
-    /* copies the bound weights into the backend's memory (each pi0_wt gets its device address); NULL: the
-     * backend reads the host mapping in place */
-    pi0_status (*weights_upload)(void **arena, pi0_weights *w, const pi0_config *c, int device);
-    void (*weights_free)(void *arena);
+    /* weights: the model's store (weights_upload's), NULL where the backend has none */
+    pi0_status (*create)(pi0_backend **out, int device, int n_threads, const void *weights);
+    /* Copies the bound weights into a store the backend owns, keyed by each pi0_wt's id (weights.h), laid out as the
+     * backend plans (its fused ops' groups placed together, the copies in the formats its kernels read); the ops of
+     * every session created with the store find each weight there. w is not changed. NULL: the backend reads the host
+     * mapping in place. */
+    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, int device);
+    void (*weights_free)(void *store);
     void *(*host_alloc)(size_t bytes);                                  /* NULL: plain host memory serves */
     void (*host_free)(void *p);
 } pi0_backend_provider;

@@ -7,17 +7,18 @@
 #include "cuda/cuda_backend.h"
 #endif
 
-static pi0_status cpu_create(pi0_backend **out, int device, int n_threads) {
+static pi0_status cpu_create(pi0_backend **out, int device, int n_threads, const void *weights) {
     (void)device;
+    (void)weights;
     return cpu_backend_create(out, n_threads);
 }
 
 static const pi0_backend_provider cpu = {.name = "cpu", .create = cpu_create};
 
 #ifdef PI0_HAVE_CUDA
-static pi0_status cuda_create(pi0_backend **out, int device, int n_threads) {
+static pi0_status cuda_create(pi0_backend **out, int device, int n_threads, const void *weights) {
     (void)n_threads;
-    return cuda_backend_create(out, device);
+    return cuda_backend_create(out, device, weights);
 }
 
 static const pi0_backend_provider cuda = {.name = "cuda", .check = cuda_device_check, .create = cuda_create,

@@ -8,6 +8,12 @@
 #include "model_sess.h"
 #include "util.h"
 
+static int cat_ld(pi0_backend *be, int width) {
+    int ld = be->cat_ld ? be->cat_ld(be, width) : width;
+    PI0_ASSERT(ld >= width);
+    return ld;
+}
+
 static pi0_status exact_buffers(model_sess *s) {
     if (s->exact_ready) return PI0_OK;
     pi0_backend *be = s->be;
@@ -29,11 +35,10 @@ static pi0_status exact_buffers(model_sess *s) {
     s->d_sy = model_buf(s, Ms * s->De, PT_ACT);
     s->d_tmp = model_buf(s, Ms * s->De, PT_ACT);
     s->d_a = model_buf(s, Ms * s->Fe, PT_ACT);
-    /* the rows of the side-by-side cotangents, padded with zero columns (alloc zero-fills; no op writes them) to a
-     * multiple of 1024: the CUDA backend's few-row product reads its inner dimension in slices of 1024 (q | k | v:
-     * 2560 -> 3072), so that each transposed group is one product (linear_t_cat) */
-    s->ld_gu = (int)((2 * (size_t)s->Fe + 1023) / 1024 * 1024);
-    s->ld_qkv = (int)((qw + 2 * kvw + 1023) / 1024 * 1024);
+    /* the rows of the side-by-side cotangents, of the stride the backend asks for (backend.h cat_ld), the columns past
+     * the cotangents zero (alloc zero-fills; no op writes them) */
+    s->ld_gu = cat_ld(be, 2 * s->Fe);
+    s->ld_qkv = cat_ld(be, (int)(qw + 2 * kvw));
     s->d_gu = model_buf(s, Ms * s->ld_gu, PT_ACT);
     s->d_qkv = model_buf(s, Ms * s->ld_qkv, PT_ACT);
     s->d_vin = model_buf(s, Mh * s->De, PT_F32);

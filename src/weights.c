@@ -245,6 +245,13 @@ static const st_tensor *lookup(const st_file *f, const wdesc *d, const char *nam
     return t;
 }
 
+/* Gives each bound tensor its id, counting from 1. */
+static pi0_status number(void *user, const char *name, pi0_wt *t) {
+    (void)name;
+    t->id = ++*(int *)user;
+    return PI0_OK;
+}
+
 pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, int quiet) {
     memset(w, 0, sizeof *w);
     if (!alloc_layers(w, c)) { weights_free(w); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
@@ -300,6 +307,7 @@ pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, i
     }
     free(used);
     if (st == PI0_OK && !c->pi05) st = compose_action_mlp(w);
+    if (st == PI0_OK) st = weights_foreach(w, c, number, &w->n_ids);
     if (st != PI0_OK) weights_free(w);
     return st;
 }

@@ -1,6 +1,7 @@
 /* weights.h — binds checkpoint tensors to struct pi0_weights through ONE table (weights.c) that
  * drives validation, sizing, random checkpoint generation and parameter counting. Views point into
- * the mmapped model.safetensors (no copies); a backend may attach its own copy in `dev`.
+ * the mmapped model.safetensors (no copies). A backend that keeps its own copies (the GPU's memory, a converted
+ * format) keys them by each tensor's id, in storage it owns: a pi0_wt holds no backend state.
  * Legend: Dv vision width, Fv vision mlp, D/F Gemma width/mlp, Hq query heads, K kv heads, Dh head dim,
  * A action dim, V vocab. Linear weights are [out, in] (PyTorch layout). */
 #ifndef PI0_WEIGHTS_H
@@ -13,9 +14,7 @@ typedef struct {
     const void *data;    /* host view into the file mapping */
     pi0_dtype dtype;     /* BF16, F16 or F32 */
     int64_t rows, cols;  /* [out, in] for matrices; 1-D: rows = n, cols = 1; conv: cols = C*P*P */
-    void *dev;           /* CUDA: bf16 copy in the model's device arena (NULL on the CPU backend) */
-    void *dev32;         /* CUDA: fp32 copy of 1-D tensors (norm scales, biases) and of want32 ones */
-    int want32;          /* CUDA: also keep an fp32 copy (the patch embedding, computed in fp32) */
+    int id;              /* 1 .. n_ids, unique within the model (weights_foreach's order); 0: not bound */
 } pi0_wt;
 
 typedef struct {   /* SigLIP encoder block (docs/model.md 3.4) */
@@ -57,6 +56,7 @@ typedef struct {
     pi0_wt atm_act_w, atm_act_b;
     float *derived;
     int64_t n_params;
+    int n_ids;                        /* the largest id of a bound tensor */
 } pi0_weights;
 
 /* The π0.5 marker tensor (docs/model.md 2.1). */
@@ -67,7 +67,7 @@ typedef struct {
 pi0_status weights_bind(pi0_weights *w, const pi0_config *cfg, const st_file *f, int quiet);
 void weights_free(pi0_weights *w);
 
-/* Visits every weight, the derived ones included (for uploads by a backend). */
+/* Visits every bound weight, the derived ones included, in id order (for uploads by a backend). */
 typedef pi0_status (*weights_visit_fn)(void *user, const char *name, pi0_wt *t);
 pi0_status weights_foreach(pi0_weights *w, const pi0_config *cfg, weights_visit_fn fn, void *user);
 

@@ -118,14 +118,19 @@ static void compare_ex(const char *op, const char *shape, dbuf *b, size_t row_le
 
 #define compare(op, shape, b, row_len, bound) compare_ex(op, shape, b, row_len, bound, 0)
 
-/* A random bf16 weight (rows x cols, cols == 1 for vectors) uploaded with its siblings by upload_wts. */
+/* A random bf16 weight (rows x cols, cols == 1 for vectors) uploaded with its siblings by upload_wts; f32: the store
+ * also keeps an fp32 copy, as cuda_weights_upload does for vectors, the patch weight and the fp32 products. */
 typedef struct {
     pi0_wt w;
     uint16_t *data;
+    int f32;
 } hwt;
 
+static int last_id;   /* ids are unique in the process, as within a model */
+
 static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
-    hwt h = {{0}, malloc((size_t)(rows * cols) * 2)};
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 2), cols == 1};
+    h.w.id = ++last_id;
     for (int64_t i = 0; i < rows * cols; i++) h.data[i] = pi0_f32_to_bf16(offset + (float)(scale * pi0_rng_normal(&rng)));
     h.w.data = h.data;
     h.w.dtype = PI0_DT_BF16;
@@ -136,30 +141,36 @@ static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
 
 /* The same from an F32 file whose values bf16 cannot hold (the fp32 products read them from the fp32 copy). */
 static hwt mkw_f32(int64_t rows, int64_t cols, float scale) {
-    hwt h = {{0}, malloc((size_t)(rows * cols) * 4)};
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 4), 1};
+    h.w.id = ++last_id;
     float *f = (float *)h.data;
     for (int64_t i = 0; i < rows * cols; i++) f[i] = (float)(scale * pi0_rng_normal(&rng));
     h.w.data = h.data;
     h.w.dtype = PI0_DT_F32;
     h.w.rows = rows;
     h.w.cols = cols;
-    h.w.want32 = 1;
     return h;
 }
 
-static void *upload_wts(hwt **ws, int n) {
-    pi0_wt *list[8];
+/* The store the GPU backend reads: ws, with group[i] > 1 starting a group the ops may run as one product (NULL: none). */
+static void *upload_grouped(hwt **ws, int n, const int *group) {
+    const pi0_wt *list[8];
+    int f32[8], one[8];
     PI0_ASSERT(n <= 8);
-    for (int i = 0; i < n; i++) list[i] = &ws[i]->w;
-    void *arena = NULL;
-    pi0_status st = cuda_upload_list(&arena, list, n, 0);
+    for (int i = 0; i < n; i++) { list[i] = &ws[i]->w; f32[i] = ws[i]->f32; one[i] = 1; }
+    void *store = NULL;
+    pi0_status st = cuda_upload_list(&store, list, f32, group ? group : one, n, last_id, 0);
     CHECK(st == PI0_OK, "upload weights: %s", pi0_last_error());
-    return arena;
+    cuda_use_weights(gpu, store);
+    return store;
 }
 
-static void free_wts(void *arena, hwt **ws, int n) {
-    cuda_forget_transposes(gpu);   /* before the addresses can repeat */
-    cuda_weights_free(arena);
+static void *upload_wts(hwt **ws, int n) { return upload_grouped(ws, n, NULL); }
+
+static void free_wts(void *store, hwt **ws, int n) {
+    cuda_forget_transposes(gpu);
+    cuda_use_weights(gpu, NULL);
+    cuda_weights_free(store);
     for (int i = 0; i < n; i++) free(ws[i]->data);
 }
 
@@ -199,7 +210,7 @@ static void want_gemv(const char *op, const char *shape, int fits, long before, 
 static void t_linear(int M, int N, int K, int k0, int kcols, int bias, enum pi0_epi epi, int f32, double bound) {
     hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)K)) : mkw(N, kcols, 1.0f / sqrtf((float)K), 0);
     hwt b = mkw(N, 1, 0.1f, 0);
-    W.w.want32 = f32 >= 2;   /* an fp32 copy, as cuda_weights_upload keeps for the fp32 products */
+    W.f32 = f32 >= 2;   /* an fp32 copy, as cuda_weights_upload keeps for the fp32 products */
     hwt *ws[2] = {&W, &b};
     void *ar = upload_wts(ws, 2);
     int kind = f32 ? PT_F32 : PT_ACT;
@@ -249,8 +260,11 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     memset(&L, 0, sizeof L);
     float s = 1.0f / sqrtf((float)K);
     hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
-    hwt *ws[5] = {&q, &k, &v, &g, &u};
-    void *ar = upload_wts(ws, 5);
+    /* SigLIP's form below: biases, no RoPE (the b vectors reuse random weights of the right length) */
+    hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
+    hwt *ws[8] = {&q, &k, &v, &g, &u, &bq, &bk, &bv};
+    const int groups[8] = {3, 0, 0, 2, 0, 3, 0, 0};   /* as cuda_weights_upload plans a layer */
+    void *ar = upload_grouped(ws, 8, groups);
     L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
     dbuf y = mk((size_t)M * K, PT_ACT), oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT),
          ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
@@ -285,10 +299,6 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
     compare("qkv.v", shape, &ov, (size_t)nkv, 8e-3);
     snprintf(shape, sizeof shape, "M=%d K=%d F=%d", M, K, F);
     compare("mlp_up", shape, &og, (size_t)F, 8e-3);
-    /* SigLIP form: biases, no RoPE (the b vectors reuse random weights of the right length) */
-    hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
-    hwt *bs[3] = {&bq, &bk, &bv};
-    void *ar2 = upload_wts(bs, 3);
     pi0_proj3 pb = {{&L.q, &L.k, &L.v}, {&bq.w, &bk.w, &bv.w}};
     poison(&oq); poison(&ok); poison(&ov);
     cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pb, M, K, (pt){0}, 0, NULL);
@@ -309,9 +319,8 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
         compare("qkv", shape, &all, (size_t)nq, 8e-3);
     }
     rel(&all);
-    free_wts(ar2, bs, 3);
     rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot);
-    free_wts(ar, ws, 5);
+    free_wts(ar, ws, 8);
 }
 
 /* gateup.cu at each of its token tile widths (forced): 600 rows (3 tiles of 256 .. 5 of 136, the last one overlapping),
@@ -323,7 +332,8 @@ static void t_gateup_widths(void) {
     float s = 1.0f / sqrtf((float)K);
     hwt g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
     hwt *ws[2] = {&g, &u};
-    void *ar = upload_wts(ws, 2);
+    const int groups[2] = {2, 0};
+    void *ar = upload_grouped(ws, 2, groups);
     L.gate = g.w; L.up = u.w;
     dbuf y = mk((size_t)M * K, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
     set_rand(&y, 1.0f);
@@ -352,7 +362,8 @@ static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
     hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
     hwt nw = mkw(K, 1, 0.3f, 0);
     hwt *ws[6] = {&q, &k, &v, &g, &u, &nw};
-    void *ar = upload_wts(ws, 6);
+    const int groups[6] = {3, 0, 0, 2, 0, 1};
+    void *ar = upload_grouped(ws, 6, groups);
     L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
     dbuf x = mk((size_t)M * K, PT_ACT), tmp = mk((size_t)M * K, PT_ACT), mod = mk((size_t)3 * K, PT_F32);
     dbuf oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT), ov = mk((size_t)M * nkv, PT_ACT);
@@ -526,7 +537,7 @@ static void t_attention(const char *what, int nseg, const int *nq, const int *nk
 static void t_attention_mma(void) {
     pi0_backend *g0 = gpu, *g1 = NULL;
     setenv("PI0_CUDA_FLASH", "mma", 1);
-    pi0_status st = cuda_backend_create(&g1, 0);
+    pi0_status st = cuda_backend_create(&g1, 0, NULL);
     unsetenv("PI0_CUDA_FLASH");
     if (st != PI0_OK) {
         CHECK(0, "backend with PI0_CUDA_FLASH=mma: %s", pi0_last_error());
@@ -608,7 +619,7 @@ static void t_misc(void) {
 static void t_patch(int R, int P, int Dv, int nimg) {
     int CK = 3 * P * P, T = (R / P) * (R / P);
     hwt w = mkw(Dv, CK, 1.0f / sqrtf((float)CK), 0), b = mkw(Dv, 1, 0.1f, 0), pos = mkw(T, Dv, 0.5f, 0);
-    w.w.want32 = 1;   /* as cuda_weights_upload marks the patch weight */
+    w.f32 = 1;   /* as cuda_weights_upload keeps for the patch weight */
     hwt *ws[3] = {&w, &b, &pos};
     gpu->reserve(gpu, 0, 0, (size_t)T * (CK > Dv ? CK : Dv), 0);   /* one image per chunk at the least */
     void *ar = upload_wts(ws, 3);
@@ -640,7 +651,7 @@ static void t_patch(int R, int P, int Dv, int nimg) {
  * the weight's fp32 copy, cuBLASLt in fp32 from 64 rows; 3: an F32 file's weights) */
 static void t_linear_t(int M, int N, int K, int k0, int kcols, enum pi0_epi epi, int f32, double bound) {
     hwt W = f32 == 3 ? mkw_f32(N, kcols, 1.0f / sqrtf((float)N)) : mkw(N, kcols, 1.0f / sqrtf((float)N), 0);
-    W.w.want32 = f32 >= 2;
+    W.f32 = f32 >= 2;
     hwt *ws[1] = {&W};
     void *ar = upload_wts(ws, 1);
     int kind = f32 ? PT_F32 : PT_ACT;
@@ -681,6 +692,48 @@ static void t_linear_t_cat(int M, const int *rows, int nw, int K, int ld, enum p
     compare("linear_t_cat", shape, &out, (size_t)K, 8e-3);
     rel(&dy); rel(&out);
     free_wts(ar, ws, nw);
+}
+
+/* backend.h early_next's contract: the expert's o product with the hint on, then gate|up with its RMSNorm folded in
+ * (the next op, which reads the product's output), give the bits they give with the hint off; and the CPU twin's values
+ * within the op bound. A gate|up that read its input before the product ended would differ. */
+static void t_early_next(int M) {
+    const int D = 1024, K = 2048, F = 4096;
+    hwt o = mkw(D, K, 1.0f / sqrtf((float)K), 0), g = mkw(F, D, 1.0f / sqrtf((float)D), 0),
+        u = mkw(F, D, 1.0f / sqrtf((float)D), 0), nw = mkw(D, 1, 0.3f, 0);
+    hwt *ws[4] = {&o, &g, &u, &nw};
+    const int groups[4] = {1, 2, 0, 1};
+    void *ar = upload_grouped(ws, 4, groups);
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    L.o = o.w; L.gate = g.w; L.up = u.w;
+    dbuf x0 = mk((size_t)M * D, PT_ACT), x = mk((size_t)M * D, PT_ACT), att = mk((size_t)M * K, PT_ACT);
+    dbuf tmp = mk((size_t)M * D, PT_ACT), out = mk((size_t)M * F, PT_ACT), t2 = mk((size_t)M * F, PT_ACT);
+    set_rand(&x0, 1.0f);
+    set_rand(&att, 1.0f);
+    float *res[2];
+    pi0_prenorm pg = {.w = &nw.w, .eps = 1e-6f, .out = tmp.g};
+    for (int on = 0; on < 2; on++) {
+        res[on] = malloc((size_t)M * F * sizeof(float));
+        gpu->copy_rows(gpu, x.g, (pt){0}, x0.g, (pt){0}, M, D);
+        poison(&out);
+        gpu->early_next(gpu, on);
+        gpu->linear(gpu, x.g, att.g, &L.o, NULL, M, D, K, 0, EPI_ADD);
+        gpu->early_next(gpu, 0);
+        gpu->mlp_up(gpu, out.g, t2.g, x.g, &L, M, F, D, &pg);
+        CHECK(gpu->download(gpu, res[on], out.g, (size_t)M * F) == PI0_OK, "early_next: %s", pi0_last_error());
+    }
+    CHECK(!memcmp(res[0], res[1], (size_t)M * F * sizeof(float)), "early_next M=%d: gate|up differs with the hint on", M);
+    pi0_prenorm pc = {.w = &nw.w, .eps = 1e-6f, .out = tmp.c};
+    cpu->copy_rows(cpu, x.c, (pt){0}, x0.c, (pt){0}, M, D);
+    cpu->linear(cpu, x.c, att.c, &L.o, NULL, M, D, K, 0, EPI_ADD);
+    cpu->mlp_up(cpu, out.c, t2.c, x.c, &L, M, F, D, &pc);
+    char shape[48];
+    snprintf(shape, sizeof shape, "early_next M=%d", M);
+    compare("o, norm + mlp_up", shape, &out, (size_t)F, 8e-3);
+    free(res[0]); free(res[1]);
+    rel(&x0); rel(&x); rel(&att); rel(&tmp); rel(&out); rel(&t2);
+    free_wts(ar, ws, 4);
 }
 
 /* residual_save (exact RTC's forward): x += y . W^T, plain or gated (a gate row per `per` rows), and the result kept
@@ -808,7 +861,7 @@ static void t_attention_bwd(const char *what, int nseg, const int *nq, const int
         dqg = all3.g; dkg = pt_at(gpu, all3.g, ok); dvg = pt_at(gpu, all3.g, ov);
     }
     pi0_backend *gb = gpu;
-    if (tight && cuda_backend_create(&gb, 0) != PI0_OK) {
+    if (tight && cuda_backend_create(&gb, 0, NULL) != PI0_OK) {
         CHECK(0, "second backend: %s", pi0_last_error());
         gb = NULL;
     }
@@ -1227,7 +1280,7 @@ static void t_time_attention_bwd(void) {
 }
 
 static void op_tests(void) {
-    if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0) != PI0_OK) {
+    if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0, NULL) != PI0_OK) {
         CHECK(0, "backends: %s", pi0_last_error());
         return;
     }
@@ -1286,6 +1339,9 @@ static void op_tests(void) {
         t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_STORE);
         t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_ADD);
     }
+    printf("-- early_next: the expert's o then gate|up, hint on and off, at B = 1 and 51 rows\n");
+    t_early_next(11);
+    t_early_next(51);
     printf("-- residual_save: the expert's o and down adds at B = 1 (the few-row kernel), 51 rows, tiny\n");
     t_residual_save(11, 1024, 2048, 0, 11);
     t_residual_save(11, 1024, 4096, 1, 11);
@@ -1321,7 +1377,7 @@ int main(void) {
         return test_summary("test_cuda_ops") || 1;
     }
     if (getenv("PI0_TEST_TIME_ATTN_BWD") && atoi(getenv("PI0_TEST_TIME_ATTN_BWD"))) {
-        if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0) != PI0_OK) {
+        if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0, NULL) != PI0_OK) {
             CHECK(0, "backends: %s", pi0_last_error());
         } else {
             if (atoi(getenv("PI0_TEST_TIME_ATTN_BWD")) == 2) attn_bwd_rows();

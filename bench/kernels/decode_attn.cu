@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
     int nq = argc > 1 ? atoi(argv[1]) : 11, prefix = argc > 2 ? atoi(argv[2]) : 788, layers = 18, REP = 36;
     int H = 8, hd = 256, n1 = prefix + nq;
     pi0_backend *be = NULL;
-    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    if (cuda_backend_create(&be, 0, NULL) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
     cuda_ctx *c = CTX(be);
     be->reserve(be, 4096, 4096, (size_t)nq * H * (n1 + 8), 0);
     size_t cache = (size_t)n1 * hd;

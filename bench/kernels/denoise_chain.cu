@@ -96,17 +96,28 @@ __global__ void l2_prefetch_kernel(const char *p, size_t bytes) {
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(p + off) : "memory");
 }
 
-static pi0_wt mat(char **at, int64_t rows, int64_t cols) {
+// A weight at *at in the lab's own store (ids in order of creation); `next`: it starts a group with the one made after it.
+static pi0_wt mat(cuda_wstore *ws, char **at, int64_t rows, int64_t cols, int next) {
     pi0_wt w = {};
-    w.rows = rows; w.cols = cols; w.dtype = PI0_DT_BF16; w.dev = *at;
+    w.rows = rows; w.cols = cols; w.dtype = PI0_DT_BF16; w.id = ++ws->n;
+    ws->e[w.id].bf = (bf16 *)*at;
+    ws->e[w.id].next = next ? w.id + 1 : 0;
     *at += (size_t)rows * cols * 2;
+    return w;
+}
+
+static pi0_wt vec(cuda_wstore *ws, float *p, int64_t n) {
+    pi0_wt w = {};
+    w.rows = n; w.cols = 1; w.dtype = PI0_DT_BF16; w.id = ++ws->n;
+    ws->e[w.id].bf = (bf16 *)p;   // (never read as bf16 here: the norms read the fp32 copy)
+    ws->e[w.id].f32 = p;
     return w;
 }
 
 int main(void) {
     const int L = 18, M = 11, D = 1024, F = 4096, Hq = 8, hd = 256, P = 788, n1 = P + M;
     pi0_backend *be = NULL;
-    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    if (cuda_backend_create(&be, 0, NULL) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
     cuda_ctx *c = CTX(be);
     be->reserve(be, 4096, 4096, (size_t)M * Hq * (n1 + 8), (size_t)M * 2 * F);
     size_t per = (size_t)(Hq * hd + 2 * hd) * D + (size_t)D * Hq * hd + 2 * (size_t)F * D + (size_t)D * F;
@@ -117,14 +128,17 @@ int main(void) {
     CK(cudaMalloc(&norms, (size_t)2 * L * D * 4));
     CK(cudaMemset(norms, 0, (size_t)2 * L * D * 4));
     pi0_gemma_layer *ly = (pi0_gemma_layer *)calloc(L, sizeof *ly);
+    cuda_wstore ws = {};
+    ws.e = (cuda_wentry *)calloc((size_t)9 * L + 1, sizeof *ws.e);
     at = arena;
-    for (int l = 0; l < L; l++) {   // q|k|v and gate|up adjacent, as backend.cu fuse_order places them
-        ly[l].q = mat(&at, Hq * hd, D); ly[l].k = mat(&at, hd, D); ly[l].v = mat(&at, hd, D);
-        ly[l].o = mat(&at, D, Hq * hd); ly[l].gate = mat(&at, F, D); ly[l].up = mat(&at, F, D);
-        ly[l].down = mat(&at, D, F);
-        ly[l].attn_norm.rows = D; ly[l].attn_norm.cols = 1; ly[l].attn_norm.dev32 = norms + (size_t)2 * l * D;
-        ly[l].mlp_norm.rows = D; ly[l].mlp_norm.cols = 1; ly[l].mlp_norm.dev32 = norms + (size_t)(2 * l + 1) * D;
+    for (int l = 0; l < L; l++) {   // q|k|v and gate|up groups, as backend.cu's plan places them
+        ly[l].q = mat(&ws, &at, Hq * hd, D, 1); ly[l].k = mat(&ws, &at, hd, D, 1); ly[l].v = mat(&ws, &at, hd, D, 0);
+        ly[l].o = mat(&ws, &at, D, Hq * hd, 0); ly[l].gate = mat(&ws, &at, F, D, 1); ly[l].up = mat(&ws, &at, F, D, 0);
+        ly[l].down = mat(&ws, &at, D, F, 0);
+        ly[l].attn_norm = vec(&ws, norms + (size_t)2 * l * D, D);
+        ly[l].mlp_norm = vec(&ws, norms + (size_t)(2 * l + 1) * D, D);
     }
+    c->ws = &ws;
     pt s = be->alloc(be, (size_t)M * D, PT_ACT), sy = be->alloc(be, (size_t)M * D, PT_ACT);
     pt sq = be->alloc(be, (size_t)M * Hq * hd, PT_ACT), satt = be->alloc(be, (size_t)M * Hq * hd, PT_ACT);
     pt sg = be->alloc(be, (size_t)M * F, PT_ACT), su = be->alloc(be, (size_t)M * F, PT_ACT);
@@ -157,8 +171,8 @@ int main(void) {
             pi0_proj3 pj = {{&Ly->q, &Ly->k, &Ly->v}, {NULL, NULL, NULL}};
             pt sk = pt_at(be, kc[l], (size_t)P * hd), sv = pt_at(be, vc[l], (size_t)P * hd);
             if (what & (512 | 1024)) {   // side stream: L2 prefetch of this layer's o|gate|up|down (1024: gate|up|down)
-                const char *p0 = (const char *)((what & 512) ? Ly->o.dev : Ly->gate.dev);
-                size_t n = (const char *)Ly->down.dev + (size_t)D * F * 2 - p0;
+                const char *p0 = (const char *)((what & 512) ? wbf(c, &Ly->o) : wbf(c, &Ly->gate));
+                size_t n = (const char *)wbf(c, &Ly->down) + (size_t)D * F * 2 - p0;
                 CK(cudaEventRecord(evf[l], c->stream));
                 CK(cudaStreamWaitEvent(side, evf[l], 0));
                 l2_prefetch_kernel<<<132, 32, 0, side>>>(p0, n);

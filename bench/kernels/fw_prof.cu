@@ -21,7 +21,7 @@ static double mean(int nb, int w, int slot, int a, int b) {   // stamp b - stamp
 }
 int main() {
     pi0_backend *be;
-    if (cuda_backend_create(&be, 0) != PI0_OK) { fprintf(stderr, "%s\n", pi0_last_error()); return 1; }
+    if (cuda_backend_create(&be, 0, NULL) != PI0_OK) { fprintf(stderr, "%s\n", pi0_last_error()); return 1; }
     const int T = 788, H = 8, hd = 256, nb = (T * H + 63) / 64;
     pt q = be->alloc(be, (size_t)T * H * hd, PT_ACT), k = be->alloc(be, (size_t)T * hd, PT_ACT);
     pt v = be->alloc(be, (size_t)T * hd, PT_ACT), o = be->alloc(be, (size_t)T * H * hd, PT_ACT);

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
     for (int i = once ? 2 : 1; i < (once ? 3 : argc) && nm < 16; i++) Ms[nm++] = atoi(argv[i]);
     if (!nm) { Ms[0] = 788; Ms[1] = 543; Ms[2] = 968; Ms[3] = 6304; nm = 4; }
     pi0_backend *be = NULL;
-    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    if (cuda_backend_create(&be, 0, NULL) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
     cuda_ctx *c = CTX(be);
     const int F = 16384, K = 2048, reps = 10;
     const int bns[] = {0, 136, 152, 168, 184, 200, 216, 232, 248, 256}, nb = 10;

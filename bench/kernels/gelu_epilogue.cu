@@ -27,7 +27,7 @@ __global__ void gelu_kernel(bf16 *x, size_t n) {
 int main(void) {
     const int M = 768, N = 4304, K = 1152;
     pi0_backend *be = NULL;
-    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    if (cuda_backend_create(&be, 0, NULL) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
     cuda_ctx *c = CTX(be);
     bf16 *X, *W, *Yb;
     float *b32, *Y0, *Y1;

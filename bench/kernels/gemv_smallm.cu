@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
     const char *only_shape = once && argc > 3 ? argv[2] : NULL;
     int only_v = once && argc > 3 ? atoi(argv[3]) : -1;
     pi0_backend *be = NULL;
-    if (cuda_backend_create(&be, 0) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
+    if (cuda_backend_create(&be, 0, NULL) != PI0_OK) { printf("backend: %s\n", pi0_last_error()); return 1; }
     cuda_ctx *c = CTX(be);
     shape shapes[] = {{"qkv", 2560, 1024, 1}, {"o", 1024, 2048, 0}, {"gate|up", 8192, 1024, 2}, {"down", 1024, 4096, 0}};
     struct { const char *name; int nt, pdl, fused; } vers[] = {

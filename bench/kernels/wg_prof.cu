@@ -11,7 +11,7 @@ __global__ void fillk(bf16 *p, size_t n) {
 }
 int main(int argc, char **argv) {
     int M = argc > 1 ? atoi(argv[1]) : 51;
-    pi0_backend *be; cuda_backend_create(&be, 0); cuda_ctx *c = CTX(be);
+    pi0_backend *be; cuda_backend_create(&be, 0, NULL); cuda_ctx *c = CTX(be);
     // ks: the K slices gemv.cu picks on 132 SMs (the stamps are indexed by block)
     struct { const char *n; int N, K, pair, epi, ks; } sh[] = {{"qkv", 2560, 1024, 128, GEMV_QKV_ROPE, 3},
                                                               {"o", 1024, 2048, 0, GEMV_ADD, 8},

@@ -88,6 +88,9 @@ static pi0_status device_path(int device, int *hopper, int *major) {
 }
 
 PI0_TEST_HOOK(extern "C" int cuda_backend_hopper(const pi0_backend *be) { return CTX(be)->hopper; })
+PI0_TEST_HOOK(extern "C" void cuda_use_weights(pi0_backend *be, const void *weights) {
+    CTX(be)->ws = (const cuda_wstore *)weights;
+})
 
 extern "C" pi0_status cuda_device_check(int device) {
     pi0_status st = check_device(device);
@@ -96,31 +99,18 @@ extern "C" pi0_status cuda_device_check(int device) {
 }
 
 // ---- weights ----
-
-struct weight_arena {
-    char *base;
-    size_t bytes, used;
-    int device;
-    uint16_t *stage;   // host bf16 conversion buffer
-};
+// The model's weights in one device allocation, owned here and keyed by tensor id (weights.h): a bf16 copy of every
+// tensor, and an fp32 copy of those the kernels read in fp32. The layout is this backend's plan: the members of a group
+// (one attention layer's q, k, v; one MLP's gate, up; SigLIP's three biases) are placed in order, each right after the
+// previous one when its byte size is a multiple of 256 (so every start stays 256-byte aligned), and the store records
+// that link (cuda_wentry.next), which lets the ops run a group as one product.
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
-static pi0_status count_weight(void *user, const char *name, pi0_wt *t) {
-    (void)name;
-    size_t n = (size_t)(t->rows * t->cols);
-    *(size_t *)user += up256(n * 2) + (t->cols == 1 || t->want32 ? up256(n * 4) : 0);
-    return PI0_OK;
-}
-
 static const size_t STAGE = (size_t)1 << 24;   // elements converted per host chunk
 
-static pi0_status upload_weight(void *user, const char *name, pi0_wt *t) {
-    weight_arena *a = (weight_arena *)user;
+static pi0_status upload_bf16(cuda_wstore *s, const pi0_wt *t, char *dst, uint16_t *stage, const char *name) {
     size_t n = (size_t)(t->rows * t->cols), esz = pi0_dtype_size(t->dtype);
-    char *dst = a->base + a->used;
-    t->dev = dst;
-    a->used += up256(n * 2);
     for (size_t i = 0; i < n; i += STAGE) {
         size_t m = n - i < STAGE ? n - i : STAGE;
         const char *src = (const char *)t->data + i * esz;
@@ -130,128 +120,183 @@ static pi0_status upload_weight(void *user, const char *name, pi0_wt *t) {
             for (size_t j = 0; j < m; j += 256) {
                 size_t k = m - j < 256 ? m - j : 256;
                 pi0_to_f32(tmp, src + j * esz, t->dtype, k);
-                for (size_t q = 0; q < k; q++) a->stage[j + q] = pi0_f32_to_bf16(tmp[q]);
+                for (size_t q = 0; q < k; q++) stage[j + q] = pi0_f32_to_bf16(tmp[q]);
             }
-            h = a->stage;
+            h = stage;
         }
         cudaError_t e = cudaMemcpy(dst + i * 2, h, m * 2, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading '%s': %s", name, cudaGetErrorString(e));
+        if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
     }
-    if (t->cols == 1 || t->want32) {   // norm scales, biases, patch weights: fp32 (the file's values, widened)
-        float *f = (float *)malloc(n * sizeof(float));
-        if (!f) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-        pi0_to_f32(f, t->data, t->dtype, n);
-        t->dev32 = a->base + a->used;
-        a->used += up256(n * 4);
-        cudaError_t e = cudaMemcpy(t->dev32, f, n * 4, cudaMemcpyHostToDevice);
-        free(f);
-        if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading '%s': %s", name, cudaGetErrorString(e));
-    }
+    (void)s;
     return PI0_OK;
 }
 
-extern "C" void cuda_weights_free(void *arena) {
-    weight_arena *a = (weight_arena *)arena;
-    if (!a) return;
-    cudaSetDevice(a->device);
-    cudaFree(a->base);
-    free(a->stage);
-    free(a);
+static pi0_status upload_f32(const pi0_wt *t, char *dst, const char *name) {
+    size_t n = (size_t)(t->rows * t->cols);
+    float *f = (float *)malloc(n * sizeof(float));
+    if (!f) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    pi0_to_f32(f, t->data, t->dtype, n);   // the file's values, widened
+    cudaError_t e = cudaMemcpy(dst, f, n * 4, cudaMemcpyHostToDevice);
+    free(f);
+    return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
 }
 
-struct wt_list {
-    pi0_wt **t;
-    int n, cap;
-};
-
-static pi0_status collect(void *user, const char *name, pi0_wt *t) {
-    wt_list *l = (wt_list *)user;
-    (void)name;
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 256;
-        pi0_wt **nt = (pi0_wt **)realloc(l->t, (size_t)cap * sizeof *nt);
-        if (!nt) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-        l->t = nt;
-        l->cap = cap;
-    }
-    l->t[l->n++] = t;
-    return PI0_OK;
+extern "C" void cuda_weights_free(void *store) {
+    cuda_wstore *s = (cuda_wstore *)store;
+    if (!s) return;
+    cudaSetDevice(s->device);
+    cudaFree(s->base);
+    free(s->e);
+    free(s);
 }
 
-extern "C" pi0_status cuda_upload_list(void **out, pi0_wt **ts, int n, int device) {
+// Uploads n tensors: ts[i], with an fp32 copy where f32[i], and group[i] > 1 starting a group of that many (the
+// members follow in ts). Each tensor's id must be 1 .. max_id and unique.
+extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, const int *f32, const int *group, int n,
+                                       int max_id, int device) {
     *out = NULL;
     pi0_status st = check_device(device);
     if (st != PI0_OK) return st;
-    weight_arena *a = (weight_arena *)calloc(1, sizeof *a);
-    if (!a) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    a->device = device;
-    for (int i = 0; i < n; i++) count_weight(&a->bytes, NULL, ts[i]);
-    cudaError_t e = cudaMalloc((void **)&a->base, a->bytes ? a->bytes : 256);
+    cuda_wstore *s = (cuda_wstore *)calloc(1, sizeof *s);
+    if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    s->device = device;
+    s->n = max_id;
+    s->e = (cuda_wentry *)calloc((size_t)max_id + 1, sizeof *s->e);
+    if (!s->e) { free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    size_t bytes = 0;
+    for (int i = 0; i < n; i++) {
+        size_t m = (size_t)(ts[i]->rows * ts[i]->cols);
+        PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id && !s->e[ts[i]->id].bf);
+        s->e[ts[i]->id].bf = (bf16 *)1;   // (marks the id taken until the upload below)
+        bytes += up256(m * 2) + (f32[i] ? up256(m * 4) : 0);
+    }
+    cudaError_t e = cudaMalloc((void **)&s->base, bytes ? bytes : 256);
     if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0, need = a->bytes;
+        size_t fr = 0, tot = 0;
         cudaGetLastError();
         cudaMemGetInfo(&fr, &tot);
-        free(a);
+        cuda_weights_free(s);
         return pi0_fail(e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA,
                         "weights need %.2f GB on CUDA device %d, which has %.2f GB free of %.2f GB: %s",
-                        need / 1e9, device, fr / 1e9, tot / 1e9, cudaGetErrorString(e));
+                        bytes / 1e9, device, fr / 1e9, tot / 1e9, cudaGetErrorString(e));
     }
-    a->stage = (uint16_t *)malloc((size_t)STAGE * 2);
-    if (!a->stage) { cuda_weights_free(a); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
-    char name[32];
-    for (int i = 0; i < n; i++) {
-        snprintf(name, sizeof name, "weight %d", i);
-        if ((st = upload_weight(a, name, ts[i])) != PI0_OK) { cuda_weights_free(a); return st; }
+    s->bytes = bytes;
+    uint16_t *stage = (uint16_t *)malloc((size_t)STAGE * 2);
+    if (!stage) { cuda_weights_free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    size_t used = 0;
+    char name[48];
+    for (int i = 0; i < n && st == PI0_OK; i++) {   // bf16 copies in list order: a group's members back to back
+        const pi0_wt *t = ts[i];
+        size_t b = (size_t)(t->rows * t->cols) * 2;
+        cuda_wentry *w = &s->e[t->id];
+        w->bf = (bf16 *)(s->base + used);
+        used += up256(b);
+        snprintf(name, sizeof name, "weight %d", t->id);
+        st = upload_bf16(s, t, (char *)w->bf, stage, name);
+        if (group[i] > 1)   // link the members whose predecessors end on a 256-byte boundary
+            for (int j = i; j + 1 < i + group[i] && j + 1 < n && ((size_t)(ts[j]->rows * ts[j]->cols) * 2) % 256 == 0 &&
+                            ts[j + 1]->cols == ts[i]->cols; j++)
+                s->e[ts[j]->id].next = ts[j + 1]->id;
     }
-    free(a->stage);
-    a->stage = NULL;
-    *out = a;
+    for (int i = 0; i < n && st == PI0_OK; i++) {
+        if (!f32[i]) continue;
+        cuda_wentry *w = &s->e[ts[i]->id];
+        w->f32 = (float *)(s->base + used);
+        used += up256((size_t)(ts[i]->rows * ts[i]->cols) * 4);
+        snprintf(name, sizeof name, "weight %d", ts[i]->id);
+        st = upload_f32(ts[i], (char *)w->f32, name);
+    }
+    free(stage);
+    if (st != PI0_OK) { cuda_weights_free(s); return st; }
+    *out = s;
     return PI0_OK;
 }
 
-/* Arena order: each attention layer's q, k, v (SigLIP and Gemma) and gate, up consecutive, so that cuda_qkv / cuda_mlp_up can
- * run them as one product (their byte sizes are multiples of 256, so no padding separates them). */
-static void fuse_order(wt_list *l, pi0_weights *w, const pi0_config *cfg) {
-    pi0_wt **out = (pi0_wt **)malloc((size_t)l->n * sizeof *out);
-    if (!out) return;   // keeps table order: the fused paths then fall back to separate products
-    int n = 0;
-    for (int i = 0; i < l->n; i++) {
-        pi0_wt *t = l->t[i];
-        int skip = 0;
-        for (int li = 0; li < cfg->vis.depth && !skip; li++) {
-            pi0_vis_layer *V = &w->vis[li];
-            if (t == &V->q_w) { out[n++] = &V->q_w; out[n++] = &V->k_w; out[n++] = &V->v_w; skip = 1; }
-            else if (t == &V->k_w || t == &V->v_w) skip = 1;
-        }
-        for (int e = 0; e < 2 && !skip; e++)
-            for (int li = 0; li < cfg->lm.depth && !skip; li++) {
-                pi0_gemma_layer *L = e ? &w->ex[li] : &w->lm[li];
-                if (t == &L->q) { out[n++] = &L->q; out[n++] = &L->k; out[n++] = &L->v; skip = 1; }
-                else if (t == &L->gate) { out[n++] = &L->gate; out[n++] = &L->up; skip = 1; }
-                else if (t == &L->k || t == &L->v || t == &L->up) skip = 1;
-            }
-        if (!skip) out[n++] = t;
+struct wt_plan {
+    const pi0_wt **t;
+    int *f32, *group;
+    int n, cap;
+};
+
+static int plan_add(wt_plan *l, const pi0_wt *t, int f32, int group) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 256;
+        const pi0_wt **nt = (const pi0_wt **)realloc(l->t, (size_t)cap * sizeof *nt);
+        if (nt) l->t = nt;
+        int *nf = (int *)realloc(l->f32, (size_t)cap * sizeof *nf);
+        if (nf) l->f32 = nf;
+        int *ng = (int *)realloc(l->group, (size_t)cap * sizeof *ng);
+        if (ng) l->group = ng;
+        if (!nt || !nf || !ng) return 0;
+        l->cap = cap;
     }
-    PI0_ASSERT(n == l->n);
-    free(l->t);
-    l->t = out;
+    l->t[l->n] = t;
+    l->f32[l->n] = f32;
+    l->group[l->n++] = group;
+    return 1;
 }
 
-extern "C" pi0_status cuda_weights_upload(void **out, pi0_weights *w, const pi0_config *cfg, int device) {
-    wt_list l = {NULL, 0, 0};
-    *out = NULL;
-    w->patch_w.want32 = 1;   // docs/model.md 3.4: the patch convolution runs in fp32
-    // the fp32 products of docs/model.md 1.5 (state, action and time projections): fp32 copies for cuBLASLt at 64 rows and more
-    pi0_wt *f32w[] = {&w->action_in_w, &w->action_out_w, &w->state_w, &w->atm_in_w, &w->atm_out_w, &w->time_in_w,
-                      &w->time_out_w, &w->atm_act_w};
-    for (size_t i = 0; i < sizeof f32w / sizeof *f32w; i++) f32w[i]->want32 = 1;
-    pi0_status st = weights_foreach(w, cfg, collect, &l);
-    if (st == PI0_OK) {
-        fuse_order(&l, w, cfg);
-        st = cuda_upload_list(out, l.t, l.n, device);
+struct plan_ctx {
+    wt_plan *l;
+    const pi0_weights *w;
+    const pi0_config *cfg;
+};
+
+// The groups this backend runs as one product, each listed from its first member: q, k, v and gate, up of every
+// layer (qkv, mlp_up), SigLIP's q, k, v biases (qkv's strided batch); the rest one by one. The fp32 copies: 1-D
+// tensors (norm scales, biases), the patch embedding (docs/model.md 3.4 computes it in fp32) and the fp32 products of
+// docs/model.md 1.5 (state, action and time projections: cuBLASLt in fp32 at 64 rows and more).
+static pi0_status plan_one(void *user, const char *name, pi0_wt *t) {
+    plan_ctx *p = (plan_ctx *)user;
+    const pi0_weights *w = p->w;
+    (void)name;
+    const pi0_wt *grp[3] = {NULL, NULL, NULL};
+    int member = 0;
+    for (int li = 0; li < p->cfg->vis.depth && !grp[0] && !member; li++) {
+        const pi0_vis_layer *V = &w->vis[li];
+        if (t == &V->q_w) { grp[0] = &V->q_w; grp[1] = &V->k_w; grp[2] = &V->v_w; }
+        else if (t == &V->q_b) { grp[0] = &V->q_b; grp[1] = &V->k_b; grp[2] = &V->v_b; }
+        else member = t == &V->k_w || t == &V->v_w || t == &V->k_b || t == &V->v_b;
     }
+    for (int e = 0; e < 2 && !grp[0] && !member; e++)
+        for (int li = 0; li < p->cfg->lm.depth && !grp[0] && !member; li++) {
+            const pi0_gemma_layer *L = e ? &w->ex[li] : &w->lm[li];
+            if (t == &L->q) { grp[0] = &L->q; grp[1] = &L->k; grp[2] = &L->v; }
+            else if (t == &L->gate) { grp[0] = &L->gate; grp[1] = &L->up; }
+            else member = t == &L->k || t == &L->v || t == &L->up;
+        }
+    if (member) return PI0_OK;   // placed with its group's first
+    const pi0_wt *f32w[] = {&w->patch_w, &w->action_in_w, &w->action_out_w, &w->state_w, &w->atm_in_w, &w->atm_out_w,
+                            &w->time_in_w, &w->time_out_w, &w->atm_act_w};
+    if (!grp[0]) grp[0] = t;
+    int n = grp[2] ? 3 : grp[1] ? 2 : 1;
+    for (int i = 0; i < n; i++) {
+        int f32 = grp[i]->cols == 1;
+        for (size_t j = 0; j < sizeof f32w / sizeof *f32w; j++) f32 |= grp[i] == f32w[j];
+        if (!plan_add(p->l, grp[i], f32, i ? 0 : n)) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    }
+    return PI0_OK;
+}
+
+extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, const pi0_config *cfg, int device) {
+    wt_plan l = {};
+    plan_ctx p = {&l, w, cfg};
+    *out = NULL;
+    pi0_status st = weights_foreach((pi0_weights *)w, cfg, plan_one, &p);
+    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.f32, l.group, l.n, w->n_ids, device);
     free(l.t);
+    free(l.f32);
+    free(l.group);
     return st;
+}
+
+extern "C" wview cuda_wv(const cuda_ctx *c, const pi0_wt *W) {
+    const cuda_wstore *s = c->ws;
+    // model.c passes only the bound tensors of the model whose store this session reads: any other is a bug
+    PI0_ASSERT(s && W->id >= 1 && W->id <= s->n && s->e[W->id].bf);
+    const cuda_wentry *e = &s->e[W->id];
+    wview v = {e->bf, e->f32, W->rows, W->cols, W->dtype, e->next};
+    return v;
 }
 
 // ---- buffers and transfers ----
@@ -448,6 +493,14 @@ extern "C" void cuda_host_free(void *p) { cudaFreeHost(p); }
 
 static void cuda_early_next(pi0_backend *be, int on) { CTX(be)->early_next = on; }
 
+// linear_t_cat runs few rows as one product over its transposed weights (gemm_bwd.cu), which gemv.cu reads in slices
+// of 1024 columns of its inner dimension: a stride of whole slices (the expert's q|k|v, 2560 columns, as 3072) keeps
+// the group one product.
+static int cuda_cat_ld(pi0_backend *be, int width) {
+    (void)be;
+    return (width + 1023) / 1024 * 1024;
+}
+
 static pi0_status cuda_memory(pi0_backend *be, size_t *used, size_t *total) {
     cuda_ctx *c = CTX(be);
     size_t fr = 0, tot = 0;
@@ -496,7 +549,7 @@ static void cuda_destroy(pi0_backend *be) {
     free(be);
 }
 
-extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
+extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const void *weights) {
     *out = NULL;
     pi0_status st = check_device(device);
     int hopper = 0, major = 0;
@@ -507,6 +560,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     be->ctx = c;
     c->device = device;
+    c->ws = (const cuda_wstore *)weights;
     c->ws_size = 32u << 20;
     const char *g = getenv("PI0_CUDA_GRAPHS");
     c->graphs_enabled = !(g && !strcmp(g, "0"));
@@ -570,6 +624,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device) {
     be->range = cuda_range;
     be->memory = cuda_memory;
     be->early_next = cuda_early_next;
+    be->cat_ld = cuda_cat_ld;
     be->upload = cuda_upload;
     be->download = cuda_download;
     be->elem_size = cuda_elem_size;

@@ -60,8 +60,35 @@ struct cuda_graph_entry {
 
 enum { CUDA_MAX_GRAPHS = 32, CUDA_MAX_CARVED = 64 };
 
+// One tensor's copies in the model's weight store (backend.cu): bf16 always, fp32 for those the kernels read in fp32,
+// and `next`, the id of the tensor placed right after it as one [rows, cols] matrix (a group the layout planned), or 0.
+struct cuda_wentry {
+    bf16 *bf;
+    float *f32;
+    int next;
+};
+
+struct cuda_wstore {
+    char *base;
+    size_t bytes;
+    int device;
+    int n;             // ids 1 .. n
+    cuda_wentry *e;    // [n + 1], by id
+};
+
+// A weight as the kernels read it: its copies and shape. From a pi0_wt by cuda_wv, or made by gemm_bwd.cu for a
+// transposed copy it owns.
+struct wview {
+    const bf16 *bf;
+    const float *f32;
+    int64_t rows, cols;
+    pi0_dtype dtype;
+    int next;
+};
+
 struct cuda_ctx {
     int device;
+    const cuda_wstore *ws;     // the weights of the model this session runs (cuda_backend_create)
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *workspace;           // cuBLASLt workspace
@@ -86,7 +113,7 @@ struct cuda_ctx {
     float *pscratch;           // its partial results (CUDA_P_SCRATCH bytes) and counters (CUDA_P_COUNTERS, zero
     unsigned *pcounters;       // between launches)
     int sms;                   // streaming multiprocessors of the device
-    struct cuda_wt_t { const void *w, *wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights (gemm_bwd.cu)
+    struct cuda_wt_t { int w, wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights by id (gemm_bwd.cu)
     int n_wts, cap_wts;
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
@@ -103,6 +130,10 @@ struct cuda_ctx {
 };
 
 #define CTX(be) ((cuda_ctx *)(be)->ctx)
+
+extern "C" wview cuda_wv(const cuda_ctx *c, const pi0_wt *W);
+static inline const bf16 *wbf(const cuda_ctx *c, const pi0_wt *W) { return W ? cuda_wv(c, W).bf : NULL; }
+static inline const float *wf32(const cuda_ctx *c, const pi0_wt *W) { return W ? cuda_wv(c, W).f32 : NULL; }
 
 // Records the first failure; returns 1 if `e` is an error.
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line);
@@ -256,6 +287,9 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
                   const void *bias, int batch, long long sx, long long sw, long long sy, long long sb, int gelu);
 gemm_cache *gemm_cache_new(void);
 void gemm_cache_free(gemm_cache *g);
+// cuda_linear on a weight view: a pi0_wt's copies (cuda_wv) or a copy the caller owns (gemm_bwd.cu's transposes)
+void cuda_linear_v(pi0_backend *be, pt out, pt x, const wview *W, const wview *b, int M, int N, int K, int k0,
+                   enum pi0_epi epi);
 void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                  enum pi0_epi epi);
 void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M, int K, pt pos, int hd,
@@ -268,7 +302,7 @@ void cuda_linear_gated(pi0_backend *be, pt x, pt tmp, pt y, const pi0_wt *W, int
                        int gate_stride, int rows_per_gate);
 void cuda_residual_save(pi0_backend *be, pt x, pt save, pt tmp, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
                         int gate_stride, int rows_per_gate);
-int cuda_adjacent(const pi0_wt *const *w, int n);   // the n weights follow each other in the arena, equal widths
+int cuda_adjacent(const cuda_ctx *c, const pi0_wt *const *w, int n);   // the store placed them as one matrix, in order
 // gemm_bwd.cu: linear's transposes (exact real-time chunking)
 void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N, int K, int k0, enum pi0_epi epi);
 void cuda_linear_t_cat(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *const *W, int nw, int M, int K,

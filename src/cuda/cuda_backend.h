@@ -11,13 +11,13 @@
 extern "C" {
 #endif
 
-/* CUDA backend (src/cuda/): one stream, cuBLASLt handle and workspace per session. Weights live in
- * one device arena per model, made by cuda_weights_upload (fills every pi0_wt's dev / dev32). */
-pi0_status cuda_backend_create(pi0_backend **out, int device);
+/* CUDA backend (src/cuda/): one stream, cuBLASLt handle and workspace per session, reading the weights of one model:
+ * its store, one device allocation made by cuda_weights_upload and keyed by tensor id (the store outlives the session). */
+pi0_status cuda_backend_create(pi0_backend **out, int device, const void *weights);
 /* The device exists, can be selected, has compute capability 8.0 or later and this build carries code for it. */
 pi0_status cuda_device_check(int device);
-pi0_status cuda_weights_upload(void **arena, pi0_weights *w, const pi0_config *c, int device);
-void cuda_weights_free(void *arena);
+pi0_status cuda_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, int device);
+void cuda_weights_free(void *store);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);

@@ -117,10 +117,10 @@ void cuda_patch_embed(pi0_backend *be, pt out, pt img, pt sel, int n, const pi0_
         int m = n - i0 < chunk ? n - i0 : chunk;
         cuda_launch(c, im2col_kernel, GRID((size_t)m * T * CK), c->scores, (const float *)img.p, (const int32_t *)sel.p,
                     i0, m, R, P);
-        cuda_gemm(c, 1, m * T, Dv, CK, 1.0f, c->scores, CK, CUDA_R_32F, w->dev32, CK, CUDA_R_32F, 0.0f, c->att32, Dv,
+        cuda_gemm(c, 1, m * T, Dv, CK, 1.0f, c->scores, CK, CUDA_R_32F, wf32(c, w), CK, CUDA_R_32F, 0.0f, c->att32, Dv,
                   CUDA_R_32F, NULL, 1, 0, 0, 0);
         cuda_launch(c, patch_finish_kernel, GRID((size_t)m * T * Dv), (bf16 *)out.p + (size_t)i0 * T * Dv, c->att32,
-                                                          (const float *)b->dev32, (const bf16 *)pos->dev, m, T, Dv);
+                                                          wf32(c, b), wbf(c, pos), m, T, Dv);
     }
 }
 
@@ -180,7 +180,7 @@ void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *t
     int D = (int)table->cols;
     if (c->err || n <= 0) return;
     cuda_launch(c, embed_kernel, GRID((size_t)n * D), (bf16 *)out.p, (const int32_t *)rows.p, (const int32_t *)ids.p, n,
-                                          (const bf16 *)table->dev, D, scale);
+                                          wbf(c, table), D, scale);
 }
 
 template <typename TD, typename TS>

@@ -342,25 +342,25 @@ __global__ void __launch_bounds__(256) linear_f32_kernel(float *y, const float *
         }
 }
 
-void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
-                 enum pi0_epi epi) {
+void cuda_linear_v(pi0_backend *be, pt out, pt x, const wview *W, const wview *b, int M, int N, int K, int k0,
+                   enum pi0_epi epi) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    const bf16 *w = (const bf16 *)W->dev + k0;
+    const bf16 *w = W->bf + k0;
     if (x.kind == PT_F32) {
         PI0_ASSERT(out.kind == PT_F32);
-        if (M >= 64 && W->dev32) {   // batches: cuBLASLt in fp32 (CUBLAS_COMPUTE_32F, no TF32) on the fp32 copy
-            cuda_gemm_ex(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_32F, (const float *)W->dev32 + k0, (int)W->cols, CUDA_R_32F,
-                         epi == EPI_ADD ? 1.0f : 0.0f, out.p, N, CUDA_R_32F, b ? b->dev32 : NULL, 1, 0, 0, 0, 0,
+        if (M >= 64 && W->f32) {   // batches: cuBLASLt in fp32 (CUBLAS_COMPUTE_32F, no TF32) on the fp32 copy
+            cuda_gemm_ex(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_32F, W->f32 + k0, (int)W->cols, CUDA_R_32F,
+                         epi == EPI_ADD ? 1.0f : 0.0f, out.p, N, CUDA_R_32F, b ? b->f32 : NULL, 1, 0, 0, 0, 0,
                          epi == EPI_GELU);
             return;
         }
         dim3 grid(cdiv(N, LF_N), cdiv(M, LF_M));
         int vec = K % 8 == 0 && W->cols % 8 == 0 && k0 % 8 == 0 && !((uintptr_t)x.p & 15);
-        const float *bp = b ? (const float *)b->dev32 : NULL;
-        if (W->dev32 && W->dtype != PI0_DT_BF16)   // F32 / F16 file: its own values, as at 64 rows and more
+        const float *bp = b ? b->f32 : NULL;
+        if (W->f32 && W->dtype != PI0_DT_BF16)   // F32 / F16 file: its own values, as at 64 rows and more
             cuda_launch(c, linear_f32_kernel<float>, grid, dim3(256), 0, (float *)out.p, (const float *)x.p,
-                        (const float *)W->dev32 + k0, bp, M, N, K, (int)W->cols, (int)epi, vec);
+                        W->f32 + k0, bp, M, N, K, (int)W->cols, (int)epi, vec);
         else
             cuda_launch(c, linear_f32_kernel<bf16>, grid, dim3(256), 0, (float *)out.p, (const float *)x.p, w, bp, M, N, K,
                         (int)W->cols, (int)epi, vec);
@@ -371,14 +371,22 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
         gemv_args g = {};
         g.x = (const bf16 *)x.p; g.w = w; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
         g.epi = epi == EPI_ADD ? GEMV_ADD : epi == EPI_GELU ? GEMV_GELU : GEMV_STORE;
-        g.bias = b ? (const float *)b->dev32 : NULL;
+        g.bias = b ? b->f32 : NULL;
         g.y = (bf16 *)out.p; g.ldy = N;
         if (cuda_gemv(c, &g, 0)) return;
     }
     // bias (and GELU) epilogue in the output type (bf16): formed in fp32 and rounded once. cuBLASLt's GELU is
     // the tanh form of docs/model.md 3.4 (checked in fp32 against both forms: bench/kernels/gelu_epilogue.cu)
     cuda_gemm_ex(c, 1, M, N, K, 1.0f, x.p, K, CUDA_R_16BF, w, (int)W->cols, CUDA_R_16BF, epi == EPI_ADD ? 1.0f : 0.0f,
-                 out.p, N, CUDA_R_16BF, b ? b->dev : NULL, 1, 0, 0, 0, 0, epi == EPI_GELU);
+                 out.p, N, CUDA_R_16BF, b ? b->bf : NULL, 1, 0, 0, 0, 0, epi == EPI_GELU);
+}
+
+void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
+                 enum pi0_epi epi) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    wview w = cuda_wv(c, W), bv = b ? cuda_wv(c, b) : wview{};
+    cuda_linear_v(be, out, x, &w, b ? &bv : NULL, M, N, K, k0, epi);
 }
 
 // x += [gate *] bf16(y . W^T) in gemv.cu's epilogue, the result also stored to save if not NULL: 1 if it ran. A save
@@ -387,7 +395,7 @@ static int residual_gemv(cuda_ctx *c, pt x, pt save, pt y, const pi0_wt *W, int 
                          int gate_stride, int rows_per_gate) {
     if (!c->fused_small || M > (save.p ? 16 : GEMV_ROWS)) return 0;
     gemv_args g = {};
-    g.x = (const bf16 *)y.p; g.w = (const bf16 *)W->dev; g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
+    g.x = (const bf16 *)y.p; g.w = wbf(c, W); g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
     g.epi = gate.p ? GEMV_GATED_ADD : GEMV_ADD;
     g.y = (bf16 *)x.p; g.ldy = N; g.save = (bf16 *)save.p;
     g.gate = (const float *)gate.p; g.gate_stride = gate_stride; g.rows_per_gate = rows_per_gate;
@@ -483,13 +491,10 @@ __global__ void gelu_mul_split_kernel(bf16 *out, const bf16 *f, int M, int F) {
     stv<V>(out + r * F + col, g);
 }
 
-// The n weights are one [sum rows, K] matrix when each starts where the previous ends.
-int cuda_adjacent(const pi0_wt *const *w, int n) {
-    if (!w[0]->dev) return 0;
+// The n weights are one [sum rows, K] matrix: the store placed them as one group (backend.cu), in this order.
+int cuda_adjacent(const cuda_ctx *c, const pi0_wt *const *w, int n) {
     for (int i = 0; i + 1 < n; i++)
-        if ((const char *)w[i]->dev + (size_t)(w[i]->rows * w[i]->cols) * 2 != (const char *)w[i + 1]->dev ||
-            w[i + 1]->cols != w[0]->cols)
-            return 0;
+        if (cuda_wv(c, w[i]).next != w[i + 1]->id) return 0;
     return 1;
 }
 
@@ -516,7 +521,7 @@ __global__ void split3_bias_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *f, con
     stv<V>(dst, x);
 }
 
-static const float *b32(const pi0_wt *b) { return b ? (const float *)b->dev32 : NULL; }
+
 
 // Past 16 rows gemv.cu has no norm prologue: the norm kernel first (then *pre = NULL: nothing left to fold).
 static pt gemv_prenorm(pi0_backend *be, pt y, const pi0_prenorm **pre, int M, int K) {
@@ -527,9 +532,9 @@ static pt gemv_prenorm(pi0_backend *be, pt y, const pi0_prenorm **pre, int M, in
 }
 
 // The pre-norm (backend.h pi0_prenorm) as gemv.cu's prologue: RMSNorm weights or one adaRMS row for all M.
-static void gemv_norm(gemv_args *g, const pi0_prenorm *pre, int M, int K) {
+static void gemv_norm(const cuda_ctx *c, gemv_args *g, const pi0_prenorm *pre, int M, int K) {
     if (!pre || (!pre->w && pre->rows_per_mod < M)) return;
-    g->norm_a = pre->w ? (const float *)pre->w->dev32 : (const float *)pre->mod.p;
+    g->norm_a = pre->w ? wf32(c, pre->w) : (const float *)pre->mod.p;
     g->norm_b = pre->w ? NULL : (const float *)pre->mod.p + K;
     g->eps = pre->eps;
 }
@@ -540,40 +545,40 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     if (c->err || M <= 0) return;
     int nq = (int)p->w[0]->rows, nk = (int)p->w[1]->rows, nv = (int)p->w[2]->rows, n = nq + nk + nv;
     int rope = pos.p != NULL, biased = p->b[0] || p->b[1] || p->b[2];
-    if (c->fused_small && M <= GEMV_ROWS && rope && !biased && cuda_adjacent(p->w, 3)) {   // product, RoPE, split
+    if (c->fused_small && M <= GEMV_ROWS && rope && !biased && cuda_adjacent(c, p->w, 3)) {   // product, RoPE, split
         y = gemv_prenorm(be, y, &pre, M, K);
         gemv_args g = {};
-        g.x = (const bf16 *)y.p; g.w = (const bf16 *)p->w[0]->dev; g.M = M; g.N = n; g.K = K; g.ldx = K; g.ldw = K;
+        g.x = (const bf16 *)y.p; g.w = wbf(c, p->w[0]); g.M = M; g.N = n; g.K = K; g.ldx = K; g.ldw = K;
         g.pair = hd / 2; g.epi = GEMV_QKV_ROPE;
         g.q = (bf16 *)q.p; g.k = (bf16 *)k.p; g.v = (bf16 *)v.p; g.nq = nq; g.nk = nk; g.hd = hd;
         g.pos = (const int32_t *)pos.p;
-        gemv_norm(&g, pre, M, K);
+        gemv_norm(c, &g, pre, M, K);
         if ((!pre || g.norm_a) && cuda_gemv(c, &g, 0)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (!cuda_adjacent(p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
+    if (!cuda_adjacent(c, p->w, 3) || (size_t)M * n > c->fused_cap || (rope && (biased || nq % hd || nk % hd || nv % hd))) {
         pt out[3] = {q, k, v};
         for (int i = 0; i < 3; i++) cuda_linear(be, out[i], y, p->w[i], p->b[i], M, (int)p->w[i]->rows, K, 0, EPI_STORE);
         if (rope) cuda_rope(be, q, nq / hd, k, nk / hd, pos, M, hd);
         return;
     }
     // Equal widths, outputs and biases equally spaced (model.c allocates SigLIP's q, k, v as one buffer; the
-    // arena keeps a layer's biases in table order): one strided-batched product over the three projections,
+    // store places a layer's three biases as one group): one strided-batched product over the three projections,
     // biases in the epilogue, nothing to split (the split pass was one more launch per SigLIP layer,
     // bench/RESULTS.md L27).
-    const char *b0 = p->b[0] ? (const char *)p->b[0]->dev : NULL, *b1 = p->b[1] ? (const char *)p->b[1]->dev : NULL;
-    const char *b2 = p->b[2] ? (const char *)p->b[2]->dev : NULL;
+    const char *b0 = (const char *)wbf(c, p->b[0]), *b1 = (const char *)wbf(c, p->b[1]), *b2 = (const char *)wbf(c, p->b[2]);
+    int bgroup = b0 && b1 && b2 && cuda_adjacent(c, p->b, 3);
     long long dq = (long long)(k.p - q.p), dk = (long long)(v.p - k.p), db = b0 ? (long long)(b1 - b0) : 0;
     // (non-overlapping outputs; every batch's output and bias as aligned as the first, which cuBLASLt assumes)
     if (!rope && nq == nk && nk == nv && dq == dk && dq >= 2LL * M * nq && dq % 256 == 0 && b0 && b1 && b2 &&
-        b2 - b1 == db && db > 0 && db % 256 == 0) {
-        cuda_gemm_ex(c, 1, M, nq, K, 1.0f, y.p, K, CUDA_R_16BF, p->w[0]->dev, K, CUDA_R_16BF, 0.0f, q.p, nq, CUDA_R_16BF,
+        bgroup && b2 - b1 == db && db > 0 && db % 256 == 0) {
+        cuda_gemm_ex(c, 1, M, nq, K, 1.0f, y.p, K, CUDA_R_16BF, wbf(c, p->w[0]), K, CUDA_R_16BF, 0.0f, q.p, nq, CUDA_R_16BF,
                      b0, 3, 0, (long long)nq * K, dq / 2, db / 2, 0);
         return;
     }
     // bf16 product, then the split adds the fp32 bias: rounding differs from a bf16 bias epilogue by
     // at most one bf16 ulp (covered by the op test bound)
-    cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, p->w[0]->dev, K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF,
+    cuda_gemm(c, 1, M, n, K, 1.0f, y.p, K, CUDA_R_16BF, wbf(c, p->w[0]), K, CUDA_R_16BF, 0.0f, c->fused, n, CUDA_R_16BF,
               NULL, 1, 0, 0, 0);
     if (rope) {
         int v8 = hd % 16 == 0 && aligned16(q.p) && aligned16(k.p) && aligned16(v.p);   // widths are multiples of hd
@@ -582,8 +587,8 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
     } else {
         int v8 = nq % 8 == 0 && nk % 8 == 0 && nv % 8 == 0 && aligned16(q.p) && aligned16(k.p) && aligned16(v.p);
         cuda_launch(c, v8 ? split3_bias_kernel<8> : split3_bias_kernel<1>, dim3(cdiv((long long)M * n / (v8 ? 8 : 1), 256)),
-                    dim3(256), 0, (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, b32(p->b[0]), b32(p->b[1]),
-                    b32(p->b[2]), M, nq, nk, nv);
+                    dim3(256), 0, (bf16 *)q.p, (bf16 *)k.p, (bf16 *)v.p, c->fused, wf32(c, p->b[0]), wf32(c, p->b[1]),
+                    wf32(c, p->b[2]), M, nq, nk, nv);
     }
 }
 
@@ -592,11 +597,11 @@ void cuda_qkv(pi0_backend *be, pt q, pt k, pt v, pt y, const pi0_proj3 *p, int M
 static int gateup_gemv(cuda_ctx *c, pt out, pt gs, pt us, pt y, const pi0_gemma_layer *L, int M, int F, int K,
                        const pi0_prenorm *pre) {
     const pi0_wt *w[2] = {&L->gate, &L->up};
-    if (!c->fused_small || M > (gs.p ? 16 : GEMV_ROWS) || !cuda_adjacent(w, 2)) return 0;
+    if (!c->fused_small || M > (gs.p ? 16 : GEMV_ROWS) || !cuda_adjacent(c, w, 2)) return 0;
     gemv_args g = {};
-    g.x = (const bf16 *)y.p; g.w = (const bf16 *)L->gate.dev; g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
+    g.x = (const bf16 *)y.p; g.w = wbf(c, &L->gate); g.M = M; g.N = 2 * F; g.K = K; g.ldx = K; g.ldw = K;
     g.pair = F; g.epi = GEMV_GELU_MUL; g.y = (bf16 *)out.p; g.ldy = F; g.gs = (bf16 *)gs.p; g.us = (bf16 *)us.p;
-    gemv_norm(&g, pre, M, K);
+    gemv_norm(c, &g, pre, M, K);
     return (!pre || g.norm_a) && cuda_gemv(c, &g, 0);
 }
 
@@ -605,21 +610,21 @@ void cuda_mlp_up(pi0_backend *be, pt out, pt tmp, pt y, const pi0_gemma_layer *L
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const pi0_wt *w[2] = {&L->gate, &L->up};
-    if (c->fused_small && M <= GEMV_ROWS && cuda_adjacent(w, 2)) {   // one launch: product, gelu(gate) * up
+    if (c->fused_small && M <= GEMV_ROWS && cuda_adjacent(c, w, 2)) {   // one launch: product, gelu(gate) * up
         y = gemv_prenorm(be, y, &pre, M, K);
         if (gateup_gemv(c, out, pt{}, pt{}, y, L, M, F, K, pre)) return;
     }
     y = prenorm_rows(be, y, pre, M, K);
-    if (M > GEMV_ROWS && cuda_adjacent(w, 2) &&   // one launch: gateup.cu
-        cuda_gateup(c, (bf16 *)out.p, (const bf16 *)y.p, K, (const bf16 *)L->gate.dev, M, F, K, 0))
+    if (M > GEMV_ROWS && cuda_adjacent(c, w, 2) &&   // one launch: gateup.cu
+        cuda_gateup(c, (bf16 *)out.p, (const bf16 *)y.p, K, wbf(c, &L->gate), M, F, K, 0))
         return;
-    if (!cuda_adjacent(w, 2) || (size_t)M * 2 * F > c->fused_cap) {
+    if (!cuda_adjacent(c, w, 2) || (size_t)M * 2 * F > c->fused_cap) {
         cuda_linear(be, out, y, &L->gate, NULL, M, F, K, 0, EPI_STORE);
         cuda_linear(be, tmp, y, &L->up, NULL, M, F, K, 0, EPI_STORE);
         cuda_gelu_mul(be, out, out, tmp, M, F);
         return;
     }
-    cuda_gemm(c, 1, M, 2 * F, K, 1.0f, y.p, K, CUDA_R_16BF, L->gate.dev, K, CUDA_R_16BF, 0.0f, c->fused, 2 * F,
+    cuda_gemm(c, 1, M, 2 * F, K, 1.0f, y.p, K, CUDA_R_16BF, wbf(c, &L->gate), K, CUDA_R_16BF, 0.0f, c->fused, 2 * F,
               CUDA_R_16BF, NULL, 1, 0, 0, 0);
     int v8 = F % 8 == 0 && aligned16(out.p);
     cuda_launch(c, v8 ? gelu_mul_split_kernel<8> : gelu_mul_split_kernel<1>, dim3(cdiv((long long)M * F / (v8 ? 8 : 1), 256)),

@@ -75,15 +75,15 @@ __global__ void transpose_kernel(T *out, int ldo, const T *w, int N, int K) {
 
 // The transposed copy [K, ld] of the weights W[0..nw) (rows[i] x K each, whole matrices) side by side: columns
 // c_i .. c_i + rows[i] hold W[i]^T, c_i the rows before it, and the columns past their sum are zero; bf16, or with f32
-// the weights' fp32 copies (dev32) in fp32. Keyed by the first and last weights' device addresses, nw, K, ld and f32
-// (a session's backend never outlives the model whose weights it reads), made at its first use, and the stream
+// the weights' fp32 copies in fp32. Keyed by the first and last weights' ids, nw, K, ld and f32 (a session reads one
+// model's weights), made at its first use, and the stream
 // synchronised once then: its consumers read weights before their programmatic-launch wait, which only constants
 // may (common.cuh). NULL where it cannot be had (out of memory, or first met while a graph is being captured: then
 // the caller's fallback reads the weights as they are). The expert's transposes cost the weights' size again
 // (π0: 614 MiB), kept until the session ends.
 static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *rows, int nw, int K, int ld, int f32) {
     for (int i = 0; i < c->n_wts; i++)
-        if (c->wts[i].w == W[0]->dev && c->wts[i].wl == W[nw - 1]->dev && c->wts[i].nw == nw && c->wts[i].k == K &&
+        if (c->wts[i].w == W[0]->id && c->wts[i].wl == W[nw - 1]->id && c->wts[i].nw == nw && c->wts[i].k == K &&
             c->wts[i].ld == ld && c->wts[i].f32 == f32)
             return c->wts[i].wt;
     cudaStreamCaptureStatus cs;
@@ -104,8 +104,8 @@ static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *ro
     int col = 0;
     for (int i = 0; i < nw; col += rows[i], i++) {
         dim3 grid(cdiv(K, 32), cdiv(rows[i], 32)), block(32, 8);
-        if (f32) transpose_kernel<<<grid, block, 0, c->stream>>>((float *)wt + col, ld, (const float *)W[i]->dev32, rows[i], K);
-        else transpose_kernel<<<grid, block, 0, c->stream>>>((bf16 *)wt + col, ld, (const bf16 *)W[i]->dev, rows[i], K);
+        if (f32) transpose_kernel<<<grid, block, 0, c->stream>>>((float *)wt + col, ld, cuda_wv(c, W[i]).f32, rows[i], K);
+        else transpose_kernel<<<grid, block, 0, c->stream>>>((bf16 *)wt + col, ld, cuda_wv(c, W[i]).bf, rows[i], K);
     }
     if (col < ld) cudaMemset2DAsync((char *)wt + col * es, (size_t)ld * es, 0, (size_t)(ld - col) * es, K, c->stream);
     if (cudaStreamSynchronize(c->stream) != cudaSuccess) {   // (once per copy and session, never under capture)
@@ -113,8 +113,8 @@ static const void *transposed(cuda_ctx *c, const pi0_wt *const *W, const int *ro
         cudaFree(wt);
         return NULL;
     }
-    c->wts[c->n_wts].w = W[0]->dev;
-    c->wts[c->n_wts].wl = W[nw - 1]->dev;
+    c->wts[c->n_wts].w = W[0]->id;
+    c->wts[c->n_wts].wl = W[nw - 1]->id;
     c->wts[c->n_wts].k = K;
     c->wts[c->n_wts].nw = nw;
     c->wts[c->n_wts].ld = ld;
@@ -136,35 +136,36 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0 || K <= 0) return;
     int add = epi == EPI_ADD;
+    wview w = cuda_wv(c, W);
     if (dy.kind == PT_F32) {
         PI0_ASSERT(out.kind == PT_F32);
         // 64 rows and more (B >= 2 at the 50-step horizon): cuBLASLt in fp32 on the fp32 copy, as cuda_linear does
         // (gemm.cu: the kernel's shape suits few rows)
-        if (M >= 64 && W->dev32) {
-            cuda_gemm_ex(c, 0, M, K, N, 1.0f, dy.p, N, CUDA_R_32F, (const float *)W->dev32 + k0, (int)W->cols, CUDA_R_32F,
+        if (M >= 64 && w.f32) {
+            cuda_gemm_ex(c, 0, M, K, N, 1.0f, dy.p, N, CUDA_R_32F, w.f32 + k0, (int)W->cols, CUDA_R_32F,
                          add ? 1.0f : 0.0f, out.p, K, CUDA_R_32F, NULL, 1, 0, 0, 0, 0, 0);
             return;
         }
         // fewer: the forward fp32 kernel on a transposed copy (the weights' own values: bf16, or the fp32 copy of an
         // F32 / F16 file), which spreads the output columns over blocks; the kernel below walks all N rows in each
         // block and was slow at N = 1024 (the action MLP's transposes, bench/RESULTS.md L139)
-        int f32w = W->dev32 && W->dtype != PI0_DT_BF16;
+        int f32w = w.f32 && W->dtype != PI0_DT_BF16;
         const void *tw = k0 == 0 && K == W->cols ? transposed(c, &W, &N, 1, K, N, f32w) : NULL;
         if (tw) {
-            pi0_wt T = {};
+            wview T = {};
             T.rows = K; T.cols = N;
-            if (f32w) { T.dtype = PI0_DT_F32; T.dev32 = (void *)tw; }   // (no bf16 copy: dev stays NULL)
-            else { T.dtype = PI0_DT_BF16; T.dev = (void *)tw; }
-            cuda_linear(be, out, dy, &T, NULL, M, K, N, 0, epi);
+            if (f32w) { T.dtype = PI0_DT_F32; T.f32 = (const float *)tw; }   // (no bf16 copy: bf stays NULL)
+            else { T.dtype = PI0_DT_BF16; T.bf = (const bf16 *)tw; }
+            cuda_linear_v(be, out, dy, &T, NULL, M, K, N, 0, epi);
             return;
         }
         dim3 grid(cdiv(K, LT_COLS), cdiv(M, LT_ROWS));
-        if (W->dev32 && W->dtype != PI0_DT_BF16)   // an F32 / F16 file: its own values, as cuda_linear reads them
+        if (w.f32 && W->dtype != PI0_DT_BF16)   // an F32 / F16 file: its own values, as cuda_linear reads them
             cuda_launch(c, linear_t_f32_kernel<float>, grid, dim3(32 * LT_WARPS), 0, (float *)out.p, (const float *)dy.p,
-                        (const float *)W->dev32 + k0, M, N, K, (int)W->cols, add);
+                        w.f32 + k0, M, N, K, (int)W->cols, add);
         else
             cuda_launch(c, linear_t_f32_kernel<bf16>, grid, dim3(32 * LT_WARPS), 0, (float *)out.p, (const float *)dy.p,
-                        (const bf16 *)W->dev + k0, M, N, K, (int)W->cols, add);
+                        w.bf + k0, M, N, K, (int)W->cols, add);
         return;
     }
     PI0_ASSERT(dy.kind == PT_ACT && out.kind == PT_ACT);
@@ -173,14 +174,14 @@ void cuda_linear_t(pi0_backend *be, pt out, pt dy, const pi0_wt *W, int M, int N
     // at 51 rows: bench/RESULTS.md L136)
     const void *wt = M <= GEMV_ROWS && k0 == 0 && K == W->cols ? transposed(c, &W, &N, 1, K, N, 0) : NULL;
     if (wt) {
-        pi0_wt T = {};
-        T.dtype = PI0_DT_BF16; T.rows = K; T.cols = N; T.dev = (void *)wt;
-        cuda_linear(be, out, dy, &T, NULL, M, K, N, 0, epi);
+        wview T = {};
+        T.dtype = PI0_DT_BF16; T.rows = K; T.cols = N; T.bf = (const bf16 *)wt;
+        cuda_linear_v(be, out, dy, &T, NULL, M, K, N, 0, epi);
         return;
     }
     // gemm.cu's trans_w = 0: the weight as it is stored, row-major [N, cols] read as [inner N, out K] with row
     // stride cols; EPI_ADD as beta = 1 (formed in fp32, rounded to bf16 once)
-    cuda_gemm_ex(c, 0, M, K, N, 1.0f, dy.p, N, CUDA_R_16BF, (const bf16 *)W->dev + k0, (int)W->cols, CUDA_R_16BF,
+    cuda_gemm_ex(c, 0, M, K, N, 1.0f, dy.p, N, CUDA_R_16BF, w.bf + k0, (int)W->cols, CUDA_R_16BF,
                  add ? 1.0f : 0.0f, out.p, K, CUDA_R_16BF, NULL, 1, 0, 0, 0, 0, 0);
 }
 
@@ -201,12 +202,12 @@ void cuda_linear_t_cat(pi0_backend *be, pt out, pt dy, int ld, const pi0_wt *con
     PI0_ASSERT(ld >= sum);
     const void *wt = M <= GEMV_ROWS ? transposed(c, W, rows, nw, K, ld, 0) : NULL;
     if (wt) {
-        pi0_wt T = {};
-        T.dtype = PI0_DT_BF16; T.rows = K; T.cols = ld; T.dev = (void *)wt;
-        cuda_linear(be, out, dy, &T, NULL, M, K, ld, 0, epi);
+        wview T = {};
+        T.dtype = PI0_DT_BF16; T.rows = K; T.cols = ld; T.bf = (const bf16 *)wt;
+        cuda_linear_v(be, out, dy, &T, NULL, M, K, ld, 0, epi);
         return;
     }
     for (int i = 0, col = 0; i < nw; col += rows[i], i++)
-        cuda_gemm_ex(c, 0, M, K, rows[i], 1.0f, (const bf16 *)dy.p + col, ld, CUDA_R_16BF, (const bf16 *)W[i]->dev, K,
+        cuda_gemm_ex(c, 0, M, K, rows[i], 1.0f, (const bf16 *)dy.p + col, ld, CUDA_R_16BF, cuda_wv(c, W[i]).bf, K,
                      CUDA_R_16BF, i || epi == EPI_ADD ? 1.0f : 0.0f, out.p, K, CUDA_R_16BF, NULL, 1, 0, 0, 0, 0, 0);
 }

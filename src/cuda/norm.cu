@@ -1,6 +1,6 @@
 // norm.cu — LayerNorm (SigLIP), Gemma RMSNorm with (1 + w), and adaRMS (π0.5 expert); docs/model.md 3.4/3.7.
 // Statistics in fp32 (two passes for LayerNorm: mean, then the mean squared deviation); bf16 in and out;
-// weights fp32 (dev32). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms. Last, norm_bwd: the transpose of rmsnorm /
+// weights fp32 (the store's fp32 copies). CPU twins: cpu_layernorm, cpu_rmsnorm, cpu_adarms. Last, norm_bwd: the transpose of rmsnorm /
 // adarms for exact real-time chunking (docs/model.md 3.11; CPU twin cpu_norm_bwd). The norms a product reads first
 // are folded into the product where it can (gemv.cu), not run here.
 #include "common.cuh"
@@ -167,11 +167,11 @@ static void launch_norm(pi0_backend *be, pt out, pt x, const float *w, const flo
 }
 
 void cuda_layernorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, const pi0_wt *b, int M, int D, float eps) {
-    launch_norm(be, out, x, (const float *)w->dev32, (const float *)b->dev32, NULL, 1, NORM_LN, M, D, eps);
+    launch_norm(be, out, x, wf32(CTX(be), w), wf32(CTX(be), b), NULL, 1, NORM_LN, M, D, eps);
 }
 
 void cuda_rmsnorm(pi0_backend *be, pt out, pt x, const pi0_wt *w, int M, int D, float eps) {
-    launch_norm(be, out, x, (const float *)w->dev32, NULL, NULL, 1, NORM_RMS, M, D, eps);
+    launch_norm(be, out, x, wf32(CTX(be), w), NULL, NULL, 1, NORM_RMS, M, D, eps);
 }
 
 void cuda_adarms(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps) {
@@ -259,7 +259,7 @@ void cuda_norm_bwd(pi0_backend *be, pt dx, pt dy, pt x, const pi0_wt *w, pt mod,
                    float eps, enum pi0_epi epi) {
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
-    const float *wp = w ? (const float *)w->dev32 : NULL, *mp = (const float *)mod.p;
+    const float *wp = wf32(c, w), *mp = (const float *)mod.p;
     if (D % 8 == 0 && D <= 32 * 8 * NB_NC && aligned16(dx.p) && aligned16(dy.p) && aligned16(x.p) &&
         aligned16(w ? (const void *)wp : (const void *)mp))
         cuda_launch(c, norm_bwd_warp_kernel, dim3(cdiv(M, NB_ROWS)), dim3(32 * NB_ROWS), 0, (bf16 *)dx.p,

@@ -11,8 +11,13 @@
 extern "C" {
 #endif
 
-/* Weights for a list of tensors (op tests); free with cuda_weights_free. */
-pi0_status cuda_upload_list(void **arena, pi0_wt **ts, int n, int device);
+/* A weight store for a list of tensors (op tests), as cuda_weights_upload makes the model's: ts[i] with an fp32 copy
+ * where f32[i], group[i] > 1 starting a group of that many that the ops may run as one product (the members follow in
+ * ts); ids unique, 1 .. max_id. Free with cuda_weights_free. */
+pi0_status cuda_upload_list(void **store, const pi0_wt *const *ts, const int *f32, const int *group, int n, int max_id,
+                            int device);
+/* The op tests: the store the backend's ops read from now on (cuda_backend_create's). */
+void cuda_use_weights(pi0_backend *be, const void *weights);
 /* Launches of gemv.cu's warpgroup kernel (17 to 64 rows) in this process: the op tests check that it ran. */
 long cuda_gemv_wg_launches(void);
 /* Launches of gemv.cu's few-row kernel (up to 16 rows, Hopper) in this process. */
@@ -23,9 +28,8 @@ long cuda_decode_attention_launches(void);
 long cuda_flash_wg_launches(void);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
-/* Drops the backend's transposed weight copies (linear_t, gemm_bwd.cu), which it keys by the weight's device address:
- * the op tests free weights and upload new ones, at addresses that may repeat, on one backend (a session never outlives
- * its model, so the library never does). */
+/* Frees the backend's transposed weight copies (linear_t, gemm_bwd.cu), which it keys by tensor id and keeps for the
+ * session: the op tests run many stores on one backend. */
 void cuda_forget_transposes(pi0_backend *be);
 /* 1 when the backend runs the Hopper kernels, 0 on the portable path (another GPU, or PI0_CUDA_PATH=portable): the op
  * tests then check that no Hopper kernel ran. */
