@@ -52,7 +52,7 @@ endif
 LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c \
            src/model.c src/model_rtc.c src/backends.c \
            src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/image.c \
-           src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c \
+           src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c src/quant.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c

@@ -41,7 +41,7 @@ const char *pi0_status_str(pi0_status st);
 
 /* The layout version of this header's structures and enums, raised whenever one changes: bindings that restate the
  * structures (the Python package) compare it with the library's before they use it. */
-#define PI0_ABI_VERSION 1
+#define PI0_ABI_VERSION 2
 int pi0_abi_version(void);
 /* Detail message of the last failure on this thread ("" if none). Valid until the next call. */
 const char *pi0_last_error(void);
@@ -56,6 +56,14 @@ typedef enum {
 typedef struct pi0_model pi0_model;
 typedef struct pi0_session pi0_session;
 
+/* The precision of the large products (docs/precision.md): bf16 weights and activations, or 8-bit integers with one
+ * scale per weight row (made at load from the checkpoint) and one per activation row (from the live values), the
+ * products accumulated in int32. Attention, softmax, norms, residuals and RoPE stay as they are. */
+typedef enum { PI0_PRECISION_BF16 = 0, PI0_PRECISION_INT8 = 1 } pi0_precision;
+/* The stages an 8-bit precision applies to: the vision encoder's, the prefix's (PaliGemma's) and the action expert's
+ * projections. */
+enum { PI0_STAGE_VISION = 1, PI0_STAGE_PREFIX = 2, PI0_STAGE_EXPERT = 4, PI0_STAGE_ALL = 7 };
+
 typedef struct {
     pi0_backend_kind backend;/* 0 = CPU; PI0_BACKEND_CUDA needs a build with CUDA (nvcc found by make) */
     int n_threads;         /* CPU threads; 0 = all cores */
@@ -63,6 +71,8 @@ typedef struct {
     int quiet;             /* 1 = no warnings on stderr (unknown tensors etc.) */
     int action_horizon;    /* overrides config.json's H (weights do not depend on it); 0 = keep */
     int max_token_len;     /* overrides the prompt length limit; 0 = keep */
+    pi0_precision precision;   /* 0 = bf16 */
+    unsigned quant_stages; /* PI0_STAGE_* bits that run in `precision`; 0 = all (ignored for bf16) */
 } pi0_model_params;
 
 /* Whether `backend` can run here, without loading anything: PI0_OK for the CPU; for CUDA, PI0_ERR_UNSUPPORTED when
@@ -95,6 +105,8 @@ typedef struct {
     const char *format;  /* "safetensors" (openpi's PyTorch conversion), "lerobot", "orbax-ocdbt" or "orbax-zarr" */
     const char *root;    /* the checkpoint directory: it holds assets/<asset_id>/norm_stats.json */
     double load_s;       /* Orbax: seconds spent reading, decompressing and re-laying out the parameters */
+    pi0_precision precision;   /* of the stages in quant_stages (the others run in bf16) */
+    unsigned quant_stages;     /* PI0_STAGE_* bits; 0 with bf16 */
     struct { int width, depth, mlp_dim, num_heads, patch_size; } vision;
     struct { int width, depth, mlp_dim, num_heads, num_kv_heads, head_dim; } paligemma, action_expert;
 } pi0_model_info;

@@ -27,6 +27,7 @@ struct pi0_model {
     int n_threads, device;
     double load_s;         /* Orbax: reading and re-laying out the parameters */
     void *store;           /* the weights in a store the backend owns (one device allocation on CUDA), or NULL */
+    pi0_quant quant;       /* the 8-bit precision and its stages (stages 0: bf16 throughout) */
 };
 
 struct pi0_session {

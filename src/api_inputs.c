@@ -105,6 +105,10 @@ pi0_status api_check_rtc(const pi0_session *s, const pi0_inputs *in) {
         return pi0_fail(PI0_ERR_ARG, "inputs: rtc mode %d: expected PI0_RTC_OFF, PI0_RTC_LEROBOT or PI0_RTC_EXACT", (int)in->rtc);
     if (in->rtc_exact && in->rtc != PI0_RTC_EXACT)
         return pi0_fail(PI0_ERR_ARG, "inputs: rtc_exact given with rtc mode %d (it selects samples of a PI0_RTC_EXACT batch)", (int)in->rtc);
+    /* the transpose pass reads the expert's weights in bf16, which an 8-bit expert does not keep */
+    if (in->rtc == PI0_RTC_EXACT && (s->m->quant.stages & PI0_STAGE_EXPERT))
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "inputs: exact real-time chunking needs the action expert in bf16; this model "
+                        "runs it in 8-bit (load it with the expert left out of the quantised stages)");
     if (!in->rtc_prev || !in->rtc_weights || !in->rtc_max_weights)
         return pi0_fail(PI0_ERR_ARG, "inputs: real-time chunking needs rtc_prev, rtc_weights and rtc_max_weights");
     for (int b = 0; b < in->batch; b++)

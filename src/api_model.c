@@ -100,6 +100,13 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (st != PI0_OK) return st;
     if (p->action_horizon < 0 || p->max_token_len < 0)
         return pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d: expected >= 0", p->action_horizon, p->max_token_len);
+    if (p->precision != PI0_PRECISION_BF16 && p->precision != PI0_PRECISION_INT8)
+        return pi0_fail(PI0_ERR_ARG, "precision %d: expected PI0_PRECISION_BF16 (0) or PI0_PRECISION_INT8 (1)", (int)p->precision);
+    if (p->quant_stages & ~(unsigned)PI0_STAGE_ALL)
+        return pi0_fail(PI0_ERR_ARG, "quant_stages 0x%x: expected PI0_STAGE_VISION | PI0_STAGE_PREFIX | PI0_STAGE_EXPERT bits",
+                        p->quant_stages);
+    if (p->precision != PI0_PRECISION_BF16 && !prov->weights_upload)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "the %s backend has no 8-bit path", prov->name);
     pi0_model *m = calloc(1, sizeof *m);
     char *st_path = api_path_join(dir, "model.safetensors"), params[4200];
     st = PI0_ERR_NOMEM;
@@ -107,6 +114,8 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     m->prov = prov;
     m->n_threads = p->n_threads;
     m->device = p->device;
+    m->quant.precision = p->precision;
+    m->quant.stages = p->precision == PI0_PRECISION_BF16 ? 0 : p->quant_stages ? p->quant_stages : PI0_STAGE_ALL;
     if (api_path_exists(st_path)) st = load_safetensors(m, dir);
     else if (orbax_find_params(dir, params, sizeof params)) st = load_orbax(m, params, p->quiet);
     else st = pi0_fail(PI0_ERR_IO, "%s: no checkpoint found: expected model.safetensors + config.json (openpi's PyTorch "
@@ -116,7 +125,7 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
     if ((st = config_finish(&m->cfg, dir)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
-    if (prov->weights_upload && (st = prov->weights_upload(&m->store, &m->w, &m->cfg, m->device)) != PI0_OK) {
+    if (prov->weights_upload && (st = prov->weights_upload(&m->store, &m->w, &m->cfg, &m->quant, m->device)) != PI0_OK) {
         pi0_error_prefix("%s", dir);
         goto fail;
     }
@@ -135,6 +144,7 @@ void pi0_model_get_info(const pi0_model *m, pi0_model_info *info) {
                              .max_token_len = c->max_token_len, .n_cameras = c->n_cameras,
                              .image_size = c->vis.image_size, .vocab_size = c->lm.vocab_size,
                              .n_params = m->w.n_params, .format = m->format, .root = m->root, .load_s = m->load_s,
+                             .precision = m->quant.precision, .quant_stages = m->quant.stages,
                              .vision = {c->vis.width, c->vis.depth, c->vis.mlp_dim, c->vis.num_heads, c->vis.patch_size},
                              .paligemma = {c->lm.width, c->lm.depth, c->lm.mlp_dim, c->lm.num_heads, c->lm.num_kv_heads,
                                            c->lm.head_dim},

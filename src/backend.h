@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "pi0.h"
+#include "quant.h"
 #include "weights.h"
 
 /* The ops are primitive (a product, a norm, an attention) where fusion can live inside a backend, with four
@@ -117,7 +118,10 @@ struct pi0_backend {
     /* adaRMS: out = x * rsqrt(mean(x^2)+eps) * (1 + scale) + shift; mod F32 rows of [scale|shift|gate]
      * (stride 3D), row r uses mod row r / rows_per_mod (docs/model.md 3.7). */
     void (*adarms)(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
-    /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. */
+    /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. Where the store keeps W in
+     * int8 (k0 = 0, K = W->cols), each row of x is quantised as quant_row_i8 does and the output is quant_dequant's
+     * (ACT rows: the stored values, bf16 on the GPU); every op that takes weights (qkv, mlp_up, linear_gated, ...) then
+     * computes its products so. */
     void (*linear)(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                    enum pi0_epi epi);
     /* In-place half-split RoPE of q (M rows of qh heads) and k (M rows of kh heads, k.p may be NULL),
@@ -211,7 +215,13 @@ struct pi0_backend {
                         int A);
 };
 
-pi0_status cpu_backend_create(pi0_backend **out, int n_threads);
+/* The CPU reference; weights: the store of cpu_weights_upload (the 8-bit weights), or NULL. */
+pi0_status cpu_backend_create(pi0_backend **out, int n_threads, const void *weights);
+pi0_status cpu_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
+void cpu_weights_free(void *store);
+/* The op tests' stores: ts[i] in int8 where i8[i] (ids 1 .. max_id), and the store a backend's ops read from now on. */
+pi0_status cpu_weights_list(void **store, const pi0_wt *const *ts, const int *i8, int n, int max_id);
+void cpu_use_weights(pi0_backend *be, const void *store);
 
 /* ---- the backends of this build (backends.c: the one place that knows which exist) ----
  * What the API layer (api_model.c, api_session.c) needs from a backend beyond its op table: whether a device suits
@@ -224,9 +234,10 @@ typedef struct {
     pi0_status (*create)(pi0_backend **out, int device, int n_threads, const void *weights);
     /* Copies the bound weights into a store the backend owns, keyed by each pi0_wt's id (weights.h), laid out as the
      * backend plans (its fused ops' groups placed together, the copies in the formats its kernels read); the ops of
-     * every session created with the store find each weight there. w is not changed. NULL: the backend reads the host
-     * mapping in place. */
-    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, int device);
+     * every session created with the store find each weight there. The weights q selects are kept in q's 8-bit format
+     * (quant.h) instead, and the ops read them so. w is not changed. NULL: the backend reads the host mapping in place
+     * (and has no 8-bit path). */
+    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
     void (*weights_free)(void *store);
     void *(*host_alloc)(size_t bytes);                                  /* NULL: plain host memory serves */
     void (*host_free)(void *p);

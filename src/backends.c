@@ -9,11 +9,11 @@
 
 static pi0_status cpu_create(pi0_backend **out, int device, int n_threads, const void *weights) {
     (void)device;
-    (void)weights;
-    return cpu_backend_create(out, n_threads);
+    return cpu_backend_create(out, n_threads, weights);
 }
 
-static const pi0_backend_provider cpu = {.name = "cpu", .create = cpu_create};
+static const pi0_backend_provider cpu = {.name = "cpu", .create = cpu_create, .weights_upload = cpu_weights_upload,
+                                         .weights_free = cpu_weights_free};
 
 #ifdef PI0_HAVE_CUDA
 static pi0_status cuda_create(pi0_backend **out, int device, int n_threads, const void *weights) {

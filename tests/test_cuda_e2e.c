@@ -181,6 +181,44 @@ static void e2e_fixtures(void) {
     }
 }
 
+/* The int8 precision (docs/precision.md): the GPU's actions against the CPU twin's at the same precision, for all
+ * stages and each alone, on both tiny models (bound 1e-2: the integer products are exact on both sides, the rest is
+ * the bf16 path's own difference); the graph replay equals the first run bit for bit. */
+static void e2e_int8(void) {
+    const char *models[2] = {"tests/fixtures/tiny-pi0", "tests/fixtures/tiny-pi05"};
+    const unsigned stages[4] = {PI0_STAGE_ALL, PI0_STAGE_VISION, PI0_STAGE_PREFIX, PI0_STAGE_EXPERT};
+    for (int mi = 0; mi < 2; mi++)
+        for (int si = 0; si < 4; si++) {
+            pi0_model_params pc = {.quiet = 1, .precision = PI0_PRECISION_INT8, .quant_stages = stages[si]}, pg = pc;
+            pg.backend = PI0_BACKEND_CUDA;
+            pi0_model *mc = NULL, *mg = NULL;
+            int ok = pi0_model_load(&mc, models[mi], &pc) == PI0_OK && pi0_model_load(&mg, models[mi], &pg) == PI0_OK;
+            CHECK(ok, "load %s int8: %s", models[mi], pi0_last_error());
+            char in_path[256];
+            snprintf(in_path, sizeof in_path, "%s/b2.in.safetensors", models[mi]);
+            pi0_tensors *t = NULL;
+            pi0_inputs_buf *ib = NULL;
+            pi0_inputs in;
+            result rc = {0}, rg = {0}, rn = {0}, rg2 = {0};
+            int ok2 = ok && pi0_tensors_open(&t, in_path) == PI0_OK &&
+                      pi0_inputs_from_tensors(mc, t, in_path, &in, &ib) == PI0_OK && infer(mc, &in, 0, &rc) &&
+                      infer3(mg, &in, &rg, &rn, &rg2);
+            CHECK(ok2, "%s int8 stages %u: %s", models[mi], stages[si], pi0_last_error());
+            if (ok2) {
+                double m1, r1 = rel_l2(rg.act, rc.act, rc.n, &m1);
+                printf("e2e int8 %-19s stages %u  gpu-vs-cpu rel_l2=%.2e max_abs=%.2e  bound 1e-2 %s\n", models[mi] + 15,
+                       stages[si], r1, m1, r1 < 1e-2 ? "OK" : "FAIL");
+                CHECK(r1 < 1e-2, "e2e int8 %s stages %u", models[mi], stages[si]);
+                CHECK(!memcmp(rg.act, rg2.act, rc.n * 4), "%s int8: graph replay bit for bit", models[mi]);
+            }
+            free(rc.act); free(rg.act); free(rn.act); free(rg2.act);
+            pi0_inputs_buf_free(ib);
+            pi0_tensors_free(t);
+            pi0_model_free(mc);
+            pi0_model_free(mg);
+        }
+}
+
 /* A server meets a new prefix length every few requests (prompts differ; π0.5 writes the state into its prompt).
  * One session runs up to 12 prompt lengths down and back up. The lengths share GEMM timing buckets, so after the
  * first each new length takes the algorithms of its bucket (gemm.cu share_tuned); its first call runs un-captured and
@@ -464,6 +502,27 @@ static void e2e_full(const char *dir) {
             in.rtc_prev = in.rtc_weights = in.rtc_max_weights = NULL;
         }
     }
+    pi0_model_free(mc);
+    pi0_model_free(mg);
+    mc = mg = NULL;
+    /* int8, every stage: the GPU against the CPU twin at B = 2 (bound 1e-2) */
+    in.batch = 2;
+    in.rtc = PI0_RTC_OFF;
+    in.rtc_prev = in.rtc_weights = in.rtc_max_weights = NULL;
+    in.rtc_exact = NULL;
+    pi0_model_params q8 = {.quiet = 1, .action_horizon = 10, .precision = PI0_PRECISION_INT8}, q8g = q8;
+    q8g.backend = PI0_BACKEND_CUDA;
+    result qc = {0}, qg = {0};
+    int okq = pi0_model_load(&mc, dir, &q8) == PI0_OK && pi0_model_load(&mg, dir, &q8g) == PI0_OK &&
+              infer(mc, &in, 0, &qc) && infer(mg, &in, 0, &qg);
+    CHECK(okq, "full-size int8 %s: %s", dir, pi0_last_error());
+    if (okq) {
+        double mxq, rq = rel_l2(qg.act, qc.act, qc.n, &mxq), rb = rc.act ? rel_l2(qg.act, rc.act, qc.n, NULL) : 0;
+        printf("full-size %s (%s) int8: GPU vs CPU rel_l2=%.3e max_abs=%.3e, bound 1e-2 %s (int8 vs fp32 CPU: %.3e)\n",
+               dir, info.pi05 ? "pi05" : "pi0", rq, mxq, rq < 1e-2 ? "OK" : "FAIL", rb);
+        CHECK(rq < 1e-2, "full-size int8 rel_l2 %.3e", rq);
+    }
+    free(qc.act); free(qg.act);
     free(rc.act); free(rg.act);
     free(img); free(state); free(noise); free(tok); free(tm);
     pi0_model_free(mc);
@@ -480,6 +539,7 @@ int main(int argc, char **argv) {
         return test_summary("test_cuda_e2e") || 1;
     }
     e2e_fixtures();
+    e2e_int8();
     e2e_rtc_exact();
     e2e_prompt_lengths();
     e2e_graph_fault();

@@ -124,12 +124,13 @@ typedef struct {
     pi0_wt w;
     uint16_t *data;
     int f32;
+    int i8;   /* both stores keep it in int8 (quant.h) */
 } hwt;
 
 static int last_id;   /* ids are unique in the process, as within a model */
 
 static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
-    hwt h = {{0}, malloc((size_t)(rows * cols) * 2), cols == 1};
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 2), cols == 1, 0};
     h.w.id = ++last_id;
     for (int64_t i = 0; i < rows * cols; i++) h.data[i] = pi0_f32_to_bf16(offset + (float)(scale * pi0_rng_normal(&rng)));
     h.w.data = h.data;
@@ -141,7 +142,7 @@ static hwt mkw(int64_t rows, int64_t cols, float scale, float offset) {
 
 /* The same from an F32 file whose values bf16 cannot hold (the fp32 products read them from the fp32 copy). */
 static hwt mkw_f32(int64_t rows, int64_t cols, float scale) {
-    hwt h = {{0}, malloc((size_t)(rows * cols) * 4), 1};
+    hwt h = {{0}, malloc((size_t)(rows * cols) * 4), 1, 0};
     h.w.id = ++last_id;
     float *f = (float *)h.data;
     for (int64_t i = 0; i < rows * cols; i++) f[i] = (float)(scale * pi0_rng_normal(&rng));
@@ -153,15 +154,27 @@ static hwt mkw_f32(int64_t rows, int64_t cols, float scale) {
 }
 
 /* The store the GPU backend reads: ws, with group[i] > 1 starting a group the ops may run as one product (NULL: none). */
+static void *cpu_store;   /* the CPU twin's int8 weights of the upload in use */
+
 static void *upload_grouped(hwt **ws, int n, const int *group) {
     const pi0_wt *list[8];
-    int f32[8], one[8];
+    int fmt[8], i8[8], one[8], any8 = 0;
     PI0_ASSERT(n <= 8);
-    for (int i = 0; i < n; i++) { list[i] = &ws[i]->w; f32[i] = ws[i]->f32; one[i] = 1; }
+    for (int i = 0; i < n; i++) {
+        list[i] = &ws[i]->w;
+        fmt[i] = (ws[i]->f32 ? 1 : 0) | (ws[i]->i8 ? 2 : 0);
+        i8[i] = ws[i]->i8;
+        any8 |= i8[i];
+        one[i] = 1;
+    }
     void *store = NULL;
-    pi0_status st = cuda_upload_list(&store, list, f32, group ? group : one, n, last_id, 0);
+    pi0_status st = cuda_upload_list(&store, list, fmt, group ? group : one, n, last_id, 0);
     CHECK(st == PI0_OK, "upload weights: %s", pi0_last_error());
     cuda_use_weights(gpu, store);
+    if (any8) {
+        CHECK(cpu_weights_list(&cpu_store, list, i8, n, last_id) == PI0_OK, "cpu int8 weights: %s", pi0_last_error());
+        cpu_use_weights(cpu, cpu_store);
+    }
     return store;
 }
 
@@ -171,6 +184,9 @@ static void free_wts(void *store, hwt **ws, int n) {
     cuda_forget_transposes(gpu);
     cuda_use_weights(gpu, NULL);
     cuda_weights_free(store);
+    cpu_use_weights(cpu, NULL);
+    cpu_weights_free(cpu_store);
+    cpu_store = NULL;
     for (int i = 0; i < n; i++) free(ws[i]->data);
 }
 
@@ -692,6 +708,62 @@ static void t_linear_t_cat(int M, const int *rows, int nw, int K, int ld, enum p
     compare("linear_t_cat", shape, &out, (size_t)K, 8e-3);
     rel(&dy); rel(&out);
     free_wts(ar, ws, nw);
+}
+
+/* linear with an int8 weight (quant.h): the products are exact on both sides, so the GPU's output is the CPU twin's
+ * rounded to bf16 (GELU: a few ulp more); rows up to 64 take linear_i8.cu's rows kernel (K % 16: its 16-byte loads),
+ * more cuBLASLt's int8 kernels (K and N multiples of 4) in chunks, else the rows kernel again. Then qkv and mlp_up on
+ * int8 weights, which compose the int8 products as their CPU twins do. */
+static void t_linear_i8(int M, int N, int K, int bias, enum pi0_epi epi) {
+    hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
+    W.i8 = 1;
+    hwt *ws[2] = {&W, &b};
+    void *ar = upload_wts(ws, 2);
+    dbuf x = mk((size_t)M * K, PT_ACT), y = mk((size_t)M * N, PT_ACT);
+    set_rand(&x, 1.0f);
+    if (epi == EPI_ADD) set_rand(&y, 1.0f); else poison(&y);
+    cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, 0, epi);
+    gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, 0, epi);
+    char shape[80];
+    snprintf(shape, sizeof shape, "int8 M=%d N=%d K=%d %s%s", M, N, K, ename(epi), bias ? "+b" : "");
+    compare("linear", shape, &y, (size_t)N, 2.5e-3);
+    rel(&x); rel(&y);
+    free_wts(ar, ws, 2);
+}
+
+static void t_fused_i8(int M, int K, int nq, int nkv, int F, int hd) {
+    pi0_gemma_layer L;
+    memset(&L, 0, sizeof L);
+    float s = 1.0f / sqrtf((float)K);
+    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    q.i8 = k.i8 = v.i8 = g.i8 = u.i8 = 1;
+    hwt *ws[5] = {&q, &k, &v, &g, &u};
+    const int groups[5] = {3, 0, 0, 2, 0};   /* asked for, but int8 members form no group */
+    void *ar = upload_grouped(ws, 5, groups);
+    L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
+    dbuf y = mk((size_t)M * K, PT_ACT), oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT),
+         ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
+    dbuf pos = mk((size_t)M, PT_I32);
+    set_rand(&y, 1.0f);
+    poison(&oq); poison(&ok); poison(&ov); poison(&og);
+    int32_t *pv = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, pv);
+    free(pv);
+    pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
+    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
+    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
+    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
+    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
+    char shape[80];
+    snprintf(shape, sizeof shape, "int8 M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    compare("qkv.q", shape, &oq, (size_t)nq, 4e-3);
+    compare("qkv.k", shape, &ok, (size_t)nkv, 4e-3);
+    compare("qkv.v", shape, &ov, (size_t)nkv, 4e-3);
+    snprintf(shape, sizeof shape, "int8 M=%d K=%d F=%d", M, K, F);
+    compare("mlp_up", shape, &og, (size_t)F, 8e-3);
+    rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot); rel(&pos);
+    free_wts(ar, ws, 5);
 }
 
 /* backend.h early_next's contract: the expert's o product with the hint on, then gate|up with its RMSNorm folded in
@@ -1280,7 +1352,7 @@ static void t_time_attention_bwd(void) {
 }
 
 static void op_tests(void) {
-    if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0, NULL) != PI0_OK) {
+    if (cpu_backend_create(&cpu, 0, NULL) != PI0_OK || cuda_backend_create(&gpu, 0, NULL) != PI0_OK) {
         CHECK(0, "backends: %s", pi0_last_error());
         return;
     }
@@ -1339,6 +1411,20 @@ static void op_tests(void) {
         t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_STORE);
         t_linear_t_cat(c->M, c->rows, c->nw, c->K, c->ld, EPI_ADD);
     }
+    {
+        static const struct { int M, N, K; } I8[] = {{1, 2048, 1024}, {11, 2048, 1024}, {16, 1024, 2048}, {51, 1024, 4096},
+                                                     {64, 256, 1024}, {65, 2048, 1024}, {300, 1152, 1152}, {788, 4096, 1024},
+                                                     {788, 1024, 4096}, {100, 20, 36}, {5, 24, 40}, {130, 24, 42}};
+        printf("-- linear int8: the rows kernel (1-64 rows, K %% 16 or not), cuBLASLt's int8 products (65-788 rows), odd shapes\n");
+        for (size_t i = 0; i < N_OF(I8); i++) {
+            t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 1, EPI_STORE);
+            t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 0, EPI_ADD);
+            t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 1, EPI_GELU);
+        }
+        printf("-- qkv / mlp_up on int8 weights: the expert at B = 1, the prefix\n");
+        t_fused_i8(11, 1024, 2048, 256, 4096, 256);
+        t_fused_i8(788, 2048, 2048, 256, 2048, 256);
+    }
     printf("-- early_next: the expert's o then gate|up, hint on and off, at B = 1 and 51 rows\n");
     t_early_next(11);
     t_early_next(51);
@@ -1377,7 +1463,7 @@ int main(void) {
         return test_summary("test_cuda_ops") || 1;
     }
     if (getenv("PI0_TEST_TIME_ATTN_BWD") && atoi(getenv("PI0_TEST_TIME_ATTN_BWD"))) {
-        if (cpu_backend_create(&cpu, 0) != PI0_OK || cuda_backend_create(&gpu, 0, NULL) != PI0_OK) {
+        if (cpu_backend_create(&cpu, 0, NULL) != PI0_OK || cuda_backend_create(&gpu, 0, NULL) != PI0_OK) {
             CHECK(0, "backends: %s", pi0_last_error());
         } else {
             if (atoi(getenv("PI0_TEST_TIME_ATTN_BWD")) == 2) attn_bwd_rows();

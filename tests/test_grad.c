@@ -490,7 +490,7 @@ static void t_rtc(void) {
 }
 
 int main(void) {
-    if (cpu_backend_create(&be, 2) != PI0_OK) { printf("cpu backend: %s\n", pi0_last_error()); return 1; }
+    if (cpu_backend_create(&be, 2, NULL) != PI0_OK) { printf("cpu backend: %s\n", pi0_last_error()); return 1; }
     pi0_rng_seed(&rng, SEED);
     printf("seed %llu\n", (unsigned long long)SEED);
     if (be->reserve(be, 64, 4096, 1 << 16, 1 << 16) != PI0_OK) { printf("reserve: %s\n", pi0_last_error()); return 1; }

@@ -107,6 +107,8 @@ typedef struct {
     int full, iters, warmup, threads, device, no_graph;
     int vary;           /* --vary-tokens K: run i has tok_valid - i % K valid prompt tokens (a new prefix length) */
     pi0_backend_kind backend;
+    pi0_precision precision;
+    unsigned stages;
     const char *checkpoint;
     FILE *csv, *trace;
     int trace_events;
@@ -145,7 +147,8 @@ static int run_workload(bench_opts *o, const workload *w) {
     double *lat = NULL;
     int rc = 1;
     pi0_model_params mp = {.backend = o->backend, .n_threads = o->threads, .device = o->device,
-                           .action_horizon = w->horizon, .max_token_len = w->tok_padded, .quiet = 1};
+                           .action_horizon = w->horizon, .max_token_len = w->tok_padded, .quiet = 1,
+                           .precision = o->precision, .quant_stages = o->stages};
     if (pi0_model_load(&m, dir, &mp) != PI0_OK) { rc = cli_fail("loading the checkpoint"); goto done; }
     pi0_model_info info;
     pi0_model_get_info(m, &info);
@@ -240,8 +243,12 @@ static int run_workload(bench_opts *o, const workload *w) {
     const char *scale = o->full || o->checkpoint || o->backend == PI0_BACKEND_CUDA ? "full" : "reduced";
     int graph = o->backend == PI0_BACKEND_CUDA && !o->no_graph;
     header(s);
+    /* the backend column names an 8-bit precision too ("cuda+int8:vpe": vision, prefix, expert) */
+    char be[64], pn[32];
+    snprintf(be, sizeof be, "%s%s%s", pi0_session_backend(s), info.quant_stages ? "+" : "",
+             info.quant_stages ? cli_precision_name(info.precision, info.quant_stages, pn, sizeof pn) : "");
     printf("%-14s %-7s %-4s %-5s B=%-3d %4d  %9.2f %9.2f %9.2f %9.2f %8.2f %9.2f  %10.2f %10.2f %10.2f\n", w->name, scale,
-           pi0_session_backend(s), graph ? "on" : "off", B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis,
+           be, graph ? "on" : "off", B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis,
            pre, den);
     size_t used = 0, total = 0;   /* the footprint on a GPU this process has to itself (README, GPU: 12 GB cards) */
     if (pi0_session_memory(s, &used, &total) == PI0_OK)
@@ -252,7 +259,7 @@ static int run_workload(bench_opts *o, const workload *w) {
         time_t now = time(NULL);
         strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
         fprintf(o->csv, "%s,%s,%s,%s,%s,%s,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", date, PI0_COMMIT,
-                pi0_session_device(s), pi0_session_driver(s), pi0_session_backend(s), graph ? "on" : "off", w->name,
+                pi0_session_device(s), pi0_session_driver(s), be, graph ? "on" : "off", w->name,
                 scale, B, n, p50, p90, p99, mean, 1000.0 / p50, 1000.0 * B / p50, vis, pre, den);
     }
     rc = 0;
@@ -278,6 +285,8 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--no-graph")) o.no_graph = 1;
         else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &x)) return 2; o.device = (int)x; i++; }
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &o.backend)) return 2; }
+        else if (!strcmp(a, "--precision") && v) { if (!cli_precision(argv[++i], &o.precision)) return 2; }
+        else if (!strcmp(a, "--quant-stages") && v) { if (!cli_stages(argv[++i], &o.stages)) return 2; }
         else if (!strcmp(a, "--iters")) { if (!cli_parse_int(a, v, 1, 100000, &x)) return 2; o.iters = (int)x; i++; }
         else if (!strcmp(a, "--warmup")) { if (!cli_parse_int(a, v, 0, 100000, &x)) return 2; o.warmup = (int)x; i++; }
         else if (!strcmp(a, "--vary-tokens")) { if (!cli_parse_int(a, v, 1, 4096, &x)) return 2; o.vary = (int)x; i++; }

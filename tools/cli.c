@@ -23,6 +23,42 @@ int cli_parse_int(const char *flag, const char *v, long long lo, long long hi, l
     return 1;
 }
 
+int cli_precision(const char *v, pi0_precision *out) {
+    if (!strcmp(v, "bf16")) { *out = PI0_PRECISION_BF16; return 1; }
+    if (!strcmp(v, "int8")) { *out = PI0_PRECISION_INT8; return 1; }
+    fprintf(stderr, "pi0: --precision: expected bf16 or int8, got '%s'\n", v);
+    return 0;
+}
+
+int cli_stages(const char *v, unsigned *out) {
+    static const struct { const char *name; unsigned bit; } st[] = {
+        {"vision", PI0_STAGE_VISION}, {"prefix", PI0_STAGE_PREFIX}, {"expert", PI0_STAGE_EXPERT}};
+    unsigned bits = 0;
+    const char *p = v;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        unsigned bit = 0;
+        for (size_t k = 0; k < sizeof st / sizeof *st; k++)
+            if (n == strlen(st[k].name) && !strncmp(p, st[k].name, n)) bit = st[k].bit;
+        if (!bit) {
+            fprintf(stderr, "pi0: --quant-stages: expected a comma-separated list of vision, prefix, expert; got '%s'\n", v);
+            return 0;
+        }
+        bits |= bit;
+        p += n + (p[n] == ',');
+    }
+    if (!bits) { fprintf(stderr, "pi0: --quant-stages: empty list\n"); return 0; }
+    *out = bits;
+    return 1;
+}
+
+const char *cli_precision_name(pi0_precision p, unsigned stages, char *buf, size_t n) {
+    if (p == PI0_PRECISION_BF16 || !stages) { snprintf(buf, n, "bf16"); return buf; }
+    snprintf(buf, n, "int8:%s%s%s", stages & PI0_STAGE_VISION ? "v" : "", stages & PI0_STAGE_PREFIX ? "p" : "",
+             stages & PI0_STAGE_EXPERT ? "e" : "");
+    return buf;
+}
+
 int cli_backend(const char *v, pi0_backend_kind *out) {
     if (!strcmp(v, "cpu")) { *out = PI0_BACKEND_CPU; return 1; }
     if (!strcmp(v, "cuda")) { *out = PI0_BACKEND_CUDA; return 1; }

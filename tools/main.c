@@ -23,6 +23,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"run", NULL},   /* its own, longer help: run.c */
     {"infer", "pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
               "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
+              "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]   (default bf16; int8: every stage\n"
+              "           unless --quant-stages names some; docs/precision.md)\n"
               "          [--action-horizon N] [--max-token-len N]   (default: the inputs' noise [B, H, A] and tokens\n"
               "           [B, L] when present, else the checkpoint's; Orbax checkpoints store neither)\n"
               "          [--rtc exact|lerobot --rtc-delay D --rtc-horizon S [--rtc-leftover N] --rtc-schedule zeros|ones|linear|exp\n"
@@ -32,6 +34,7 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR\n"
                        "  writes a random-weight checkpoint (full size: about 7 GB); refuses to overwrite one unless --force\n"},
     {"bench", "pi0 bench [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
+              "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]\n"
               "          [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
               "          [--vary-tokens K]  (run i drops i % K prompt tokens: new prefix lengths)\n"
               "          [--list]  (the workloads)\n"},
@@ -73,9 +76,13 @@ static int cmd_infer(int argc, char **argv) {
     int dump = 0;
     const char *rtc = NULL, *rtc_schedule = "linear", *rtc_max = "10";
     pi0_backend_kind backend = PI0_BACKEND_CPU;
+    pi0_precision prec = PI0_PRECISION_BF16;
+    unsigned stages = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--checkpoint") && v) ckpt = argv[++i];
+        else if (!strcmp(a, "--precision") && v) { if (!cli_precision(argv[++i], &prec)) return 2; }
+        else if (!strcmp(a, "--quant-stages") && v) { if (!cli_stages(argv[++i], &stages)) return 2; }
         else if (!strcmp(a, "--inputs") && v) inp = argv[++i];
         else if (!strcmp(a, "--output") && v) outp = argv[++i];
         else if (!strcmp(a, "--steps")) { if (!cli_parse_int(a, v, 1, 1000, &steps)) return 2; i++; }
@@ -130,8 +137,14 @@ static int cmd_infer(int argc, char **argv) {
     if (!max_len && pi0_tensors_get(in_t, "tokens", NULL, &ndim_in, shape_in, NULL) == PI0_OK && ndim_in == 2 &&
         shape_in[1] >= 1 && shape_in[1] <= 4096)
         max_len = shape_in[1];
+    if (stages && prec == PI0_PRECISION_BF16) {
+        fprintf(stderr, "pi0 infer: --quant-stages needs --precision int8\n");
+        rc = 2;
+        goto done;
+    }
     if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads, .device = (int)device,
-                                                     .action_horizon = (int)horizon, .max_token_len = (int)max_len}) != PI0_OK) {
+                                                     .action_horizon = (int)horizon, .max_token_len = (int)max_len,
+                                                     .precision = prec, .quant_stages = stages}) != PI0_OK) {
         rc = cli_fail("loading the checkpoint");
         goto done;
     }

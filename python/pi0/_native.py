@@ -6,15 +6,15 @@ here fails the tests instead of corrupting memory.
 """
 import ctypes
 import os
-from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t, c_uint8, c_uint64, c_void_p
+from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint64, c_void_p
 
 LIBRARY_ENV = "PI0_LIBRARY"
-ABI_VERSION = 1   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
+ABI_VERSION = 2   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
 
 
 class ModelParams(Structure):
     _fields_ = [("backend", c_int), ("n_threads", c_int), ("device", c_int), ("quiet", c_int),
-                ("action_horizon", c_int), ("max_token_len", c_int)]
+                ("action_horizon", c_int), ("max_token_len", c_int), ("precision", c_int), ("quant_stages", c_uint)]
 
 
 class _Vision(Structure):
@@ -29,7 +29,8 @@ class _Llm(Structure):
 class ModelInfo(Structure):
     _fields_ = [("pi05", c_int), ("action_dim", c_int), ("action_horizon", c_int), ("max_token_len", c_int),
                 ("n_cameras", c_int), ("image_size", c_int), ("vocab_size", c_int), ("n_params", c_int64),
-                ("format", c_char_p), ("root", c_char_p), ("load_s", c_double), ("vision", _Vision),
+                ("format", c_char_p), ("root", c_char_p), ("load_s", c_double), ("precision", c_int),
+                ("quant_stages", c_uint), ("vision", _Vision),
                 ("paligemma", _Llm), ("action_expert", _Llm)]
 
 

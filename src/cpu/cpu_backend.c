@@ -12,10 +12,26 @@
 #include "../backend.h"
 #include "../util.h"
 
+/* The model's 8-bit weights (quant.h), by tensor id; the others are read from the mapping. */
+typedef struct {
+    int8_t *q;
+    float *s;
+} cpu_q8;
+
+typedef struct {
+    int n;           /* ids 1 .. n */
+    int64_t max_k;   /* the widest 8-bit weight's columns */
+    cpu_q8 *e;       /* [n + 1] */
+} cpu_wstore;
+
 typedef struct {
     int n_threads;
     float *scratch;        /* per-thread attention scores / weight tiles */
     size_t scratch_per_thread;
+    const cpu_wstore *ws;  /* NULL: no 8-bit weights */
+    int8_t *xq;            /* the int8 rows of an 8-bit product's input (reserve: max_rows x the store's max_k) */
+    float *xs;             /* and their scales */
+    size_t xq_rows;
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -43,6 +59,8 @@ static pi0_status cpu_sync(pi0_backend *be) { (void)be; return PI0_OK; }
 static void cpu_destroy(pi0_backend *be) {
     if (!be) return;
     free(CTX(be)->scratch);
+    free(CTX(be)->xq);
+    free(CTX(be)->xs);
     free(be->ctx);
     free(be);
 }
@@ -194,12 +212,47 @@ static void kernel_rows(float *part, const float *x, size_t ldx, int rb, const f
     }
 }
 
+static const cpu_q8 *q8_of(const cpu_ctx *c, const pi0_wt *W) {
+    return c->ws && W->id >= 1 && W->id <= c->ws->n && c->ws->e[W->id].q ? &c->ws->e[W->id] : NULL;
+}
+
+static int32_t dot_i8(const int8_t *a, const int8_t *b, int n) {
+    int32_t s = 0;
+    for (int k = 0; k < n; k++) s += (int32_t)a[k] * b[k];
+    return s;
+}
+
+/* linear with W in int8 (backend.h): each row of x quantised (quant_row_i8), the exact int32 products, then
+ * quant_dequant and the epilogue. */
+static void linear_i8(pi0_backend *be, pt out, pt x, const cpu_q8 *w, const pi0_wt *b, int M, int N, int K,
+                      enum pi0_epi epi) {
+    cpu_ctx *c = CTX(be);
+    PI0_ASSERT((size_t)M <= c->xq_rows && K <= c->ws->max_k);
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (int m = 0; m < M; m++) c->xs[m] = quant_row_i8(F(x) + (size_t)m * K, K, c->xq + (size_t)m * K);
+    #pragma omp parallel for num_threads(NT) schedule(static)
+    for (int n = 0; n < N; n++) {
+        float bn = b ? wv(b, n) : 0.0f;
+        for (int m = 0; m < M; m++) {
+            float v = quant_dequant(dot_i8(c->xq + (size_t)m * K, w->q + (size_t)n * K, K), c->xs[m], w->s[n], bn);
+            float *o = F(out) + (size_t)m * N + n;
+            *o = epi == EPI_ADD ? *o + v : epi == EPI_GELU ? gelu_tanh(v) : v;
+        }
+    }
+}
+
 /* out (M, N) = x (M, K) . W[:, k0:k0+K]^T (+ b). Parallel over blocks of NB output features; each
  * thread widens an (NB, KB) weight tile to fp32 once per K block and streams all M rows past it,
  * 4 at a time. Partial sums per K block go to per-thread scratch (M, NB). */
 static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
                        enum pi0_epi epi) {
     cpu_ctx *c = CTX(be);
+    const cpu_q8 *q8 = q8_of(c, W);
+    if (q8) {
+        PI0_ASSERT(k0 == 0 && K == W->cols);
+        linear_i8(be, out, x, q8, b, M, N, K, epi);
+        return;
+    }
     int nblocks = (N + NB - 1) / NB;
     float *y = F(out);
     const float *xs = F(x);
@@ -634,6 +687,14 @@ static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys,
     (void)max_fused;    /* projections are computed separately */
     size_t need = (size_t)NB * KB + max_rows * NB;
     if (max_keys > need) need = max_keys;
+    if (c->ws && max_rows > c->xq_rows) {
+        int8_t *q = realloc(c->xq, max_rows * (size_t)c->ws->max_k);
+        if (q) c->xq = q;
+        float *xs = realloc(c->xs, max_rows * sizeof(float));
+        if (xs) c->xs = xs;
+        if (!q || !xs) return pi0_fail(PI0_ERR_NOMEM, "out of memory for the 8-bit products' input rows");
+        c->xq_rows = max_rows;
+    }
     if (need <= c->scratch_per_thread) return PI0_OK;
     float *s = realloc(c->scratch, need * (size_t)c->n_threads * sizeof(float));
     if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory for CPU scratch (%zu floats per thread)", need);
@@ -660,12 +721,80 @@ static void cpu_describe(char *buf, size_t n, int threads) {
     fclose(f);
 }
 
-pi0_status cpu_backend_create(pi0_backend **out, int n_threads) {
+/* ---- the 8-bit weights' store (backend.h weights_upload) ---- */
+
+void cpu_weights_free(void *store) {
+    cpu_wstore *s = store;
+    if (!s) return;
+    for (int i = 0; i <= s->n; i++) { free(s->e[i].q); free(s->e[i].s); }
+    free(s->e);
+    free(s);
+}
+
+static pi0_status q8_make(cpu_wstore *s, const pi0_wt *t) {
+    cpu_q8 *e = &s->e[t->id];
+    e->q = malloc((size_t)(t->rows * t->cols));
+    e->s = malloc((size_t)t->rows * sizeof(float));
+    if (!e->q || !e->s) return pi0_fail(PI0_ERR_NOMEM, "out of memory for the 8-bit weights");
+    quant_weight_i8(t, e->q, e->s);
+    if (t->cols > s->max_k) s->max_k = t->cols;
+    return PI0_OK;
+}
+
+typedef struct {
+    cpu_wstore *s;
+    const pi0_quant *q;
+    const pi0_weights *w;
+    const pi0_config *c;
+} q8_build;
+
+static pi0_status q8_one(void *user, const char *name, pi0_wt *t) {
+    q8_build *b = user;
+    (void)name;
+    return quant_wants(b->q, b->w, b->c, t) ? q8_make(b->s, t) : PI0_OK;
+}
+
+pi0_status cpu_weights_list(void **out, const pi0_wt *const *ts, const int *i8, int n, int max_id) {
+    *out = NULL;
+    cpu_wstore *s = calloc(1, sizeof *s);
+    if (s) s->e = calloc((size_t)max_id + 1, sizeof *s->e);
+    if (!s || !s->e) { free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    s->n = max_id;
+    pi0_status st = PI0_OK;
+    for (int i = 0; i < n && st == PI0_OK; i++)
+        if (i8[i]) {
+            PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id);
+            st = q8_make(s, ts[i]);
+        }
+    if (st != PI0_OK) { cpu_weights_free(s); return st; }
+    *out = s;
+    return PI0_OK;
+}
+
+void cpu_use_weights(pi0_backend *be, const void *store) { CTX(be)->ws = store; }
+
+pi0_status cpu_weights_upload(void **out, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device) {
+    (void)device;
+    *out = NULL;
+    if (!q || q->precision == PI0_PRECISION_BF16) return PI0_OK;   /* everything read in place */
+    cpu_wstore *s = calloc(1, sizeof *s);
+    if (s) s->e = calloc((size_t)w->n_ids + 1, sizeof *s->e);
+    if (!s || !s->e) { free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
+    s->n = w->n_ids;
+    q8_build b = {s, q, w, c};
+    pi0_status st = weights_foreach((pi0_weights *)w, c, q8_one, &b);
+    if (st != PI0_OK) { cpu_weights_free(s); return st; }
+    *out = s;
+    return PI0_OK;
+}
+
+pi0_status cpu_backend_create(pi0_backend **out, int n_threads, const void *weights) {
     *out = NULL;
     pi0_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     c->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();   /* not omp_set_num_threads: the caller's */
+    c->ws = weights;
     be->name = "cpu";
     cpu_describe(be->device, sizeof be->device, c->n_threads);
     snprintf(be->driver, sizeof be->driver, "-");

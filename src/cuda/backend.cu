@@ -150,9 +150,10 @@ extern "C" void cuda_weights_free(void *store) {
     free(s);
 }
 
-// Uploads n tensors: ts[i], with an fp32 copy where f32[i], and group[i] > 1 starting a group of that many (the
-// members follow in ts). Each tensor's id must be 1 .. max_id and unique.
-extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, const int *f32, const int *group, int n,
+// Uploads n tensors: ts[i] in bf16, or in int8 with its row scales where fmt[i] & CUDA_W_I8, an fp32 copy too where
+// fmt[i] & CUDA_W_F32, and group[i] > 1 starting a group of that many bf16 tensors (the members follow in ts). Each
+// tensor's id must be 1 .. max_id and unique.
+extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, const int *fmt, const int *group, int n,
                                        int max_id, int device) {
     *out = NULL;
     pi0_status st = check_device(device);
@@ -166,9 +167,14 @@ extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, cons
     size_t bytes = 0;
     for (int i = 0; i < n; i++) {
         size_t m = (size_t)(ts[i]->rows * ts[i]->cols);
-        PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id && !s->e[ts[i]->id].bf);
-        s->e[ts[i]->id].bf = (bf16 *)1;   // (marks the id taken until the upload below)
-        bytes += up256(m * 2) + (f32[i] ? up256(m * 4) : 0);
+        PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id && !s->e[ts[i]->id].next);
+        s->e[ts[i]->id].next = -1;   // (marks the id taken until the upload below)
+        bytes += (fmt[i] & CUDA_W_I8 ? up256(m) + up256((size_t)ts[i]->rows * 4) : up256(m * 2)) +
+                 (fmt[i] & CUDA_W_F32 ? up256(m * 4) : 0);
+        if (fmt[i] & CUDA_W_I8) {
+            if (ts[i]->cols > s->q8_k) s->q8_k = ts[i]->cols;
+            if (ts[i]->rows > s->q8_n) s->q8_n = ts[i]->rows;
+        }
     }
     cudaError_t e = cudaMalloc((void **)&s->base, bytes ? bytes : 256);
     if (e != cudaSuccess) {
@@ -185,21 +191,44 @@ extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, cons
     if (!stage) { cuda_weights_free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
     size_t used = 0;
     char name[48];
+    for (int i = 0; i < n; i++) s->e[ts[i]->id].next = 0;
     for (int i = 0; i < n && st == PI0_OK; i++) {   // bf16 copies in list order: a group's members back to back
         const pi0_wt *t = ts[i];
+        if (fmt[i] & CUDA_W_I8) continue;
         size_t b = (size_t)(t->rows * t->cols) * 2;
         cuda_wentry *w = &s->e[t->id];
         w->bf = (bf16 *)(s->base + used);
         used += up256(b);
         snprintf(name, sizeof name, "weight %d", t->id);
         st = upload_bf16(s, t, (char *)w->bf, stage, name);
-        if (group[i] > 1)   // link the members whose predecessors end on a 256-byte boundary
+        if (group[i] > 1)   // link the bf16 members whose predecessors end on a 256-byte boundary
             for (int j = i; j + 1 < i + group[i] && j + 1 < n && ((size_t)(ts[j]->rows * ts[j]->cols) * 2) % 256 == 0 &&
-                            ts[j + 1]->cols == ts[i]->cols; j++)
+                            !(fmt[j + 1] & CUDA_W_I8) && ts[j + 1]->cols == ts[i]->cols; j++)
                 s->e[ts[j]->id].next = ts[j + 1]->id;
     }
+    for (int i = 0; i < n && st == PI0_OK; i++) {   // int8 copies and their row scales, quantised on the host
+        if (!(fmt[i] & CUDA_W_I8)) continue;
+        const pi0_wt *t = ts[i];
+        size_t m = (size_t)(t->rows * t->cols);
+        cuda_wentry *w = &s->e[t->id];
+        w->q8 = (int8_t *)(s->base + used);
+        used += up256(m);
+        w->s8 = (float *)(s->base + used);
+        used += up256((size_t)t->rows * 4);
+        int8_t *q = (int8_t *)malloc(m);
+        float *sc = (float *)malloc((size_t)t->rows * 4);
+        if (!q || !sc) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        else {
+            quant_weight_i8(t, q, sc);
+            cudaError_t e = cudaMemcpy(w->q8, q, m, cudaMemcpyHostToDevice);
+            if (e == cudaSuccess) e = cudaMemcpy(w->s8, sc, (size_t)t->rows * 4, cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) st = pi0_fail(PI0_ERR_CUDA, "uploading weight %d: %s", t->id, cudaGetErrorString(e));
+        }
+        free(q);
+        free(sc);
+    }
     for (int i = 0; i < n && st == PI0_OK; i++) {
-        if (!f32[i]) continue;
+        if (!(fmt[i] & CUDA_W_F32)) continue;
         cuda_wentry *w = &s->e[ts[i]->id];
         w->f32 = (float *)(s->base + used);
         used += up256((size_t)(ts[i]->rows * ts[i]->cols) * 4);
@@ -214,24 +243,24 @@ extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, cons
 
 struct wt_plan {
     const pi0_wt **t;
-    int *f32, *group;
+    int *fmt, *group;
     int n, cap;
 };
 
-static int plan_add(wt_plan *l, const pi0_wt *t, int f32, int group) {
+static int plan_add(wt_plan *l, const pi0_wt *t, int fmt, int group) {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 256;
         const pi0_wt **nt = (const pi0_wt **)realloc(l->t, (size_t)cap * sizeof *nt);
         if (nt) l->t = nt;
-        int *nf = (int *)realloc(l->f32, (size_t)cap * sizeof *nf);
-        if (nf) l->f32 = nf;
+        int *nf = (int *)realloc(l->fmt, (size_t)cap * sizeof *nf);
+        if (nf) l->fmt = nf;
         int *ng = (int *)realloc(l->group, (size_t)cap * sizeof *ng);
         if (ng) l->group = ng;
         if (!nt || !nf || !ng) return 0;
         l->cap = cap;
     }
     l->t[l->n] = t;
-    l->f32[l->n] = f32;
+    l->fmt[l->n] = fmt;
     l->group[l->n++] = group;
     return 1;
 }
@@ -240,12 +269,14 @@ struct plan_ctx {
     wt_plan *l;
     const pi0_weights *w;
     const pi0_config *cfg;
+    const pi0_quant *q;
 };
 
 // The groups this backend runs as one product, each listed from its first member: q, k, v and gate, up of every
 // layer (qkv, mlp_up), SigLIP's q, k, v biases (qkv's strided batch); the rest one by one. The fp32 copies: 1-D
 // tensors (norm scales, biases), the patch embedding (docs/model.md 3.4 computes it in fp32) and the fp32 products of
-// docs/model.md 1.5 (state, action and time projections: cuBLASLt in fp32 at 64 rows and more).
+// docs/model.md 1.5 (state, action and time projections: cuBLASLt in fp32 at 64 rows and more). The weights q selects:
+// int8 only (a group of them is no group: the 8-bit products run one by one).
 static pi0_status plan_one(void *user, const char *name, pi0_wt *t) {
     plan_ctx *p = (plan_ctx *)user;
     const pi0_weights *w = p->w;
@@ -273,19 +304,21 @@ static pi0_status plan_one(void *user, const char *name, pi0_wt *t) {
     for (int i = 0; i < n; i++) {
         int f32 = grp[i]->cols == 1;
         for (size_t j = 0; j < sizeof f32w / sizeof *f32w; j++) f32 |= grp[i] == f32w[j];
-        if (!plan_add(p->l, grp[i], f32, i ? 0 : n)) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+        int fmt = (f32 ? CUDA_W_F32 : 0) | (quant_wants(p->q, w, p->cfg, grp[i]) ? CUDA_W_I8 : 0);
+        if (!plan_add(p->l, grp[i], fmt, i ? 0 : n)) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
     }
     return PI0_OK;
 }
 
-extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, const pi0_config *cfg, int device) {
+extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, const pi0_config *cfg, const pi0_quant *q,
+                                          int device) {
     wt_plan l = {};
-    plan_ctx p = {&l, w, cfg};
+    plan_ctx p = {&l, w, cfg, q};
     *out = NULL;
     pi0_status st = weights_foreach((pi0_weights *)w, cfg, plan_one, &p);
-    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.f32, l.group, l.n, w->n_ids, device);
+    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.fmt, l.group, l.n, w->n_ids, device);
     free(l.t);
-    free(l.f32);
+    free(l.fmt);
     free(l.group);
     return st;
 }
@@ -293,9 +326,9 @@ extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, cons
 extern "C" wview cuda_wv(const cuda_ctx *c, const pi0_wt *W) {
     const cuda_wstore *s = c->ws;
     // model.c passes only the bound tensors of the model whose store this session reads: any other is a bug
-    PI0_ASSERT(s && W->id >= 1 && W->id <= s->n && s->e[W->id].bf);
+    PI0_ASSERT(s && W->id >= 1 && W->id <= s->n && (s->e[W->id].bf || s->e[W->id].q8));
     const cuda_wentry *e = &s->e[W->id];
-    wview v = {e->bf, e->f32, W->rows, W->cols, W->dtype, e->next};
+    wview v = {e->bf, e->f32, e->q8, e->s8, W->rows, W->cols, W->dtype, e->next};
     return v;
 }
 
@@ -368,8 +401,11 @@ static pi0_status cuda_download(pi0_backend *be, float *dst, pt src, size_t n) {
 
 static pi0_status cuda_reserve(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused) {
     cuda_ctx *c = CTX(be);
-    (void)max_rows;
     (void)max_keys;
+    if (c->ws && c->ws->q8_k) {
+        pi0_status st = cuda_reserve_i8(c, max_rows);
+        if (st != PI0_OK) return st;
+    }
     if (max_fused > c->fused_cap) {
         cudaFree(c->fused);
         c->fused = NULL;
@@ -536,6 +572,9 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->att32);
         cudaFree(c->tune_buf);
         cudaFree(c->fused);
+        cudaFree(c->xq);
+        cudaFree(c->xs);
+        cudaFree(c->acc);
         cudaFree(c->workspace);
         cudaFree(c->pscratch);
         cudaFree(c->pcounters);

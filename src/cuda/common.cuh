@@ -60,13 +60,18 @@ struct cuda_graph_entry {
 
 enum { CUDA_MAX_GRAPHS = 32, CUDA_MAX_CARVED = 64 };
 
-// One tensor's copies in the model's weight store (backend.cu): bf16 always, fp32 for those the kernels read in fp32,
-// and `next`, the id of the tensor placed right after it as one [rows, cols] matrix (a group the layout planned), or 0.
+// One tensor's copies in the model's weight store (backend.cu): bf16, or for the weights an 8-bit precision selects
+// int8 with one scale per row (quant.h) instead; fp32 for those the kernels read in fp32; and `next`, the id of the
+// tensor placed right after it as one [rows, cols] bf16 matrix (a group the layout planned), or 0.
 struct cuda_wentry {
     bf16 *bf;
     float *f32;
+    int8_t *q8;
+    float *s8;
     int next;
 };
+
+enum { CUDA_W_F32 = 1, CUDA_W_I8 = 2 };   // cuda_upload_list's formats of a tensor: an fp32 copy too; int8, no bf16
 
 struct cuda_wstore {
     char *base;
@@ -74,6 +79,7 @@ struct cuda_wstore {
     int device;
     int n;             // ids 1 .. n
     cuda_wentry *e;    // [n + 1], by id
+    int64_t q8_k, q8_n;   // the largest columns and rows of an int8 weight (the 8-bit products' scratch), 0: none
 };
 
 // A weight as the kernels read it: its copies and shape. From a pi0_wt by cuda_wv, or made by gemm_bwd.cu for a
@@ -81,6 +87,8 @@ struct cuda_wstore {
 struct wview {
     const bf16 *bf;
     const float *f32;
+    const int8_t *q8;
+    const float *s8;
     int64_t rows, cols;
     pi0_dtype dtype;
     int next;
@@ -125,6 +133,10 @@ struct cuda_ctx {
     int capturing;
     int untuned;               // a GEMM met during capture had no timed algorithm (gemm.cu tune): no graph
     int early_next;            // backend.h early_next: few-row products trigger their dependent at entry
+    int8_t *xq;                // an 8-bit product's input rows in int8 (linear_i8.cu): xq_rows x the store's q8_k
+    float *xs;                 // their scales
+    int32_t *acc;              // the int32 products of xq_rows rows (cuBLASLt), xq_rows x the store's q8_n
+    size_t xq_rows;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
 };
@@ -287,6 +299,10 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
                   const void *bias, int batch, long long sx, long long sw, long long sy, long long sb, int gelu);
 gemm_cache *gemm_cache_new(void);
 void gemm_cache_free(gemm_cache *g);
+// linear_i8.cu: linear with an int8 weight (backend.h linear), and the scratch it needs for rows of the store's
+// widest int8 weight (at reserve)
+void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias, int M, int N, int K, enum pi0_epi epi);
+pi0_status cuda_reserve_i8(cuda_ctx *c, size_t max_rows);
 // cuda_linear on a weight view: a pi0_wt's copies (cuda_wv) or a copy the caller owns (gemm_bwd.cu's transposes)
 void cuda_linear_v(pi0_backend *be, pt out, pt x, const wview *W, const wview *b, int M, int N, int K, int k0,
                    enum pi0_epi epi);

@@ -16,7 +16,7 @@ extern "C" {
 pi0_status cuda_backend_create(pi0_backend **out, int device, const void *weights);
 /* The device exists, can be selected, has compute capability 8.0 or later and this build carries code for it. */
 pi0_status cuda_device_check(int device);
-pi0_status cuda_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, int device);
+pi0_status cuda_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
 void cuda_weights_free(void *store);
 /* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);

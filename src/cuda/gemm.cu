@@ -82,7 +82,11 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
     memset(p, 0, sizeof *p);
     memcpy(&p->key, k, sizeof *k);   // padding bytes included (memcmp above)
     cublasOperation_t ta = k->trans_w ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    if (CUBLAS_NOTE(c, cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F))) return NULL;
+    // int8 operands (linear_i8.cu): exact int32 products, int32 alpha and beta
+    int i8 = k->tx == CUDA_R_8I;
+    if (CUBLAS_NOTE(c, cublasLtMatmulDescCreate(&p->desc, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                                i8 ? CUDA_R_32I : CUDA_R_32F)))
+        return NULL;
     CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (k->has_bias || k->gelu) {
@@ -198,15 +202,18 @@ static void tune(cuda_ctx *c, gemm_plan *p, const void *X, const void *W, const 
     cudaEvent_t e0, e1;
     if (CUDA_NOTE(c, cudaEventCreate(&e0)) || CUDA_NOTE(c, cudaEventCreate(&e1))) return;
     const float alpha = p->key.alpha, beta = p->key.beta;
+    const int32_t ialpha = (int32_t)alpha, ibeta = (int32_t)beta;
+    const void *pa = p->key.tx == CUDA_R_8I ? (const void *)&ialpha : &alpha;
+    const void *pb = p->key.tx == CUDA_R_8I ? (const void *)&ibeta : &beta;
     float best = 1e30f;
     for (int i = 0; i < p->n_cand * GEMM_TUNE_ROUNDS; i++) {
         const cublasLtMatmulAlgo_t *al = &p->cand[i % p->n_cand];
         float ms = 0;
-        int ok = cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, c->tune_buf, p->lc, c->tune_buf,
+        int ok = cublasLtMatmul(c->lt, p->desc, pa, W, p->la, X, p->lb, pb, c->tune_buf, p->lc, c->tune_buf,
                                 p->lc, al, c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS;
         cudaEventRecord(e0, c->stream);
         for (int r = 0; ok && r < 5; r++)
-            ok = cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, c->tune_buf, p->lc, c->tune_buf,
+            ok = cublasLtMatmul(c->lt, p->desc, pa, W, p->la, X, p->lb, pb, c->tune_buf, p->lc, c->tune_buf,
                                 p->lc, al, c->workspace, c->ws_size, c->stream) == CUBLAS_STATUS_SUCCESS;
         cudaEventRecord(e1, c->stream);
         cudaEventSynchronize(e1);
@@ -232,9 +239,11 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
     if (!p) return;
     if (!p->tuned)
         tune(c, p, X, W, bias, ((batch > 1 ? (size_t)(batch - 1) * (size_t)sy : 0) + (size_t)M * ldy) *
-                                   (ty == CUDA_R_32F ? 4 : 2));
+                                   (ty == CUDA_R_32F || ty == CUDA_R_32I ? 4 : 2));
     if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, Y, p->lc, Y, p->lc, &p->algo,
+    const int32_t ialpha = (int32_t)alpha, ibeta = (int32_t)beta;
+    const void *pa = tx == CUDA_R_8I ? (const void *)&ialpha : &alpha, *pb = tx == CUDA_R_8I ? (const void *)&ibeta : &beta;
+    CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, pa, W, p->la, X, p->lb, pb, Y, p->lc, Y, p->lc, &p->algo,
                                   c->workspace, c->ws_size, c->stream));
 }
 
@@ -347,6 +356,11 @@ void cuda_linear_v(pi0_backend *be, pt out, pt x, const wview *W, const wview *b
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const bf16 *w = W->bf + k0;
+    if (W->q8) {   // int8 weights (linear_i8.cu)
+        PI0_ASSERT(k0 == 0 && K == W->cols && x.kind == PT_ACT && out.kind == PT_ACT);
+        cuda_linear_i8(CTX(be), out, x, W, b ? b->f32 : NULL, M, N, K, epi);
+        return;
+    }
     if (x.kind == PT_F32) {
         PI0_ASSERT(out.kind == PT_F32);
         if (M >= 64 && W->f32) {   // batches: cuBLASLt in fp32 (CUBLAS_COMPUTE_32F, no TF32) on the fp32 copy
@@ -393,7 +407,7 @@ void cuda_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b
 // takes the few-row kernel itself (up to 16 rows); past 16 rows cuda_gemv takes gemv_wg, which has none.
 static int residual_gemv(cuda_ctx *c, pt x, pt save, pt y, const pi0_wt *W, int M, int N, int K, pt gate,
                          int gate_stride, int rows_per_gate) {
-    if (!c->fused_small || M > (save.p ? 16 : GEMV_ROWS)) return 0;
+    if (!c->fused_small || M > (save.p ? 16 : GEMV_ROWS) || cuda_wv(c, W).q8) return 0;   // (int8: linear's own path)
     gemv_args g = {};
     g.x = (const bf16 *)y.p; g.w = wbf(c, W); g.M = M; g.N = N; g.K = K; g.ldx = K; g.ldw = (int)W->cols;
     g.epi = gate.p ? GEMV_GATED_ADD : GEMV_ADD;

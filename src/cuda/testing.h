@@ -12,9 +12,9 @@ extern "C" {
 #endif
 
 /* A weight store for a list of tensors (op tests), as cuda_weights_upload makes the model's: ts[i] with an fp32 copy
- * where f32[i], group[i] > 1 starting a group of that many that the ops may run as one product (the members follow in
- * ts); ids unique, 1 .. max_id. Free with cuda_weights_free. */
-pi0_status cuda_upload_list(void **store, const pi0_wt *const *ts, const int *f32, const int *group, int n, int max_id,
+ * where fmt[i] & 1, in int8 (quant.h) instead of bf16 where fmt[i] & 2, group[i] > 1 starting a group of that many that
+ * the ops may run as one product (the members follow in ts); ids unique, 1 .. max_id. Free with cuda_weights_free. */
+pi0_status cuda_upload_list(void **store, const pi0_wt *const *ts, const int *fmt, const int *group, int n, int max_id,
                             int device);
 /* The op tests: the store the backend's ops read from now on (cuda_backend_create's). */
 void cuda_use_weights(pi0_backend *be, const void *weights);

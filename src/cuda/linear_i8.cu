@@ -1,0 +1,161 @@
+// linear_i8.cu — linear with an int8 weight (backend.h linear; the format: quant.h, docs/precision.md). The input rows
+// (bf16) are quantised first, one scale per row (quant_rows_kernel); then the int32 products: up to I8_FEW_ROWS rows
+// by i8_rows_kernel, which streams each weight row once (the denoise's few rows read little else), more by cuBLASLt's
+// int8 kernels (tensor cores) into int32 scratch, in chunks of the scratch's rows, and i8_dequant_kernel. The output is
+// quant_dequant's, one fused multiply-add in fp32, then the epilogue, rounded once to bf16. The products are exact, so
+// the result is the CPU twin's (cpu_linear's int8 path) up to that rounding and the GELU's few ulp.
+#include <float.h>
+
+#include "common.cuh"
+
+enum { I8_FEW_ROWS = 64, I8_PASS = 16, I8_WARPS = 4, I8_ACC_BYTES = 64 << 20 };
+
+// quant.h quant_i8 and quant_row_i8, on the device: the same operations, so the same bits.
+__device__ __forceinline__ int8_t quant_i8_dev(float x, float s) {
+    if (!(s > 0.0f)) return 0;
+    float v = rintf(__fdiv_rn(x, s));
+    return (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+}
+
+__device__ __forceinline__ float amax_op(float a, float b) { return b > a || b != b ? b : a; }   // NaN sticks
+
+// One block per row: the row's absolute maximum (NaN kept), its scale, its int8 values.
+__global__ void __launch_bounds__(256) quant_rows_kernel(int8_t *q, float *s, const bf16 *x, int K) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float part[8];
+    const bf16 *xr = x + (size_t)blockIdx.x * K;
+    float a = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) a = amax_op(a, fabsf(__bfloat162float(xr[k])));
+    for (int o = 16; o; o >>= 1) a = amax_op(a, __shfl_xor_sync(0xffffffffu, a, o));
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = a;
+    __syncthreads();
+    a = part[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) a = amax_op(a, part[w]);
+    float sc = a <= FLT_MAX ? __fdiv_rn(a, 127.0f) : __int_as_float(0x7fc00000);
+    if (threadIdx.x == 0) s[blockIdx.x] = sc;
+    int8_t *qr = q + (size_t)blockIdx.x * K;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) qr[k] = a <= FLT_MAX ? quant_i8_dev(__bfloat162float(xr[k]), sc) : 0;
+}
+
+__device__ __forceinline__ float i8_out(int32_t acc, float sx, float sw, float b, const bf16 *old, int epi) {
+    float v = __fmaf_rn((float)acc, __fmul_rn(sx, sw), b);
+    if (epi == EPI_ADD) v = __fadd_rn(__bfloat162float(*old), v);
+    else if (epi == EPI_GELU) v = gelu_tanh(v);
+    return v;
+}
+
+__device__ __forceinline__ int dot4(int a, int b, int c) { return __dp4a(a, b, c); }
+
+// Few rows: one warp per output feature n streams its weight row once (16 bytes per lane and step, VEC: K % 16 == 0),
+// up to I8_PASS rows at a time read from L1 / L2, and writes the rows' outputs.
+template <bool VEC>
+__global__ void __launch_bounds__(32 * I8_WARPS) i8_rows_kernel(bf16 *y, const int8_t *xq, const float *xs,
+                                                                  const int8_t *w, const float *ws, const float *bias,
+                                                                  int M, int N, int K, int epi) {
+    const int lane = threadIdx.x & 31, n = blockIdx.x * I8_WARPS + (threadIdx.x >> 5);
+    pdl_wait();
+    pdl_trigger();
+    if (n >= N) return;
+    const int8_t *wr = w + (size_t)n * K;
+    for (int m0 = 0; m0 < M; m0 += I8_PASS) {
+        const int rows = M - m0 < I8_PASS ? M - m0 : I8_PASS;
+        int acc[I8_PASS] = {};
+        if (VEC) {
+            for (int k = lane * 16; k < K; k += 32 * 16) {
+                int4 wv = __ldg((const int4 *)(wr + k));
+#pragma unroll
+                for (int r = 0; r < I8_PASS; r++) {
+                    if (r >= rows) break;
+                    int4 xv = __ldg((const int4 *)(xq + (size_t)(m0 + r) * K + k));
+                    acc[r] = dot4(wv.x, xv.x, dot4(wv.y, xv.y, dot4(wv.z, xv.z, dot4(wv.w, xv.w, acc[r]))));
+                }
+            }
+        } else {
+            for (int k = lane; k < K; k += 32) {
+                int wk = wr[k];
+#pragma unroll
+                for (int r = 0; r < I8_PASS; r++)
+                    if (r < rows) acc[r] += wk * (int)xq[(size_t)(m0 + r) * K + k];
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < I8_PASS; r++)
+            for (int o = 16; o; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        const float b = bias ? bias[n] : 0.0f, sw = ws[n];
+#pragma unroll
+        for (int r = 0; r < I8_PASS; r++)
+            if (lane == r && r < rows) {
+                bf16 *o = y + (size_t)(m0 + r) * N + n;
+                *o = __float2bfloat16(i8_out(acc[r], xs[m0 + r], sw, b, o, epi));
+            }
+    }
+}
+
+// The outputs of `rows` rows from cuBLASLt's int32 products (row-major, N per row).
+__global__ void i8_dequant_kernel(bf16 *y, const int32_t *acc, const float *xs, const float *ws, const float *bias,
+                                  int rows, int N, int epi) {
+    pdl_wait();
+    pdl_trigger();
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)rows * N) return;
+    int m = (int)(i / N), n = (int)(i % N);
+    y[i] = __float2bfloat16(i8_out(acc[i], xs[m], ws[n], bias ? bias[n] : 0.0f, y + i, epi));
+}
+
+// Rows of scratch per cuBLASLt chunk: the int32 products of I8_ACC_BYTES, whole tiles of 64 rows, at most max_rows.
+static size_t chunk_rows(const cuda_wstore *s, size_t max_rows) {
+    size_t r = (size_t)I8_ACC_BYTES / 4 / (size_t)s->q8_n;
+    r = r < 64 ? 64 : r / 64 * 64;
+    return r < max_rows ? r : max_rows;
+}
+
+// Scratch for the rows of one pass: all of them up to I8_FEW_ROWS (the rows kernel's products take one pass), else a
+// cuBLASLt chunk (at least I8_FEW_ROWS rows).
+pi0_status cuda_reserve_i8(cuda_ctx *c, size_t max_rows) {
+    size_t rows = max_rows;
+    if (max_rows > I8_FEW_ROWS) {
+        rows = chunk_rows(c->ws, max_rows);
+        if (rows < I8_FEW_ROWS) rows = I8_FEW_ROWS;
+    }
+    if (rows <= c->xq_rows) return PI0_OK;
+    cudaFree(c->xq);
+    cudaFree(c->xs);
+    cudaFree(c->acc);
+    c->xq = NULL; c->xs = NULL; c->acc = NULL; c->xq_rows = 0;
+    if (CUDA_NOTE(c, cudaMalloc((void **)&c->xq, rows * (size_t)c->ws->q8_k)) ||
+        CUDA_NOTE(c, cudaMalloc((void **)&c->xs, rows * sizeof(float))) ||
+        CUDA_NOTE(c, cudaMalloc((void **)&c->acc, rows * (size_t)c->ws->q8_n * 4))) {
+        pi0_status st = pi0_fail(c->err, "CUDA device %d: the 8-bit products' scratch: %s", c->device, c->errmsg);
+        c->err = PI0_OK;
+        cudaGetLastError();
+        return st;
+    }
+    c->xq_rows = rows;
+    return PI0_OK;
+}
+
+void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias, int M, int N, int K, enum pi0_epi epi) {
+    if (c->err || M <= 0) return;
+    PI0_ASSERT(c->xq_rows > 0 && K <= c->ws->q8_k && N <= c->ws->q8_n);
+    const bf16 *xb = (const bf16 *)x.p;
+    bf16 *yb = (bf16 *)out.p;
+    // cuBLASLt's int8 kernels want the dimensions in multiples of 4 (their TN layout); the rows kernel takes the rest
+    int lt = M > I8_FEW_ROWS && K % 4 == 0 && N % 4 == 0;
+    size_t chunk = lt ? c->xq_rows : (size_t)M < c->xq_rows ? (size_t)M : c->xq_rows;
+    for (int m0 = 0; m0 < M; m0 += (int)chunk) {
+        int rows = M - m0 < (int)chunk ? M - m0 : (int)chunk;
+        cuda_launch(c, quant_rows_kernel, dim3(rows), dim3(256), 0, c->xq, c->xs, xb + (size_t)m0 * K, K);
+        bf16 *y = yb + (size_t)m0 * N;
+        if (lt) {
+            cuda_gemm_ex(c, 1, rows, N, K, 1.0f, c->xq, K, CUDA_R_8I, W->q8, K, CUDA_R_8I, 0.0f, c->acc, N, CUDA_R_32I,
+                         NULL, 1, 0, 0, 0, 0, 0);
+            cuda_launch(c, i8_dequant_kernel, dim3(cdiv((long long)rows * N, 256)), dim3(256), 0, y, c->acc, c->xs, W->s8,
+                        bias, rows, N, (int)epi);
+        } else {
+            int vec = K % 16 == 0;
+            cuda_launch(c, vec ? i8_rows_kernel<true> : i8_rows_kernel<false>, dim3(cdiv(N, I8_WARPS)), dim3(32 * I8_WARPS),
+                        0, y, c->xq, c->xs, W->q8, W->s8, bias, rows, N, K, (int)epi);
+        }
+    }
+}
