@@ -55,7 +55,7 @@ LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/l
            src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c src/quant.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
-CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c
+CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c tools/check.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_e2e,)

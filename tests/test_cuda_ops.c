@@ -174,6 +174,9 @@ static void *upload_grouped(hwt **ws, int n, const int *group) {
     if (any8) {
         CHECK(cpu_weights_list(&cpu_store, list, i8, n, last_id) == PI0_OK, "cpu int8 weights: %s", pi0_last_error());
         cpu_use_weights(cpu, cpu_store);
+        /* the 8-bit products' scratch is sized at reserve for the store's widest int8 weight, as a session does */
+        CHECK(cpu->reserve(cpu, 4096, 4096, 1, (size_t)788 * 32768) == PI0_OK, "cpu reserve: %s", pi0_last_error());
+        CHECK(gpu->reserve(gpu, 4096, 4096, 1, (size_t)788 * 32768) == PI0_OK, "gpu reserve: %s", pi0_last_error());
     }
     return store;
 }

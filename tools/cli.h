@@ -15,5 +15,6 @@ const char *cli_precision_name(pi0_precision p, unsigned stages, char *buf, size
 
 int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_check_precision(int argc, char **argv);   /* check.c */
 
 #endif

@@ -44,6 +44,12 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"convert", "pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
                 "            [--max-token-len N] [--force]\n"
                 "  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"},
+    {"check-precision", "pi0 check-precision --checkpoint DIR [--obs IN.safetensors] [--backend cpu|cuda] [--device N]\n"
+                        "          [--batch B] [--seed S] [--threads N]\n"
+                        "  how far int8 (each stage alone, and all) moves the actions from bf16, next to how far +-1 intensity\n"
+                        "  level of noise on every camera moves them in bf16, on your observations (model-level inputs as\n"
+                        "  `pi0 infer` reads them) or B random ones; a verdict per run and the options line to use\n"
+                        "  (docs/precision.md)\n"},
     {"tokenize", "pi0 tokenize --tokenizer FILE [[--] TEXT]   plain SentencePiece ids (no TEXT: one line per stdin line)\n"
                  "pi0 tokenize --tokenizer FILE --format pi0|pi05 [--state v1,v2,...] [--max-len N] TEXT\n"
                  "  the model's prompt tokens and mask\n"},
@@ -428,7 +434,8 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     static const struct { const char *name; int (*fn)(int, char **); } fns[] = {
         {"run", cmd_run}, {"infer", cmd_infer}, {"gen-checkpoint", cmd_gen}, {"bench", cmd_bench},
-        {"info", cmd_info}, {"convert", cmd_convert}, {"tokenize", cmd_tokenize}};
+        {"info", cmd_info}, {"convert", cmd_convert}, {"tokenize", cmd_tokenize},
+        {"check-precision", cmd_check_precision}};
     for (size_t k = 0; k < sizeof fns / sizeof *fns; k++) {
         if (strcmp(cmd, fns[k].name)) continue;
         for (int i = 2; i < argc && strcmp(cmd, "run"); i++) {   /* run answers --help itself */

@@ -32,6 +32,7 @@ typedef struct {
     int8_t *xq;            /* the int8 rows of an 8-bit product's input (reserve: max_rows x the store's max_k) */
     float *xs;             /* and their scales */
     size_t xq_rows;
+    int64_t xq_k;          /* the columns xq was sized for */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -227,7 +228,7 @@ static int32_t dot_i8(const int8_t *a, const int8_t *b, int n) {
 static void linear_i8(pi0_backend *be, pt out, pt x, const cpu_q8 *w, const pi0_wt *b, int M, int N, int K,
                       enum pi0_epi epi) {
     cpu_ctx *c = CTX(be);
-    PI0_ASSERT((size_t)M <= c->xq_rows && K <= c->ws->max_k);
+    PI0_ASSERT((size_t)M <= c->xq_rows && K <= c->xq_k);
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int m = 0; m < M; m++) c->xs[m] = quant_row_i8(F(x) + (size_t)m * K, K, c->xq + (size_t)m * K);
     #pragma omp parallel for num_threads(NT) schedule(static)
@@ -687,13 +688,14 @@ static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys,
     (void)max_fused;    /* projections are computed separately */
     size_t need = (size_t)NB * KB + max_rows * NB;
     if (max_keys > need) need = max_keys;
-    if (c->ws && max_rows > c->xq_rows) {
+    if (c->ws && (max_rows > c->xq_rows || c->ws->max_k > c->xq_k)) {
         int8_t *q = realloc(c->xq, max_rows * (size_t)c->ws->max_k);
         if (q) c->xq = q;
         float *xs = realloc(c->xs, max_rows * sizeof(float));
         if (xs) c->xs = xs;
         if (!q || !xs) return pi0_fail(PI0_ERR_NOMEM, "out of memory for the 8-bit products' input rows");
         c->xq_rows = max_rows;
+        c->xq_k = c->ws->max_k;
     }
     if (need <= c->scratch_per_thread) return PI0_OK;
     float *s = realloc(c->scratch, need * (size_t)c->n_threads * sizeof(float));

@@ -632,6 +632,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
         c->stage_cap = (size_t)1 << 20;
     else { c->stage = NULL; cudaGetLastError(); }   // no ring: direct copies
     CUDA_NOTE(c, cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_NOTE(c, cudaDeviceGetAttribute(&c->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (hopper) {   /* the shared memory opt-ins of the Hopper kernels (more than other GPUs have) */
         cuda_attention_setup(c);
         cuda_gemv_setup(c);

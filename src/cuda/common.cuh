@@ -121,6 +121,7 @@ struct cuda_ctx {
     float *pscratch;           // its partial results (CUDA_P_SCRATCH bytes) and counters (CUDA_P_COUNTERS, zero
     unsigned *pcounters;       // between launches)
     int sms;                   // streaming multiprocessors of the device
+    int smem_optin;            // the most shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin)
     struct cuda_wt_t { int w, wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights by id (gemm_bwd.cu)
     int n_wts, cap_wts;
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
@@ -137,6 +138,7 @@ struct cuda_ctx {
     float *xs;                 // their scales
     int32_t *acc;              // the int32 products of xq_rows rows (cuBLASLt), xq_rows x the store's q8_n
     size_t xq_rows;
+    int64_t xq_k, acc_n;       // the columns xq and acc were sized for
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
 };

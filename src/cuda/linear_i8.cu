@@ -1,6 +1,7 @@
 // linear_i8.cu — linear with an int8 weight (backend.h linear; the format: quant.h, docs/precision.md). The input rows
 // (bf16) are quantised first, one scale per row (quant_rows_kernel); then the int32 products: up to I8_FEW_ROWS rows
-// by i8_rows_kernel, which streams each weight row once (the denoise's few rows read little else), more by cuBLASLt's
+// by i8_smem_kernel (or i8_rows_kernel for shapes it lacks), which streams each weight row once (the denoise's few rows
+// read little else), more by cuBLASLt's
 // int8 kernels (tensor cores) into int32 scratch, in chunks of the scratch's rows, and i8_dequant_kernel. The output is
 // quant_dequant's, one fused multiply-add in fp32, then the epilogue, rounded once to bf16. The products are exact, so
 // the result is the CPU twin's (cpu_linear's int8 path) up to that rounding and the GELU's few ulp.
@@ -92,6 +93,57 @@ __global__ void __launch_bounds__(32 * I8_WARPS) i8_rows_kernel(bf16 *y, const i
     }
 }
 
+// Few rows, K % 16 == 0 and the rows' int8 values fit in shared memory: they are staged there once per block, and each
+// of the block's I8S_WARPS warps streams I8S_FEAT weight rows, 16 bytes per lane and step, against every staged row
+// (i8_rows_kernel reads the rows from L1 / L2 once per feature, which cost more than the weights themselves).
+enum { I8S_WARPS = 4, I8S_FEAT = 2 };
+__global__ void __launch_bounds__(32 * I8S_WARPS) i8_smem_kernel(bf16 *y, const int8_t *xq, const float *xs,
+                                                                   const int8_t *w, const float *ws, const float *bias,
+                                                                   int M, int N, int K, int epi) {
+    extern __shared__ int4 xsm[];   // [rows][K / 16]
+    const int lane = threadIdx.x & 31, n0 = (blockIdx.x * I8S_WARPS + (threadIdx.x >> 5)) * I8S_FEAT, kv = K / 16;
+    pdl_wait();
+    pdl_trigger();
+    for (int i = threadIdx.x; i < M * kv; i += blockDim.x) xsm[i] = __ldg((const int4 *)xq + i);
+    __syncthreads();
+    if (n0 >= N) return;
+    const int4 *wr[I8S_FEAT];
+#pragma unroll
+    for (int f = 0; f < I8S_FEAT; f++) wr[f] = (const int4 *)(w + (size_t)(n0 + f < N ? n0 + f : N - 1) * K);
+    for (int m0 = 0; m0 < M; m0 += I8_PASS) {
+        const int rows = M - m0 < I8_PASS ? M - m0 : I8_PASS;
+        int acc[I8S_FEAT][I8_PASS] = {};
+#pragma unroll 2
+        for (int k = lane; k < kv; k += 32) {
+            int4 wv[I8S_FEAT];
+#pragma unroll
+            for (int f = 0; f < I8S_FEAT; f++) wv[f] = __ldg(wr[f] + k);
+#pragma unroll
+            for (int r = 0; r < I8_PASS; r++) {
+                if (r >= rows) break;
+                int4 xv = xsm[(m0 + r) * kv + k];
+#pragma unroll
+                for (int f = 0; f < I8S_FEAT; f++)
+                    acc[f][r] = dot4(wv[f].x, xv.x, dot4(wv[f].y, xv.y, dot4(wv[f].z, xv.z, dot4(wv[f].w, xv.w, acc[f][r]))));
+            }
+        }
+#pragma unroll
+        for (int f = 0; f < I8S_FEAT; f++)
+#pragma unroll
+            for (int r = 0; r < I8_PASS; r++)
+                for (int o = 16; o; o >>= 1) acc[f][r] += __shfl_xor_sync(0xffffffffu, acc[f][r], o);
+#pragma unroll
+        for (int f = 0; f < I8S_FEAT; f++)
+#pragma unroll
+            for (int r = 0; r < I8_PASS; r++)
+                if (lane == f * I8_PASS + r && r < rows && n0 + f < N) {
+                    const int n = n0 + f;
+                    bf16 *o = y + (size_t)(m0 + r) * N + n;
+                    *o = __float2bfloat16(i8_out(acc[f][r], xs[m0 + r], ws[n], bias ? bias[n] : 0.0f, o, epi));
+                }
+    }
+}
+
 // The outputs of `rows` rows from cuBLASLt's int32 products (row-major, N per row).
 __global__ void i8_dequant_kernel(bf16 *y, const int32_t *acc, const float *xs, const float *ws, const float *bias,
                                   int rows, int N, int epi) {
@@ -118,11 +170,12 @@ pi0_status cuda_reserve_i8(cuda_ctx *c, size_t max_rows) {
         rows = chunk_rows(c->ws, max_rows);
         if (rows < I8_FEW_ROWS) rows = I8_FEW_ROWS;
     }
-    if (rows <= c->xq_rows) return PI0_OK;
+    if (rows <= c->xq_rows && c->ws->q8_k <= c->xq_k && c->ws->q8_n <= c->acc_n) return PI0_OK;
+    if (rows < c->xq_rows) rows = c->xq_rows;
     cudaFree(c->xq);
     cudaFree(c->xs);
     cudaFree(c->acc);
-    c->xq = NULL; c->xs = NULL; c->acc = NULL; c->xq_rows = 0;
+    c->xq = NULL; c->xs = NULL; c->acc = NULL; c->xq_rows = 0; c->xq_k = c->acc_n = 0;
     if (CUDA_NOTE(c, cudaMalloc((void **)&c->xq, rows * (size_t)c->ws->q8_k)) ||
         CUDA_NOTE(c, cudaMalloc((void **)&c->xs, rows * sizeof(float))) ||
         CUDA_NOTE(c, cudaMalloc((void **)&c->acc, rows * (size_t)c->ws->q8_n * 4))) {
@@ -132,12 +185,14 @@ pi0_status cuda_reserve_i8(cuda_ctx *c, size_t max_rows) {
         return st;
     }
     c->xq_rows = rows;
+    c->xq_k = c->ws->q8_k;
+    c->acc_n = c->ws->q8_n;
     return PI0_OK;
 }
 
 void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias, int M, int N, int K, enum pi0_epi epi) {
     if (c->err || M <= 0) return;
-    PI0_ASSERT(c->xq_rows > 0 && K <= c->ws->q8_k && N <= c->ws->q8_n);
+    PI0_ASSERT(c->xq_rows > 0 && K <= c->xq_k && N <= c->acc_n);
     const bf16 *xb = (const bf16 *)x.p;
     bf16 *yb = (bf16 *)out.p;
     // cuBLASLt's int8 kernels want the dimensions in multiples of 4 (their TN layout); the rows kernel takes the rest
@@ -152,6 +207,12 @@ void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias
                          NULL, 1, 0, 0, 0, 0, 0);
             cuda_launch(c, i8_dequant_kernel, dim3(cdiv((long long)rows * N, 256)), dim3(256), 0, y, c->acc, c->xs, W->s8,
                         bias, rows, N, (int)epi);
+        } else if (K % 16 == 0 && (size_t)rows * K <= (size_t)c->smem_optin) {   // (the expert's 51 rows: 204 KB at most)
+            size_t smem = (size_t)rows * K;
+            if (smem > 48 << 10)
+                CUDA_NOTE(c, cudaFuncSetAttribute(i8_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c->smem_optin));
+            cuda_launch(c, i8_smem_kernel, dim3(cdiv(N, I8S_WARPS * I8S_FEAT)), dim3(32 * I8S_WARPS), smem, y, c->xq, c->xs,
+                        W->q8, W->s8, bias, rows, N, K, (int)epi);
         } else {
             int vec = K % 16 == 0;
             cuda_launch(c, vec ? i8_rows_kernel<true> : i8_rows_kernel<false>, dim3(cdiv(N, I8_WARPS)), dim3(32 * I8_WARPS),
