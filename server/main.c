@@ -32,6 +32,8 @@ static const char usage[] =
     "  --steps N               flow-matching steps (default 10)\n"
     "  --action-horizon N      actions per chunk (default: config.json's, else the --config's, else 50)\n"
     "  --max-token-len N       prompt length limit (default: config.json's, else the --config's, else 48 / 200)\n"
+    "  --precision bf16|int8   the large products' precision (default bf16; int8: docs/precision.md)\n"
+    "  --quant-stages LIST     the int8 stages, of vision,prefix,expert (default: all)\n"
     "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
@@ -95,6 +97,25 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--host")) wp.host = val;
         else if (!strcmp(a, "--api-key")) wp.api_key = val;
         else if (!strcmp(a, "--backend")) backend = val;
+        else if (!strcmp(a, "--precision")) {
+            if (strcmp(val, "bf16") && strcmp(val, "int8")) {
+                fprintf(stderr, "pi0-server: --precision: expected bf16 or int8, got '%s'\n", val);
+                return 2;
+            }
+            pp.model.precision = strcmp(val, "int8") ? PI0_PRECISION_BF16 : PI0_PRECISION_INT8;
+        } else if (!strcmp(a, "--quant-stages")) {
+            unsigned bits = 0;
+            char list[64];
+            snprintf(list, sizeof list, "%s", val);
+            for (char *t = strtok(list, ","); t; t = strtok(NULL, ","))
+                bits |= !strcmp(t, "vision") ? PI0_STAGE_VISION : !strcmp(t, "prefix") ? PI0_STAGE_PREFIX
+                        : !strcmp(t, "expert") ? PI0_STAGE_EXPERT : 0x100;
+            if (!bits || bits & 0x100 || strlen(val) >= sizeof list) {
+                fprintf(stderr, "pi0-server: --quant-stages: expected a list of vision, prefix, expert; got '%s'\n", val);
+                return 2;
+            }
+            pp.model.quant_stages = bits;
+        }
         else if (!strcmp(a, "--port")) { if (parse_int(a, val, 0, 65535, &v)) return 2; wp.port = (int)v; }
         else if (!strcmp(a, "--device")) { if (parse_int(a, val, 0, 1024, &v)) return 2; pp.model.device = (int)v; }
         else if (!strcmp(a, "--threads")) { if (parse_int(a, val, 0, 4096, &v)) return 2; pp.model.n_threads = (int)v; }
@@ -212,6 +233,11 @@ int main(int argc, char **argv) {
             info.robot_name, info.action_horizon, info.action_dim, info.asset_id ? info.asset_id : "-",
             pi0_session_backend(info.session), pi0_session_device(info.session), ep.max_batch, ep.batch_window_ms,
             wp.api_key ? ", API key required" : "");
+    if (pp.model.precision == PI0_PRECISION_INT8) {
+        unsigned q = pp.model.quant_stages ? pp.model.quant_stages : PI0_STAGE_ALL;
+        srv_log("precision: int8 for%s%s%s, bf16 for the rest", q & PI0_STAGE_VISION ? " vision" : "",
+                q & PI0_STAGE_PREFIX ? " prefix" : "", q & PI0_STAGE_EXPERT ? " expert" : "");
+    }
     srv_log("listening on %s:%d", wp.host && wp.host[0] ? wp.host : "0.0.0.0", ws_server_port(s));
     ws_server_run(s);
     engine_stats es;

@@ -38,7 +38,7 @@ static const struct { const char *name, *usage; } CMDS[] = {
               "          [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
               "          [--vary-tokens K]  (run i drops i % K prompt tokens: new prefix lengths)\n"
               "          [--list]  (the workloads)\n"},
-    {"info", "pi0 info --checkpoint DIR [--backend cuda [--device N] [--max-batch B]]\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
+    {"info", "pi0 info --checkpoint DIR [--backend cuda [--device N] [--max-batch B]] [--precision int8 [--quant-stages L]]\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
              "  policy also its cameras, state and action features, normalisation modes and prompt format; with\n"
              "  --backend cuda the device memory in use with a session for B observations (default 1)\n"},
     {"convert", "pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
@@ -111,6 +111,10 @@ static int cmd_infer(int argc, char **argv) {
         fprintf(stderr, "pi0 infer: --checkpoint, --inputs and --output are required\n");
         return 2;
     }
+    if (stages && prec == PI0_PRECISION_BF16) {
+        fprintf(stderr, "pi0 infer: --quant-stages needs --precision int8\n");
+        return 2;
+    }
     static const char *const schedules[] = {"zeros", "ones", "linear", "exp"};
     int sched = -1;
     for (int k = 0; k < 4; k++) if (!strcmp(rtc_schedule, schedules[k])) sched = k;
@@ -143,11 +147,6 @@ static int cmd_infer(int argc, char **argv) {
     if (!max_len && pi0_tensors_get(in_t, "tokens", NULL, &ndim_in, shape_in, NULL) == PI0_OK && ndim_in == 2 &&
         shape_in[1] >= 1 && shape_in[1] <= 4096)
         max_len = shape_in[1];
-    if (stages && prec == PI0_PRECISION_BF16) {
-        fprintf(stderr, "pi0 infer: --quant-stages needs --precision int8\n");
-        rc = 2;
-        goto done;
-    }
     if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .n_threads = (int)threads, .device = (int)device,
                                                      .action_horizon = (int)horizon, .max_token_len = (int)max_len,
                                                      .precision = prec, .quant_stages = stages}) != PI0_OK) {
@@ -349,10 +348,14 @@ static int cmd_info(int argc, char **argv) {
     long long device = 0, batch = 1;
     int device_set = 0;
     pi0_backend_kind backend = PI0_BACKEND_CPU;
+    pi0_precision prec = PI0_PRECISION_BF16;
+    unsigned stages = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--checkpoint") && v) ckpt = argv[++i];
         else if (!strcmp(a, "--backend") && v) { if (!cli_backend(argv[++i], &backend)) return 2; }
+        else if (!strcmp(a, "--precision") && v) { if (!cli_precision(argv[++i], &prec)) return 2; }
+        else if (!strcmp(a, "--quant-stages") && v) { if (!cli_stages(argv[++i], &stages)) return 2; }
         else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, v, 0, 64, &device)) return 2; i++; device_set = 1; }
         else if (!strcmp(a, "--max-batch")) { if (!cli_parse_int(a, v, 1, 4096, &batch)) return 2; i++; }
         else { fprintf(stderr, "pi0 info: unknown or incomplete option '%s'\n", a); return 2; }
@@ -367,10 +370,12 @@ static int cmd_info(int argc, char **argv) {
         return 2;
     }
     pi0_model *m;
-    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .device = (int)device}) != PI0_OK)
+    if (pi0_model_load(&m, ckpt, &(pi0_model_params){.backend = backend, .device = (int)device, .precision = prec,
+                                                     .quant_stages = stages}) != PI0_OK)
         return cli_fail("loading the checkpoint");
     pi0_model_info i;
     pi0_model_get_info(m, &i);
+
     printf("format: %s\nmodel: %s\nparameters: %lld\naction_dim: %d\naction_horizon: %d\nmax_token_len: %d\ncameras: %d\n"
            "image_size: %d\nvocab_size: %d\n", i.format, i.pi05 ? "pi05" : "pi0", (long long)i.n_params, i.action_dim,
            i.action_horizon, i.max_token_len, i.n_cameras, i.image_size, i.vocab_size);
@@ -381,6 +386,8 @@ static int cmd_info(int argc, char **argv) {
     printf("action_expert: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n",
            i.action_expert.width, i.action_expert.depth, i.action_expert.mlp_dim, i.action_expert.num_heads,
            i.action_expert.num_kv_heads, i.action_expert.head_dim);
+    char pn[32];   /* "int8:vpe": int8 for vision, prefix, expert (docs/precision.md) */
+    printf("precision: %s\n", cli_precision_name(i.precision, i.quant_stages, pn, sizeof pn));
     if (!strncmp(i.format, "orbax", 5))
         printf("note: action_horizon and max_token_len are openpi's defaults (an Orbax checkpoint stores neither); "
                "pass them with --config or --action-horizon / --max-token-len\nread: %.2f s\n", i.load_s);

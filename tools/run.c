@@ -20,7 +20,7 @@ static void run_usage(FILE *f) {
             "               [--image KEY=FILE ...] [--obs FILE.safetensors] [--state v1,v2,...] [--prompt TEXT]\n"
             "               [--noise FILE.safetensors] [--seed N] [--json] [--dump-inputs FILE.safetensors]\n"
             "               [--asset-id ID] [--default-prompt TEXT] [--delta-actions on|off] [--max-token-len N]\n"
-            "               [--action-horizon N]\n"
+            "               [--action-horizon N] [--precision bf16|int8 [--quant-stages vision,prefix,expert]]\n"
             "               [--steps N] [--backend cpu|cuda] [--device N] [--threads N]\n"
             "               [--save-chunk FILE] [--rtc-prev FILE --rtc-delay D --rtc-horizon S --rtc-schedule zeros|ones|linear|exp\n"
             "                --rtc-max-weight W --rtc-mode lerobot|exact]   (real-time chunking: --save-chunk writes the model-space\n"
@@ -205,6 +205,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, val, 0, 1024, &v)) return 2; pp.model.n_threads = (int)v; }
         else if (!strcmp(a, "--seed")) { if (!cli_parse_int(a, val, 0, (long long)1 << 62, &seed)) return 2; }
         else if (!strcmp(a, "--backend")) { if (!cli_backend(val, &pp.model.backend)) return 2; }
+        else if (!strcmp(a, "--precision")) { if (!cli_precision(val, &pp.model.precision)) return 2; }
+        else if (!strcmp(a, "--quant-stages")) { if (!cli_stages(val, &pp.model.quant_stages)) return 2; }
         else if (!strcmp(a, "--image")) { if (n_images == MAX_ARRAYS) { fprintf(stderr, "pi0 run: too many --image\n"); return 2; } images[n_images++] = val; }
         else if (!strcmp(a, "--obs")) obs_file = val;
         else if (!strcmp(a, "--state")) state = val;

@@ -155,13 +155,36 @@ def _path(p, what: str) -> bytes:
     return b
 
 
+_STAGES = {"vision": 1, "prefix": 2, "expert": 4}   # pi0.h PI0_STAGE_*
+
+
+def _precision(precision, quant_stages):
+    """precision "bf16" | "int8" and quant_stages (None = all; else an iterable of "vision", "prefix", "expert", or
+    one comma-separated string) as pi0.h's pi0_precision and PI0_STAGE_* bits (docs/precision.md)."""
+    if precision not in ("bf16", "int8"):
+        raise InputError("PI0_ERR_ARG", f"precision: expected 'bf16' or 'int8', found {precision!r:.80}")
+    if quant_stages is None:
+        return (0, 0) if precision == "bf16" else (1, 0)
+    names = quant_stages.split(",") if isinstance(quant_stages, str) else list(quant_stages)
+    bits = 0
+    for n in names:
+        if n not in _STAGES:
+            raise InputError("PI0_ERR_ARG", f"quant_stages: expected vision, prefix or expert, found {n!r:.80}")
+        bits |= _STAGES[n]
+    if precision == "bf16" or not bits:
+        raise InputError("PI0_ERR_ARG", "quant_stages: needs precision='int8' and at least one stage")
+    return 1, bits
+
+
 def _model_params(backend: str, device: int, threads: int, action_horizon: int, max_token_len: int,
-                  quiet: bool) -> N.ModelParams:
+                  quiet: bool, precision: str = "bf16", quant_stages=None) -> N.ModelParams:
     device = _int(device, "device", 0, 1024)
+    prec, stages = _precision(precision, quant_stages)
     return N.ModelParams(backend=_backend(backend, device), n_threads=_int(threads, "threads", 0, 4096), device=device,
                          quiet=int(_flag(quiet, "quiet")),
                          action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
-                         max_token_len=_int(max_token_len or 0, "max_token_len", 0, 4096))
+                         max_token_len=_int(max_token_len or 0, "max_token_len", 0, 4096),
+                         precision=prec, quant_stages=stages)
 
 
 # numpy dtypes the library reads as they are (native byte order only: dict lookups of '>f4' miss)
@@ -283,6 +306,8 @@ class Policy(_Closing):
     backend: "auto" (CUDA when this library has it and a usable GPU is at `device`, else the CPU), "cpu", "cuda".
     max_batch: observations per infer_batch; steps: flow-matching steps; threads: CPU threads (0 = all cores).
     asset_id, default_prompt, delta_actions (None = the config's), action_horizon, max_token_len: as `pi0 run`.
+    precision: "bf16" or "int8"; quant_stages: the int8 stages ("vision", "prefix", "expert"; None = all), as
+    `pi0 infer --precision --quant-stages` (docs/precision.md; check your checkpoint first: `pi0 check-precision`).
 
     Thread safety: infer and infer_batch may be called from several threads; observations are prepared
     concurrently (resize, normalisation, tokenizer) and the model runs one batch at a time. The real-time chunking
@@ -293,7 +318,7 @@ class Policy(_Closing):
                  backend: str = "auto", device: int = 0, max_batch: int = 1, steps: int = 10, threads: int = 0,
                  asset_id: Optional[str] = None, default_prompt: Optional[str] = None,
                  delta_actions: Optional[bool] = None, action_horizon: int = 0, max_token_len: int = 0,
-                 quiet: bool = False):
+                 quiet: bool = False, precision: str = "bf16", quant_stages=None):
         self._p = None
         self._lock = threading.Lock()           # one run at a time (pi0_policy_run)
         self._idle = threading.Condition()      # close() waits for the calls in flight (prepare runs unlocked)
@@ -302,7 +327,7 @@ class Policy(_Closing):
             raise InputError("PI0_ERR_ARG", "tokenizer: the path of paligemma_tokenizer.model is required")
         max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
         pp = N.PolicyParams(
-            model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet),
+            model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet, precision, quant_stages),
             config=_opt_cstr(config, "config"), robot=_opt_cstr(robot, "robot"),
             tokenizer=_path(tokenizer, "tokenizer"), asset_id=_opt_cstr(asset_id, "asset_id"),
             default_prompt=_opt_cstr(default_prompt, "default_prompt"),
@@ -619,6 +644,8 @@ def _model_info(m) -> Dict[str, Any]:
     lib.pi0_model_get_info(m, ctypes.byref(mi))
     llm = lambda s: {f: getattr(s, f) for f, _ in s._fields_}   # noqa: E731
     return {"pi05": bool(mi.pi05), "action_dim": mi.action_dim, "action_horizon": mi.action_horizon,
+            "precision": "int8" if mi.quant_stages else "bf16",
+            "quant_stages": [n for n, b in _STAGES.items() if mi.quant_stages & b],
             "max_token_len": mi.max_token_len, "n_cameras": mi.n_cameras, "image_size": mi.image_size,
             "vocab_size": mi.vocab_size, "n_params": mi.n_params, "format": _str(mi.format), "root": _str(mi.root),
             "load_s": mi.load_s, "vision": llm(mi.vision), "paligemma": llm(mi.paligemma),
@@ -633,11 +660,12 @@ class Model(_Closing):
     """
 
     def __init__(self, checkpoint, backend: str = "auto", device: int = 0, threads: int = 0, max_batch: int = 1,
-                 steps: int = 10, action_horizon: int = 0, max_token_len: int = 0, quiet: bool = False):
+                 steps: int = 10, action_horizon: int = 0, max_token_len: int = 0, quiet: bool = False,
+                 precision: str = "bf16", quant_stages=None):
         self._m = self._s = None
         self._lock = threading.Lock()
         max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
-        mp = _model_params(backend, device, threads, action_horizon, max_token_len, quiet)
+        mp = _model_params(backend, device, threads, action_horizon, max_token_len, quiet, precision, quant_stages)
         m = ctypes.c_void_p()
         _check(lib.pi0_model_load(ctypes.byref(m), _path(checkpoint, "checkpoint"), ctypes.byref(mp)))
         self._m = m

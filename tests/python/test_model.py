@@ -84,3 +84,28 @@ def test_model_refuses(tmp_path):
         assert np.isfinite(ok).all()
     with pytest.raises(pi0.Error, match="nowhere"):
         pi0.Model(tmp_path / "nowhere", backend="cpu")
+
+
+def test_model_int8_equals_cli(tmp_path):
+    """precision / quant_stages reach the library: the same actions as `pi0 infer --precision int8`, bit for bit, and
+    not bf16's; the model's info says what runs in int8."""
+    ckpt, inputs = os.path.join(FIX, "tiny-pi05"), os.path.join(FIX, "tiny-pi05", "b2.in.safetensors")
+    t = read_st(inputs)
+    args = (t["images"], t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"])
+    with pi0.Model(ckpt, backend="cpu", max_batch=2, precision="int8", quant_stages="prefix,expert") as m:
+        got = m.infer(*args)
+        info = m.info
+    assert info["precision"] == "int8" and info["quant_stages"] == ["prefix", "expert"]
+    assert np.array_equal(got, cli_infer(tmp_path, ckpt, inputs, "--precision", "int8", "--quant-stages", "prefix,expert"))
+    with pi0.Model(ckpt, backend="cpu", max_batch=2) as m:
+        bf = m.infer(*args)
+        assert m.info["precision"] == "bf16"
+    assert not np.array_equal(got, bf)
+
+
+@pytest.mark.parametrize("kw,msg", [({"precision": "fp4"}, "precision"), ({"quant_stages": "prefix"}, "needs"),
+                                    ({"precision": "int8", "quant_stages": ["vision", "lm"]}, "quant_stages"),
+                                    ({"precision": "int8", "quant_stages": []}, "at least one")])
+def test_model_precision_refused(kw, msg):
+    with pytest.raises(pi0.InputError, match=msg):
+        pi0.Model(os.path.join(FIX, "tiny-pi0"), backend="cpu", **kw)
