@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "pi0.h"
+#include "quant.h"
 #include "safetensors.h"
 #include "test.h"
 #include "util.h"
@@ -271,6 +272,39 @@ static void test_host_alloc(void) {
     CHECK(pi0_host_alloc(SIZE_MAX) == NULL, "pi0_host_alloc(SIZE_MAX) fails cleanly");
 }
 
+/* The int8 format's definition (quant.h, docs/precision.md): the scale, round half to even, the clamp, zero and
+ * non-finite rows, and the weights' rounding to bf16 first. */
+static void test_quant(void) {
+    int8_t q[8];
+    /* amax 127: s = 1, so x / s = x: 2.5 -> 2, -3.5 -> -4, 0.5 -> 0 (half to even, not away from zero) */
+    float x[5] = {127.0f, 2.5f, -3.5f, 0.5f, -127.0f};
+    float s = quant_row_i8(x, 5, q);
+    CHECK(s == 1.0f && q[0] == 127 && q[1] == 2 && q[2] == -4 && q[3] == 0 && q[4] == -127,
+          "quant_row_i8: s %g, q %d %d %d %d %d", s, q[0], q[1], q[2], q[3], q[4]);
+    float z[3] = {0, -0.0f, 0};
+    s = quant_row_i8(z, 3, q);
+    CHECK(s == 0.0f && !q[0] && !q[1] && !q[2], "quant_row_i8: a zero row");
+    float bad[3] = {1.0f, NAN, 2.0f}, inf[2] = {INFINITY, 1.0f};
+    memset(q, 5, sizeof q);
+    s = quant_row_i8(bad, 3, q);
+    CHECK(s != s && !q[0] && !q[1] && !q[2], "quant_row_i8: a NaN row gives scale NaN and zeros (s %g)", s);
+    s = quant_row_i8(inf, 2, q);
+    CHECK(s != s && !q[0] && !q[1], "quant_row_i8: an infinite row gives scale NaN (s %g)", s);
+    /* a subnormal scale: x / s may pass 127 and must clamp */
+    CHECK(quant_i8(1.0e-39f, 1.0e-39f / 127.0f) == 127 && quant_i8(-1.0e-39f, 1.0e-39f / 127.0f) == -127,
+          "quant_i8: subnormal scale clamps to +-127 (%d)", quant_i8(1.0e-39f, 1.0e-39f / 127.0f));
+    CHECK(quant_dequant(100, 0.5f, 0.25f, 1.0f) == 13.5f && quant_dequant(-3, 2.0f, 1.0f, 0.0f) == -6.0f,
+          "quant_dequant: acc * (sx * sw) + b");
+    /* weights: each value rounded to bf16 before the scale (127.25 is 127 in bf16: s = 1; unrounded, -3.5 would
+     * quantise to -3), rows independent */
+    float w[6] = {127.25f, 2.5f, -3.5f, 0.0f, 0.0f, 0.0f};
+    pi0_wt t = {.data = w, .dtype = PI0_DT_F32, .rows = 2, .cols = 3, .id = 1};
+    float ws[2];
+    quant_weight_i8(&t, q, ws);
+    CHECK(ws[0] == 1.0f && q[0] == 127 && q[1] == 2 && q[2] == -4 && ws[1] == 0.0f && !q[3] && !q[4] && !q[5],
+          "quant_weight_i8: s %g %g, q %d %d %d", ws[0], ws[1], q[0], q[1], q[2]);
+}
+
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     test_host_alloc();
@@ -280,6 +314,7 @@ int main(void) {
     test_config();
     test_gen_checkpoint();
     test_engine_properties();
+    test_quant();
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) printf("warning: could not remove %s\n", tmpdir);
