@@ -53,6 +53,8 @@ script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
 script lerobot "$PYTHON" tests/lerobot_check.py "$BUILD/pi0"
 # real-time chunking at the model level against the independent reference (LeRobot's form)
 script rtc "$PYTHON" tests/rtc_check.py "$BUILD/pi0"
+# 8-bit precision against the independent reference's reading of docs/precision.md (and exact RTC's refusal)
+script quant "$PYTHON" tests/quant_check.py "$BUILD/pi0"
 # Orbax checkpoints written by orbax-checkpoint itself (pinned and newest, venvs from PyPI)
 script orbax sh tests/orbax/run.sh "$BUILD"
 # the Python package (pip install ./python, pytest): Policy / Model against the command line, bit for bit

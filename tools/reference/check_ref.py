@@ -11,8 +11,10 @@ import json
 import math
 import os
 import shutil
+import struct
 import sys
 import tempfile
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -160,6 +162,85 @@ def joint_velocity(m, emb, valid, state, x, t, mask):
     return ref.linear(y[:, -H:], m.w["action_out_proj.weight"], m.w["action_out_proj.bias"])
 
 
+# ---- the 8-bit products (docs/precision.md) against scalar restatements ----
+
+def _f32(v):
+    """Python float -> nearest float32, as a Python float (struct rounds to nearest, ties to even)."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def _round_f32(v):
+    """Correct float32 rounding of an exact Fraction: the nearest of the float32 neighbours, ties to even."""
+    f = np.float32(float(v))
+    cands = (np.nextafter(f, np.float32(-np.inf)), f, np.nextafter(f, np.float32(np.inf)))
+    return min(cands, key=lambda c: (abs(Fraction(float(c)) - v), int(np.float32(c).view(np.uint32)) & 1))
+
+
+def check_quant():
+    rng = np.random.default_rng(11)
+    # fma: random operands over wide exponent ranges, plus two sums that land exactly halfway between two float32
+    # values in float64 (a*b = 2^-24 (1 + 4688 2^-46), so 1 + a*b rounds to the tie 1 + 2^-24 in float64):
+    # float32(float64 sum) breaks the tie to even and gets them wrong, the fma must not
+    n = 4000
+    a = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
+    c = (rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))).astype(np.float32)
+    ta, tb = np.float32(1 + 2896 * 2.0 ** -23), np.float32(2.0 ** -24 * (1 - 2895 * 2.0 ** -23))
+    a, b, c = np.append(a, [ta, ta]), np.append(b, [tb, -tb]), np.append(c, np.float32([1.0, -1.0]))
+    want = np.array([_round_f32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))
+                     for x, y, z in zip(a, b, c)], np.float32)
+    got = ref.fma_f32(a, b, c)
+    naive = (a.astype(np.float64) * b + c).astype(np.float32)
+    bad = int((got.view(np.uint32) != want.view(np.uint32)).sum())
+    naive_bad = int((naive.view(np.uint32) != want.view(np.uint32)).sum())
+    report("fma_f32 == exact sum rounded once (4002 cases)", bad == 0 and naive_bad >= 2,
+           f"{bad} differ (float64 sum then fp32: {naive_bad})")
+
+    # codes: numpy float32 steps against Python doubles rounded to float32 (a double result of one operation on
+    # float32 values, rounded to float32, is the correctly rounded float32 result) and round() (half to even)
+    x = (rng.standard_normal((6, 37)) * np.exp2(rng.integers(-20, 20, (6, 1)))).astype(np.float32)
+    x[1] = 0.0
+    x[2, 5] = np.float32(-3.0) * np.abs(x[2]).max()    # the row's extreme is negative
+    x[3, :4] = np.float32([127, -127, 63.5, -0.5])      # s = 1: codes hit the .5 ties exactly
+    x[3, 4:] = 0.25
+    x[4, 7] = np.nan
+    q, sc = ref.quantize_rows(x)
+    ok = True
+    for r in range(x.shape[0]):
+        row = [float(v) for v in x[r]]
+        if not all(math.isfinite(v) for v in row):
+            ok &= bool(np.isnan(sc[r])) and not q[r].any()
+            continue
+        s = _f32(max(abs(v) for v in row) / 127.0)
+        codes = [0 if s == 0 else max(-127, min(127, round(_f32(v / s)))) for v in row]
+        ok &= float(sc[r]) == s and q[r].tolist() == codes
+    ok &= q[3, :4].tolist() == [127, -127, 64, 0] and int(np.abs(q[0]).max()) == 127 and q[2, 5] == -127
+    report("quantize_rows == scalar restatement (ties, zero, NaN rows)", ok, f"{x.shape[0]} rows")
+
+    # one product restated with exact rationals, and its distance from the float64 product
+    xs = torch.from_numpy(rng.standard_normal((5, 40)))
+    w = ref.round_bf16(rng.standard_normal((7, 40)).astype(np.float32))
+    bias = torch.from_numpy(rng.standard_normal(7).astype(np.float32).astype(np.float64))
+    qw, sw = ref.quantize_rows(w)
+    y = ref.linear_int8(xs, qw, sw, bias).numpy()
+    qx, sx = ref.quantize_rows(xs.numpy().astype(np.float32))
+    ok = True
+    for i in range(5):
+        for j in range(7):
+            acc = sum(int(qx[i, k]) * int(qw[j, k]) for k in range(40))
+            v = Fraction(float(np.float32(acc))) * Fraction(float(np.float32(sx[i] * sw[j]))) + Fraction(float(bias[j]))
+            ok &= float(_round_f32(v)) == float(y[i, j])
+    full = ref.linear(xs, torch.from_numpy(w.astype(np.float64)), bias).numpy()
+    rel = float(np.linalg.norm(y - full) / np.linalg.norm(full))
+    report("linear_int8 == exact-rational product; near float64", ok and 1e-4 < rel < 5e-2, f"rel L2 vs float {rel:.1e}")
+    try:
+        ref.linear_int8(xs.clone().requires_grad_(True), qw, sw)
+        refused = False
+    except ValueError:
+        refused = True
+    report("linear_int8 refuses a tensor that needs a gradient", refused)
+
+
 def check_model(name):
     m = ref.Pi0Reference(os.path.join(FIX, name))
     pi05 = m.cfg["pi05"]
@@ -240,6 +321,21 @@ def check_model(name):
         one = {k: v[b:b + 1] for k, v in inp.items()}
         d = max(d, maxdiff(m.sample_actions(one), base[b:b + 1]))
     report(f"{tag} batch 2 == 2 x batch 1", d < 1e-12, f"max|d|={d:.1e}")
+
+    # 8-bit (docs/precision.md 1): the listed products of each stage and only those; each stage moves the actions
+    # by a quantisation-sized amount; scales are per row, so a sample's actions do not depend on the batch
+    vs, pg, ex = m.cfg["vision"], m.cfg["paligemma"], m.cfg["action_expert"]
+    want = {"vision": 6 * vs["depth"], "prefix": 7 * pg["depth"], "expert": 7 * ex["depth"]}
+    got = {st: len(ref.quantised_weights(m.cfg, {st})) for st in ref.QUANT_STAGES}
+    report(f"{tag} int8 weight counts per stage", got == want, str(got))
+    for stages in (("vision",), ("prefix",), ("expert",), ref.QUANT_STAGES):
+        mq = ref.Pi0Reference(os.path.join(FIX, name), quant=stages)
+        q8 = mq.sample_actions(inp)
+        rel = float((q8 - base).norm() / base.norm())
+        label = "every stage" if len(stages) == 3 else stages[0]
+        report(f"{tag} int8 {label} vs bf16: rel L2 in (1e-4, 1e-1)", 1e-4 < rel < 1e-1, f"{rel:.1e}")
+    d = max(maxdiff(mq.sample_actions({k: v[b:b + 1] for k, v in inp.items()}), q8[b:b + 1]) for b in range(2))
+    report(f"{tag} int8 batch 2 == 2 x batch 1", d == 0.0, f"max|d|={d:.1e}")
 
     # (3) every weight tensor matters, except those the spec says are unused
     last = m.cfg["paligemma"]["depth"] - 1
@@ -335,6 +431,7 @@ def main():
         sys.exit(f"fixtures missing in {FIX}: run /usr/bin/python3 tools/reference/make_fixtures.py first")
     torch.set_num_threads(1)
     check_blocks()
+    check_quant()
     for name in MODELS:
         check_model(name)
     check_loader()

@@ -9,10 +9,14 @@ Pi0.5, flow-matching Euler loop) in torch.float64, batched.
 It deliberately does NOT compact the prefix: masked cameras and padded tokens stay in the sequence and are
 handled with the mask rule of docs/model.md 3.6 (large finite negative logit) and positions cumsum(valid)-1, exactly
 as openpi computes it, so that an engine that drops them is checked against the uncompacted math.
+Also the 8-bit format of docs/precision.md (the only source for it), as an option: `quant` names the stages
+whose large products run on int8 codes; their fp32 steps (scales, codes, the fma) are done in float32 numpy so
+they round as the document says, and everything between them stays float64.
 Not here: tokenizer, image resize, norm stats / robot transforms (docs/model.md 3.2, 3.5, 4).
 
 Usage as a tool:  /usr/bin/python3 tools/reference/pi0_ref.py --checkpoint DIR --inputs IN.safetensors
-                  --output OUT.safetensors [--steps 10] [--dump]
+                  --output OUT.safetensors [--steps 10] [--dump] [--precision bf16|int8]
+                  [--quant-stages vision,prefix,expert]
 Shape letters: B batch, N camera slots, R image size, T tokens per image, P prefix length, L prompt length,
 S suffix length, H action horizon, A action dim (32), D width, Hq query heads, K kv heads, Dh head dim.
 """
@@ -32,6 +36,7 @@ RMS_EPS = 1e-6                      # docs/model.md 3.7
 LN_EPS = 1e-6                       # docs/model.md 1.3
 ROPE_THETA = 10000.0                # docs/model.md 1.2
 PALIGEMMA_VOCAB_SIZE = 257152       # docs/model.md 1.2
+QUANT_STAGES = ("vision", "prefix", "expert")   # docs/precision.md 1
 
 # --------------------------------------------------------------------------------------------------
 # safetensors I/O (8-byte LE header length, JSON header, raw little-endian data)
@@ -305,6 +310,83 @@ def posemb_sincos(t, dim, min_period=4e-3, max_period=4.0):
     return torch.cat([torch.sin(ang), torch.cos(ang)], dim=-1)
 
 
+# --------------------------------------------------------------------------------------------------
+# 8-bit products (docs/precision.md 2-4)
+# --------------------------------------------------------------------------------------------------
+
+def round_bf16(w):
+    """float32 values rounded to the nearest bf16 (ties to even), returned as float32."""
+    return torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+def quantize_rows(x):
+    """docs/precision.md 2-3: float32 rows [..., K] -> (codes int64 [..., K], scales float32 [...]).
+    s = max|x| / 127 and x / s are single float32 operations (numpy rounds each float32 division correctly);
+    np.rint rounds half to even. A zero row has s = 0 and codes 0; a row holding NaN or Inf has s = NaN, codes 0."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"quantize_rows expects float32 rows, got {x.dtype}")
+    finite = np.isfinite(x).all(axis=-1)
+    with np.errstate(all="ignore"):
+        s = np.max(np.abs(x), axis=-1) / np.float32(127.0)
+        q = np.clip(np.rint(x / s[..., None]), -127, 127)
+    q = np.where((s[..., None] > 0) & finite[..., None], q, 0).astype(np.int64)
+    s = np.where(finite, s, np.float32(np.nan)).astype(np.float32)
+    return q, s
+
+
+def fma_f32(a, b, c):
+    """fma(a, b, c) of float32 arrays, rounded once to float32 (docs/precision.md 4).
+    a * b is exact in float64 (two 24-bit significands make at most 48 bits). The sum with c is not always
+    exact in float64, so it is taken as s + e exactly (Knuth's TwoSum). Rounding s to float32 is the correct
+    rounding of s + e except where s lies exactly halfway between two float32 values and e != 0: the true sum
+    is then on e's side of the halfway point, whereas float32(s) would break the tie to even."""
+    with np.errstate(all="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        c = np.asarray(c).astype(np.float64)
+        s = p + c
+        bv = s - p
+        e = (p - (s - bv)) + (c - bv)
+        r = s.astype(np.float32)
+        other = np.nextafter(r, np.where(s > r, np.float32(np.inf), np.float32(-np.inf)).astype(np.float32))
+        tie = (s != r) & (np.abs(s - r.astype(np.float64)) == np.abs(other.astype(np.float64) - s)) & (e != 0)
+        hi, lo = np.maximum(r, other), np.minimum(r, other)
+        return np.where(tie & (e > 0), hi, np.where(tie & (e < 0), lo, r))
+
+
+def linear_int8(x, qw, sw, b=None):
+    """docs/precision.md 3-4. x float64 [..., K]; qw int64 [N, K], sw float32 [N] (quantize_rows of the
+    bf16-rounded weight); b float64 [N] or None. Each row of x is first rounded to float32 (the activations the
+    CPU twin holds), quantised, multiplied exactly in integers, then y = fma(float(acc), s_x * s_w, b) in
+    float32. Returns float64 [..., N]. Not differentiable (exact RTC is refused with an 8-bit expert)."""
+    if x.requires_grad:
+        raise ValueError("an 8-bit product has no gradient (docs/precision.md 5: exact RTC needs a bf16 expert)")
+    lead, K = x.shape[:-1], x.shape[-1]
+    qx, sx = quantize_rows(x.detach().reshape(-1, K).numpy().astype(np.float32))
+    acc = qx @ qw.T                                              # int64: exact (|acc| <= 127^2 K)
+    scale = sx[:, None] * sw[None, :]                            # one float32 multiplication
+    bias = np.zeros(qw.shape[0], np.float32) if b is None else b.numpy().astype(np.float32)
+    y = fma_f32(acc.astype(np.float64).astype(np.float32), scale, bias[None, :])
+    return torch.from_numpy(y.astype(np.float64)).reshape(*lead, qw.shape[0])
+
+
+def quantised_weights(cfg, stages):
+    """Names of the weights docs/precision.md 1 puts in int8 for the given stages."""
+    names = []
+    if "vision" in stages:
+        for i in range(cfg["vision"]["depth"]):
+            b = f"{V}.encoder.layers.{i}"
+            names += [f"{b}.self_attn.{n}.weight" for n in ("q_proj", "k_proj", "v_proj", "out_proj")]
+            names += [f"{b}.mlp.{n}.weight" for n in ("fc1", "fc2")]
+    for stage, prefix, c in (("prefix", LM, cfg["paligemma"]), ("expert", EX + ".model", cfg["action_expert"])):
+        if stage in stages:
+            for l in range(c["depth"]):
+                b = f"{prefix}.layers.{l}"
+                names += [f"{b}.self_attn.{n}.weight" for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+                names += [f"{b}.mlp.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
+    return names
+
+
 def time_schedule(num_steps):
     """fp32 time values of the Euler loop (docs/model.md 3.11): t=1.0f, dt=fp32(-1/n), while t >= -dt/2: t += dt."""
     dt = np.float32(-1.0 / num_steps)
@@ -321,7 +403,8 @@ def time_schedule(num_steps):
 # --------------------------------------------------------------------------------------------------
 
 class Pi0Reference:
-    def __init__(self, ckpt_dir, verbose=False):
+    def __init__(self, ckpt_dir, verbose=False, quant=()):
+        """quant: the stages (of QUANT_STAGES) whose products are 8-bit (docs/precision.md); () is bf16."""
         with open(os.path.join(ckpt_dir, "config.json")) as f:
             raw_cfg = json.load(f)
         st_path = os.path.join(ckpt_dir, "model.safetensors")
@@ -347,6 +430,18 @@ class Pi0Reference:
         extra = sorted(set(arrays) - set(expected) - ignored)
         if extra and verbose:
             print(f"pi0_ref: ignoring {len(extra)} unknown tensors, e.g. {extra[0]}", file=sys.stderr)
+        unknown = sorted(set(quant) - set(QUANT_STAGES))
+        if unknown:
+            raise ValueError(f"unknown quantisation stage(s) {unknown} (known: {', '.join(QUANT_STAGES)})")
+        self.quant = {n: quantize_rows(round_bf16(self.w[n].numpy()))
+                      for n in quantised_weights(self.cfg, set(quant))}
+
+    def _proj(self, x, name, bias=False):
+        """The product x @ W^T (+ b) of the weight `name.weight`: 8-bit where self.quant holds it."""
+        b = self.w[name + ".bias"] if bias else None
+        if name + ".weight" in self.quant:
+            return linear_int8(x, *self.quant[name + ".weight"], b)
+        return linear(x, self.w[name + ".weight"], b)
 
     # ---- SigLIP (docs/model.md 3.4) ----
     def vision(self, images):
@@ -366,14 +461,13 @@ class Pi0Reference:
         for i in range(vs["depth"]):
             b = f"{V}.encoder.layers.{i}"
             a = layer_norm(h, w[b + ".layer_norm1.weight"], w[b + ".layer_norm1.bias"])
-            q, k, v = (linear(a, w[f"{b}.self_attn.{n}.weight"], w[f"{b}.self_attn.{n}.bias"]).reshape(M, T, nh, hd)
+            q, k, v = (self._proj(a, f"{b}.self_attn.{n}", bias=True).reshape(M, T, nh, hd)
                        for n in ("q_proj", "k_proj", "v_proj"))
             allowed = torch.ones(M, T, T, dtype=torch.bool)
             o = attention(q, k, v, allowed)
-            h = h + linear(o, w[b + ".self_attn.out_proj.weight"], w[b + ".self_attn.out_proj.bias"])
+            h = h + self._proj(o, b + ".self_attn.out_proj", bias=True)
             a = layer_norm(h, w[b + ".layer_norm2.weight"], w[b + ".layer_norm2.bias"])
-            h = h + linear(gelu_tanh(linear(a, w[b + ".mlp.fc1.weight"], w[b + ".mlp.fc1.bias"])),
-                           w[b + ".mlp.fc2.weight"], w[b + ".mlp.fc2.bias"])
+            h = h + self._proj(gelu_tanh(self._proj(a, b + ".mlp.fc1", bias=True)), b + ".mlp.fc2", bias=True)
         h = layer_norm(h, w[V + ".post_layernorm.weight"], w[V + ".post_layernorm.bias"])
         out = linear(h, w[PROJ + ".weight"], w[PROJ + ".bias"])
         return out.reshape(B, N, T, -1)
@@ -392,15 +486,14 @@ class Pi0Reference:
     def _qkv(self, prefix, y, c):
         B, S, _ = y.shape
         hd = c["head_dim"]
-        q = linear(y, self.w[prefix + ".self_attn.q_proj.weight"]).reshape(B, S, c["num_heads"], hd)
-        k = linear(y, self.w[prefix + ".self_attn.k_proj.weight"]).reshape(B, S, c["num_kv_heads"], hd)
-        v = linear(y, self.w[prefix + ".self_attn.v_proj.weight"]).reshape(B, S, c["num_kv_heads"], hd)
+        q = self._proj(y, prefix + ".self_attn.q_proj").reshape(B, S, c["num_heads"], hd)
+        k = self._proj(y, prefix + ".self_attn.k_proj").reshape(B, S, c["num_kv_heads"], hd)
+        v = self._proj(y, prefix + ".self_attn.v_proj").reshape(B, S, c["num_kv_heads"], hd)
         return q, k, v
 
     def _mlp(self, prefix, y):
-        w = self.w
-        return linear(gelu_tanh(linear(y, w[prefix + ".mlp.gate_proj.weight"])) *
-                      linear(y, w[prefix + ".mlp.up_proj.weight"]), w[prefix + ".mlp.down_proj.weight"])
+        return self._proj(gelu_tanh(self._proj(y, prefix + ".mlp.gate_proj")) * self._proj(y, prefix + ".mlp.up_proj"),
+                          prefix + ".mlp.down_proj")
 
     def prefix_pass(self, emb, valid, pos=None):
         """Gemma expert 0 over the prefix (docs/model.md 3.9). Returns [(K, V)] per layer, each [B,P,K,Dh];
@@ -417,7 +510,7 @@ class Pi0Reference:
             q, k, v = self._qkv(b, y, c)
             q, k = rope(q, pos), rope(k, pos)
             cache.append((k, v))
-            h = h + linear(attention(q, k, v, allowed), self.w[b + ".self_attn.o_proj.weight"])
+            h = h + self._proj(attention(q, k, v, allowed), b + ".self_attn.o_proj")
             h = h + self._mlp(b, gemma_rms_norm(h, self.w[b + ".post_attention_layernorm.weight"]))
         return cache
 
@@ -473,7 +566,7 @@ class Pi0Reference:
             q, k = rope(q, pos), rope(k, pos)
             K = torch.cat([cache[l][0], k], dim=1)
             Vv = torch.cat([cache[l][1], v], dim=1)
-            o = linear(attention(q, K, Vv, allowed), self.w[b + ".self_attn.o_proj.weight"])
+            o = self._proj(attention(q, K, Vv, allowed), b + ".self_attn.o_proj")
             s = s + self._gated(o, g1)
             y, g2 = self._expert_norm(b + ".post_attention_layernorm", s, cond)
             s = s + self._gated(self._mlp(b, y), g2)
@@ -522,8 +615,17 @@ def main():
     ap.add_argument("--output", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--dump", action="store_true", help="also write the named intermediates")
+    ap.add_argument("--precision", choices=("bf16", "int8"), default="bf16",
+                    help="int8: the products of docs/precision.md 1 on 8-bit codes")
+    ap.add_argument("--quant-stages",
+                    help="with --precision int8: comma-separated subset of vision,prefix,expert (default all)")
     a = ap.parse_args()
-    model = Pi0Reference(a.checkpoint, verbose=True)
+    if a.quant_stages is not None and a.precision != "int8":
+        ap.error("--quant-stages needs --precision int8")
+    stages = (a.quant_stages or ",".join(QUANT_STAGES)).split(",")
+    if not set(stages) <= set(QUANT_STAGES):
+        ap.error(f"--quant-stages: expected a comma-separated subset of {','.join(QUANT_STAGES)}, got {a.quant_stages!r}")
+    model = Pi0Reference(a.checkpoint, verbose=True, quant=stages if a.precision == "int8" else ())
     inputs = load_inputs(a.inputs)
     if "noise" not in inputs:
         sys.exit("pi0_ref: the inputs file must contain 'noise' (the reference draws no random numbers)")
