@@ -272,13 +272,25 @@ static void t_linear_gated(int M, int N, int K, int per) {
     free_wts(ar, ws, 1);
 }
 
+/* RoPE positions of M rows, random in [0, 1000) */
+static dbuf rand_positions(int M) {
+    dbuf pos = mk((size_t)M, PT_I32);
+    int32_t *pv = malloc((size_t)M * 4);
+    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
+    set_ints(&pos, pv);
+    free(pv);
+    return pos;
+}
+
 /* fused projections: q|k|v and gate|up, adjacent (one product) or not (separate products) */
 
-static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
+static void t_fused(int M, int K, int nq, int nkv, int F, int hd, int i8) {
     pi0_gemma_layer L;
     memset(&L, 0, sizeof L);
     float s = 1.0f / sqrtf((float)K);
     hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
+    /* i8: the weights in int8, which form no group: the ops compose their int8 products as the CPU twins do */
+    q.i8 = k.i8 = v.i8 = g.i8 = u.i8 = i8;
     /* SigLIP's form below: biases, no RoPE (the b vectors reuse random weights of the right length) */
     hwt bq = mkw(nq, 1, 0.1f, 0), bk = mkw(nkv, 1, 0.1f, 0), bv = mkw(nkv, 1, 0.1f, 0);
     hwt *ws[8] = {&q, &k, &v, &g, &u, &bq, &bk, &bv};
@@ -289,34 +301,31 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd) {
          ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
     set_rand(&y, 1.0f);
     poison(&oq); poison(&ok); poison(&ov); poison(&og);
-    dbuf pos = mk((size_t)M, PT_I32);
-    int32_t *pv = malloc((size_t)M * 4);
-    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
-    set_ints(&pos, pv);
-    free(pv);
+    dbuf pos = rand_positions(M);
     pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
     cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
     char shape[80];
-    snprintf(shape, sizeof shape, "M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
+    snprintf(shape, sizeof shape, "%sM=%d K=%d q=%d kv=%d", i8 ? "int8 " : "", M, K, nq, nkv);
     long n0 = cuda_gemv_wg_launches(), p0 = cuda_gemv_launches();
     gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
-    if (hd % 64 == 0) want_wg("qkv", shape, M, n0);
-    /* the RoPE split epilogue: whole heads, half-heads of a multiple of 8 columns */
-    want_gemv("qkv", shape, gemv_shape(M, nq + 2 * nkv, K, K) && hd % 16 == 0 && nq % hd == 0 && nkv % hd == 0, p0, 1);
+    if (hd % 64 == 0 && !i8) want_wg("qkv", shape, M, n0);
+    /* the RoPE split epilogue: whole heads, half-heads of a multiple of 8 columns (bf16 weights only) */
+    want_gemv("qkv", shape, !i8 && gemv_shape(M, nq + 2 * nkv, K, K) && hd % 16 == 0 && nq % hd == 0 && nkv % hd == 0,
+              p0, 1);
     rel(&pos);
     cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
     n0 = cuda_gemv_wg_launches();
     p0 = cuda_gemv_launches();
     long g0 = cuda_gateup_launches();
     gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
-    if (F % 32 == 0 && K % 8 == 0) want_wg("mlp_up", shape, M, n0);
-    want_gemv("mlp_up", shape, gemv_shape(M, 2 * F, K, K) && F % 8 == 0, p0, 1);
+    if (F % 32 == 0 && K % 8 == 0 && !i8) want_wg("mlp_up", shape, M, n0);
+    want_gemv("mlp_up", shape, !i8 && gemv_shape(M, 2 * F, K, K) && F % 8 == 0, p0, 1);
     /* 136 rows and more: gateup.cu (F % 64, K % 8) */
-    if (M >= 136 && F % 64 == 0 && K % 8 == 0) hopper_ran("gateup.cu", "mlp_up", shape, g0, cuda_gateup_launches(), 1);
+    if (M >= 136 && F % 64 == 0 && K % 8 == 0 && !i8) hopper_ran("gateup.cu", "mlp_up", shape, g0, cuda_gateup_launches(), 1);
     compare("qkv.q", shape, &oq, (size_t)nq, 8e-3);
     compare("qkv.k", shape, &ok, (size_t)nkv, 8e-3);
     compare("qkv.v", shape, &ov, (size_t)nkv, 8e-3);
-    snprintf(shape, sizeof shape, "M=%d K=%d F=%d", M, K, F);
+    snprintf(shape, sizeof shape, "%sM=%d K=%d F=%d", i8 ? "int8 " : "", M, K, F);
     compare("mlp_up", shape, &og, (size_t)F, 8e-3);
     pi0_proj3 pb = {{&L.q, &L.k, &L.v}, {&bq.w, &bk.w, &bv.w}};
     poison(&oq); poison(&ok); poison(&ov);
@@ -386,13 +395,10 @@ static void t_prenorm(int M, int K, int nq, int nkv, int F, int hd, int ada) {
     L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
     dbuf x = mk((size_t)M * K, PT_ACT), tmp = mk((size_t)M * K, PT_ACT), mod = mk((size_t)3 * K, PT_F32);
     dbuf oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT), ov = mk((size_t)M * nkv, PT_ACT);
-    dbuf og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT), pos = mk((size_t)M, PT_I32);
+    dbuf og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
     set_rand(&x, 3.0f); set_rand(&mod, 0.3f);
     poison(&oq); poison(&ok); poison(&ov); poison(&og);
-    int32_t *pv = malloc((size_t)M * 4);
-    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
-    set_ints(&pos, pv);
-    free(pv);
+    dbuf pos = rand_positions(M);
     pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
     pi0_prenorm pc = {.eps = 1e-6f, .out = tmp.c}, pg = {.eps = 1e-6f, .out = tmp.g};
     if (ada) { pc.mod = mod.c; pg.mod = mod.g; pc.rows_per_mod = pg.rows_per_mod = M; }
@@ -715,8 +721,8 @@ static void t_linear_t_cat(int M, const int *rows, int nw, int K, int ld, enum p
 
 /* linear with an int8 weight (quant.h): the products are exact on both sides, so the GPU's output is the CPU twin's
  * rounded to bf16 (GELU: a few ulp more); rows up to 64 take linear_i8.cu's rows kernel (K % 16: its 16-byte loads),
- * more cuBLASLt's int8 kernels (K and N multiples of 4) in chunks, else the rows kernel again. Then qkv and mlp_up on
- * int8 weights, which compose the int8 products as their CPU twins do. */
+ * more cuBLASLt's int8 kernels (K and N multiples of 4) in chunks, else the rows kernel again. (qkv and mlp_up on int8
+ * weights: t_fused.) */
 static void t_linear_i8(int M, int N, int K, int bias, enum pi0_epi epi) {
     hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
     W.i8 = 1;
@@ -732,41 +738,6 @@ static void t_linear_i8(int M, int N, int K, int bias, enum pi0_epi epi) {
     compare("linear", shape, &y, (size_t)N, 2.5e-3);
     rel(&x); rel(&y);
     free_wts(ar, ws, 2);
-}
-
-static void t_fused_i8(int M, int K, int nq, int nkv, int F, int hd) {
-    pi0_gemma_layer L;
-    memset(&L, 0, sizeof L);
-    float s = 1.0f / sqrtf((float)K);
-    hwt q = mkw(nq, K, s, 0), k = mkw(nkv, K, s, 0), v = mkw(nkv, K, s, 0), g = mkw(F, K, s, 0), u = mkw(F, K, s, 0);
-    q.i8 = k.i8 = v.i8 = g.i8 = u.i8 = 1;
-    hwt *ws[5] = {&q, &k, &v, &g, &u};
-    const int groups[5] = {3, 0, 0, 2, 0};   /* asked for, but int8 members form no group */
-    void *ar = upload_grouped(ws, 5, groups);
-    L.q = q.w; L.k = k.w; L.v = v.w; L.gate = g.w; L.up = u.w;
-    dbuf y = mk((size_t)M * K, PT_ACT), oq = mk((size_t)M * nq, PT_ACT), ok = mk((size_t)M * nkv, PT_ACT),
-         ov = mk((size_t)M * nkv, PT_ACT), og = mk((size_t)M * F, PT_ACT), ot = mk((size_t)M * F, PT_ACT);
-    dbuf pos = mk((size_t)M, PT_I32);
-    set_rand(&y, 1.0f);
-    poison(&oq); poison(&ok); poison(&ov); poison(&og);
-    int32_t *pv = malloc((size_t)M * 4);
-    for (int i = 0; i < M; i++) pv[i] = (int32_t)(pi0_rng_next(&rng) % 1000);
-    set_ints(&pos, pv);
-    free(pv);
-    pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
-    cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
-    gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
-    cpu->mlp_up(cpu, og.c, ot.c, y.c, &L, M, F, K, NULL);
-    gpu->mlp_up(gpu, og.g, ot.g, y.g, &L, M, F, K, NULL);
-    char shape[80];
-    snprintf(shape, sizeof shape, "int8 M=%d K=%d q=%d kv=%d", M, K, nq, nkv);
-    compare("qkv.q", shape, &oq, (size_t)nq, 4e-3);
-    compare("qkv.k", shape, &ok, (size_t)nkv, 4e-3);
-    compare("qkv.v", shape, &ov, (size_t)nkv, 4e-3);
-    snprintf(shape, sizeof shape, "int8 M=%d K=%d F=%d", M, K, F);
-    compare("mlp_up", shape, &og, (size_t)F, 8e-3);
-    rel(&y); rel(&oq); rel(&ok); rel(&ov); rel(&og); rel(&ot); rel(&pos);
-    free_wts(ar, ws, 5);
 }
 
 /* backend.h early_next's contract: the expert's o product with the hint on, then gate|up with its RMSNorm folded in
@@ -1376,7 +1347,7 @@ static void op_tests(void) {
     for (size_t i = 0; i < N_OF(FUSED); i++) {
         const fused_case *c = &FUSED[i];
         printf("-- qkv / mlp_up: %s\n", c->why);
-        t_fused(c->M, c->K, c->nq, c->nkv, c->F, c->hd);
+        t_fused(c->M, c->K, c->nq, c->nkv, c->F, c->hd, 0);
     }
     printf("-- mlp_up: gateup.cu at each of its token tile widths\n");
     t_gateup_widths();
@@ -1424,9 +1395,9 @@ static void op_tests(void) {
             t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 0, EPI_ADD);
             t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 1, EPI_GELU);
         }
-        printf("-- qkv / mlp_up on int8 weights: the expert at B = 1, the prefix\n");
-        t_fused_i8(11, 1024, 2048, 256, 4096, 256);
-        t_fused_i8(788, 2048, 2048, 256, 2048, 256);
+        printf("-- qkv / mlp_up on int8 weights (and SigLIP's biased form): the expert at B = 1, the prefix\n");
+        t_fused(11, 1024, 2048, 256, 4096, 256, 1);
+        t_fused(788, 2048, 2048, 256, 2048, 256, 1);
     }
     printf("-- early_next: the expert's o then gate|up, hint on and off, at B = 1 and 51 rows\n");
     t_early_next(11);
