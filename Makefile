@@ -51,13 +51,14 @@ endif
 
 LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c \
            src/model.c src/model_rtc.c src/backends.c \
-           src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/image.c \
+           src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/fast_json.c \
+           src/fast_tokenizer.c src/fast_prompt.c src/image.c \
            src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad
+TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_e2e,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
