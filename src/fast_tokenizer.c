@@ -265,7 +265,7 @@ static pi0_status check_tokenizer_config(const char *path) {
     char *text = pi0_read_file(path, &len, 16u << 20);
     if (!text) return PI0_ERR_IO;
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
+    json_t *root = json_loadb(text, len, JSON_DECODE_INT_AS_REAL, &jerr);   /* model_max_length is 1e30 */
     free(text);
     if (!root)
         return pi0_fail(PI0_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line, jerr.column,
