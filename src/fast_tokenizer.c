@@ -33,7 +33,7 @@ const char *fast_outcome_str(fast_outcome o) {
     return "unknown outcome";
 }
 
-/* ---- the byte-level table (GPT-2's, as tokenizers' ByteLevel builds it) ----
+/* ---- the byte-level table (GPT-2's, as tokenizers' ByteLevel builds it; docs/fast.md 2.4) ----
  * Bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for themselves; the other 68 bytes (0x00..0x20, 0x7F..0xA0,
  * 0xAD), in increasing order, are U+0100 + 0, 1, 2, ... The byte a character stands for, or -1. */
 static int byte_of(uint32_t c) {
@@ -341,7 +341,7 @@ pi0_status fast_tokenizer_decode(const fast_tokenizer *f, const int64_t *ids, si
     return PI0_OK;
 }
 
-/* scipy.fft.idct(x, type=2, norm="ortho") along H, which is the orthonormal DCT-III:
+/* scipy.fft.idct(x, type=2, norm="ortho") along H, which is the orthonormal DCT-III (docs/fast.md 2.5):
  *   y[t] = sqrt(1/H) x[0] + sqrt(2/H) sum_{k>=1} x[k] cos(pi k (2t + 1) / (2H)).
  * The angle's multiple k (2t + 1) is reduced mod 4H in integers first, so large H keeps full precision. */
 static void idct_ortho(const double *x, int H, int A, double *y) {
@@ -390,7 +390,7 @@ done:
     return st;
 }
 
-/* Python's str.strip() on UTF-8 bytes: the range [*a, *b) without leading and trailing isspace() characters (all of
+/* Python's str.strip() on UTF-8 bytes (docs/fast.md 2.2): the range [*a, *b) without leading and trailing isspace() characters (all of
  * them are at most 3 bytes long; bytes that are not UTF-8 count as other characters). */
 static void py_strip(const char *s, size_t len, size_t *a, size_t *b) {
     const uint8_t *u = (const uint8_t *)s;

@@ -44,44 +44,46 @@ typedef enum {
 } fast_outcome;
 const char *fast_outcome_str(fast_outcome o);   /* a short sentence for logs */
 
-/* openpi's map between PaliGemma and FAST ids, the same both ways: vocab - 1 - 128 - id (the last 128 PaliGemma
+/* openpi's map between PaliGemma and FAST ids (docs/fast.md 2.3), the same both ways: vocab - 1 - 128 - id (the last 128 PaliGemma
  * ids, <seg000>..<seg127>, are skipped). vocab is the PaliGemma model's piece count. */
 static inline int64_t fast_tokenizer_map_id(int vocab, int64_t id) { return (int64_t)vocab - 1 - 128 - id; }
 
-/* The BPE decode (Hugging Face tokenizers: Tokenizer.decode with the ByteLevel decoder) as code points: ids with no
- * vocabulary entry are skipped, each token's characters become bytes through the byte-level table (a token with a
- * character outside it contributes its own UTF-8), and the bytes are read as UTF-8 with U+FFFD for each maximal
- * invalid subsequence. Writes up to cap code points and the full count to *n. An id outside [0, 2^32) is
- * PI0_ERR_ARG (the processor's decode raises on it). */
+/* The BPE decode as code points (Hugging Face tokenizers' Tokenizer.decode with the ByteLevel decoder, docs/fast.md
+ * 2.4): ids with no vocabulary entry are skipped, each token's characters become bytes through the byte-level table
+ * (a token with a character outside it contributes its own UTF-8), and the bytes are read as UTF-8 with U+FFFD for
+ * each maximal invalid subsequence. Writes up to cap code points and the full count to *n_cps. An id outside
+ * [0, 2^32) is PI0_ERR_ARG (the processor's decode raises on it). */
 pi0_status fast_tokenizer_decode(const fast_tokenizer *f, const int64_t *ids, size_t n, uint32_t *cps, size_t cap,
                                  size_t *n_cps);
 
-/* The processor's decode of one chunk: the BPE text's code points + min_token are the DCT coefficients, row-major
- * (H, A), divided by scale, then an orthonormal inverse DCT-II along H (scipy.fft.idct(norm="ortho", axis=0)).
- * actions: (H, A) float64. H or A of 0 take the processor config's. Where the processor falls back to zeros (a bad
- * id, a size mismatch) actions are zeros, *outcome says why, and the status is still PI0_OK. */
+/* The processor's decode of one chunk (docs/fast.md 2.5, 2.6): the BPE text's code points + min_token are the DCT
+ * coefficients, row-major (H, A), divided by scale, then an orthonormal inverse DCT-II along H
+ * (scipy.fft.idct(norm="ortho", axis=0)). actions: (H, A) float64. H or A of 0 take the processor config's. Where the
+ * processor falls back to zeros (a negative id, a size mismatch) actions are zeros, *outcome says why, and the status
+ * is still PI0_OK. On an error status (bad H or A, no memory) the outputs mean nothing. */
 pi0_status fast_tokenizer_actions(const fast_tokenizer *f, const int64_t *ids, size_t n, int horizon, int action_dim,
                                   double *actions, fast_outcome *outcome);
 
-/* openpi's FASTTokenizer.extract_actions: decodes the generated PaliGemma ids, takes the text between the first
- * "Action: " and the next "|" (and before a second "Action: "), strips it as Python's str.strip() does, encodes it
- * again with PaliGemma's tokenizer, maps the ids to FAST ids and decodes them as fast_tokenizer_actions does.
+/* openpi's FASTTokenizer.extract_actions (docs/fast.md 2): decodes the generated PaliGemma ids, takes the text after
+ * the first "Action: " up to a "|" or a second "Action: ", strips it as Python's str.strip() does, encodes it again
+ * with PaliGemma's tokenizer (pg), maps the ids to FAST ids and decodes them as fast_tokenizer_actions does.
  * actions: (H, A) float64; zeros and an outcome other than FAST_DECODED where openpi falls back. An id outside
  * PaliGemma's vocabulary is PI0_ERR_ARG (openpi's SentencePiece decode raises). */
 pi0_status fast_tokenizer_extract_actions(const fast_tokenizer *f, const tokenizer *pg, const int32_t *tokens, size_t n,
                                           int horizon, int action_dim, double *actions, fast_outcome *outcome);
 
-/* openpi's FAST prompt (FASTTokenizer.tokenize at inference, fast_prompt.c): BOS + encode("Task: <prompt>, State:
- * <bins>;\n") where <prompt> is prompt.lower().strip().replace("_", " ") with Python's Unicode rules and <bins> the
- * state's np.digitize bins on [-1, 1] minus one (-1 .. 255) joined by spaces. tokens, mask and ar_mask hold max_len
- * entries: padded with 0 / mask 0, or truncated (a warning, once per process); ar_mask is all 0 (no postfix at
- * inference). The prompt must be UTF-8 and the state finite (PI0_ERR_ARG naming what is wrong). */
+/* openpi's FAST prompt (FASTTokenizer.tokenize at inference, docs/fast.md 1; fast_prompt.c): BOS + encode("Task:
+ * <text>, State: <bins>;\n") where <text> is prompt.lower().strip().replace("_", " ") with Python's Unicode rules and
+ * <bins> the state's np.digitize bins on [-1, 1] minus one (-1 .. 255) joined by spaces. tokens, mask and ar_mask
+ * hold max_len entries: padded with 0 / mask 0, or truncated (a warning, once per process); ar_mask is all 0 (no
+ * postfix at inference); *n_valid (may be NULL) gets the real tokens. The prompt must be UTF-8 and the state finite
+ * (PI0_ERR_ARG naming what is wrong). */
 pi0_status fast_tokenizer_prompt(const tokenizer *pg, const char *prompt, const double *state, int n_state, int max_len,
                                  int32_t *tokens, uint8_t *mask, uint8_t *ar_mask, int *n_valid);
 
-/* Python's str.lower() on UTF-8 text (full mappings: U+0130 becomes two characters; the final-sigma rule), from the
- * Unicode tables of the Python that made fast_unicode.h. Writes up to cap bytes and the full length to *len; text
- * that is not UTF-8 is PI0_ERR_ARG. */
+/* Python's str.lower() on UTF-8 text (full mappings: U+0130 becomes two characters; the final-sigma rule), with the
+ * Unicode tables of the Python that made fast_unicode.h. Writes up to cap bytes (out may be NULL when cap is 0) and
+ * the full length to *n; text that is not UTF-8 is PI0_ERR_ARG. */
 pi0_status fast_py_lower(const char *s, size_t len, char *out, size_t cap, size_t *n);
 /* Python's str.isspace() for one code point (what str.strip() removes). */
 int fast_py_isspace(uint32_t c);

@@ -23,11 +23,11 @@ void tokenizer_free(tokenizer *t);
  * *n (call again with a larger buffer when *n > cap). Invalid UTF-8 bytes are encoded as bytes. */
 pi0_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, int32_t *ids, size_t cap, size_t *n);
 
-/* Decodes ids into UTF-8 text exactly like SentencePiece's DecodeIds: control pieces (<s>, </s>, <pad>) vanish,
- * <unk> becomes the model's unk surface (" \xe2\x81\x87 " unless its trainer set another), a run of <0xHH> byte
- * pieces is read as UTF-8 with U+FFFD for each byte that starts no valid character, U+2581 becomes a space, and
- * the leading U+2581 of the first text piece is dropped when the model adds a dummy prefix or removes extra
- * whitespace. Writes up to cap bytes (no NUL; text may be NULL when cap is 0) and the full length to *len.
+/* Decodes ids into UTF-8 text exactly like SentencePiece's DecodeIds (docs/fast.md 2.1): control pieces (<s>, </s>,
+ * <pad>) vanish, <unk> becomes the model's unk surface (" \xe2\x81\x87 " unless its trainer set another), a run of
+ * <0xHH> byte pieces is read as UTF-8 with U+FFFD for each byte that starts no valid character, U+2581 becomes a
+ * space, and the leading U+2581 of the first text piece is dropped when the model adds a dummy prefix or removes
+ * extra whitespace. Writes up to cap bytes (no NUL; text may be NULL when cap is 0) and the full length to *len.
  * An id outside [0, vocab) is PI0_ERR_ARG, as SentencePiece refuses it. */
 pi0_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char *text, size_t cap, size_t *len);
 
