@@ -103,11 +103,19 @@ class Engine:
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, encoding="utf-8")
 
     def ask(self, line):
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        return self.p.stdout.readline().rstrip("\n")
+        try:
+            self.p.stdin.write(line + "\n")
+            self.p.stdin.flush()
+            answer = self.p.stdout.readline()
+        except OSError:
+            answer = ""
+        return answer.rstrip("\n") if answer else "error: test_fast serve died (exit %s)" % self.p.poll()
 
 
+if not os.access(os.path.join(BUILD, "tests", "test_fast"), os.X_OK):
+    print("FAIL %s/tests/test_fast is missing (make builds it)" % BUILD)
+    print("fast: 0 passed, 1 failed")
+    sys.exit(1)
 eng = Engine()
 
 

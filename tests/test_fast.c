@@ -319,14 +319,20 @@ static void print_hex(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) printf("%02x", (uint8_t)s[i]);
 }
 
+/* The next space-separated word of the line being served, or "" at its end. */
+static char *word(void) {
+    char *w = strtok(NULL, " ");
+    return w ? w : (char *)"";
+}
+
 static int serve(void) {
     static char line[1 << 22];
     tokenizer *pg = NULL;
     fast_tokenizer *f = NULL;
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\n")] = 0;
+        int64_t *ids = malloc((strlen(line) / 2 + 1) * sizeof *ids);   /* a number and a space at least per id */
         char *cmd = strtok(line, " "), *arg;
-        int64_t *ids = malloc(sizeof line / 2 * sizeof *ids);
         size_t n = 0;
         pi0_status st = PI0_OK;
         if (!cmd || !ids) { printf("error empty line\n"); free(ids); continue; }
@@ -340,15 +346,16 @@ static int serve(void) {
             double state[4096];
             int ns = 0;
             if (*cmd == 'p') {
-                max_len = strtol(strtok(NULL, " "), NULL, 10);
-                char *s = strtok(NULL, " ");
-                for (char *v = strcmp(s, "-") ? strtok_r(s, ",", &s) : NULL; v && ns < 4096; v = strtok_r(NULL, ",", &s))
+                max_len = strtol(word(), NULL, 10);
+                char *s = word(), *save = NULL;
+                for (char *v = strcmp(s, "-") ? strtok_r(s, ",", &save) : NULL; v && ns < 4096; v = strtok_r(NULL, ",", &save))
                     state[ns++] = strtod(v, NULL);
+                if (max_len < 1 || max_len > 4096) max_len = 1;
             }
-            arg = strtok(NULL, " ");
-            char *text = malloc(sizeof line), *out = NULL;
+            arg = word();
+            char *text = malloc(strlen(arg) / 2 + 1), *out = NULL;
             size_t tl = 0, ol = 0;
-            if (!text || !unhex(arg ? arg : "", text, &tl)) { free(text); free(ids); printf("error bad hex\n"); continue; }
+            if (!text || !unhex(arg, text, &tl)) { free(text); free(ids); printf("error bad hex\n"); continue; }
             text[tl] = 0;
             if (*cmd == 'l') {
                 if ((st = fast_py_lower(text, tl, NULL, 0, &ol)) == PI0_OK && (out = malloc(ol + 1)) &&
@@ -380,8 +387,8 @@ static int serve(void) {
         } else {
             int h = 0, a = 0, acts = !strcmp(cmd, "actions") || !strcmp(cmd, "extract");
             if (acts) {
-                h = (int)strtol(strtok(NULL, " "), NULL, 10);
-                a = (int)strtol(strtok(NULL, " "), NULL, 10);
+                h = (int)strtol(word(), NULL, 10);
+                a = (int)strtol(word(), NULL, 10);
             }
             while ((arg = strtok(NULL, " "))) ids[n++] = strtoll(arg, NULL, 10);
             if (!strcmp(cmd, "spdecode")) {
@@ -410,11 +417,12 @@ static int serve(void) {
                 }
                 free(cps);
             } else if (acts) {
-                double *act = malloc((size_t)(h > 0 ? h : 1) * (a > 0 ? a : 1) * sizeof *act);
+                double *act = h >= 1 && h <= 1024 && a >= 1 && a <= 1024 ? malloc((size_t)h * a * sizeof *act) : NULL;
                 fast_outcome o = FAST_DECODED;
                 int32_t *id32 = malloc((n ? n : 1) * sizeof *id32);
                 for (size_t i = 0; i < n; i++) id32[i] = (int32_t)ids[i];
                 if (!f || (*cmd == 'e' && !pg)) st = pi0_fail(PI0_ERR_ARG, "load the tokenizers first");
+                else if (!act || !id32) st = pi0_fail(PI0_ERR_ARG, "H and A: 1..1024 each");
                 else if (*cmd == 'a') st = fast_tokenizer_actions(f, ids, n, h, a, act, &o);
                 else st = fast_tokenizer_extract_actions(f, pg, id32, n, h, a, act, &o);
                 if (st == PI0_OK) {
