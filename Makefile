@@ -51,13 +51,14 @@ endif
 
 LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c \
            src/model.c src/model_rtc.c src/backends.c \
-           src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/image.c \
+           src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/fast_json.c \
+           src/fast_tokenizer.c src/fast_prompt.c src/image.c \
            src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c src/quant.c \
            src/cpu/cpu_backend.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c tools/check.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad
+TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_e2e,)
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
@@ -185,18 +186,18 @@ debug:
 	$(MAKE) BUILD=build-debug OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	    CUDA_ARCHS=90a CUDA_PTX= test   # the sanitizers do not reach device code: one GPU target is enough here
 
-# libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, norm stats + robot
-# observations, LeRobot config.json + observations, whole LeRobot policy directories, OCDBT + zarr, whole Orbax params
-# directories, JPEG / PNG images. FUZZ_SECONDS per target. UBSan findings halt
-# like ASan's.
+# libFuzzer targets (clang): safetensors header, config.json, tokenizer .model, FAST tokenizer.json + processor config
+# and FAST decoding (ids, prompts), norm stats + robot observations, LeRobot config.json + observations, whole LeRobot
+# policy directories, OCDBT + zarr, whole Orbax params directories, JPEG / PNG images. FUZZ_SECONDS per target. UBSan
+# findings halt like ASan's.
 FUZZ_SECONDS ?= 30
 FUZZ_OUT := -artifact_prefix=$(BUILD)/fuzz/   # crash/leak reproducers go to the build folder, not the repo root
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_SRC := src/util.c src/safetensors.c src/config.c src/tokenizer.c src/norm_stats.c src/robot.c src/ocdbt.c src/zarr.c \
-            src/lerobot.c src/lerobot_pipeline.c
+            src/lerobot.c src/lerobot_pipeline.c src/fast_json.c src/fast_tokenizer.c src/fast_prompt.c
 fuzz-build: $(BUILD)/fuzz/fuzz_safetensors $(BUILD)/fuzz/fuzz_config $(BUILD)/fuzz/fuzz_tokenizer $(BUILD)/fuzz/fuzz_policy \
             $(BUILD)/fuzz/fuzz_ocdbt $(BUILD)/fuzz/fuzz_image $(BUILD)/fuzz/fuzz_lerobot $(BUILD)/fuzz/fuzz_orbax \
-            $(BUILD)/fuzz/fuzz_lerobot_dir
+            $(BUILD)/fuzz/fuzz_lerobot_dir $(BUILD)/fuzz/fuzz_fast_tokenizer $(BUILD)/fuzz/fuzz_fast_decode
 # Orbax checkpoints as a whole (orbax.c, with its OpenMP decode tasks: clang's libomp)
 $(BUILD)/fuzz/fuzz_orbax: tests/fuzz/fuzz_orbax.c tests/fuzz/fuzz_dir.h src/orbax.c $(FUZZ_SRC) $(HDRS)
 	@mkdir -p $(dir $@)
@@ -220,6 +221,10 @@ fuzz: fuzz-build
 	$(PY) -c "import sentencepiece as s, io; s.SentencePieceTrainer.train(sentence_iterator=iter(['pick up the red block', 'open the drawer 42']*50), model_prefix='$(BUILD)/fuzz/corpus_tok/seed_bytes', vocab_size=300, model_type='bpe', byte_fallback=True, normalization_rule_name='identity', hard_vocab_limit=False, minloglevel=2)" && rm -f $(BUILD)/fuzz/corpus_tok/seed_bytes.vocab   # with the 256 <0xXX> byte pieces
 	cp tests/fuzz/regress_tokenizer/* $(BUILD)/fuzz/corpus_tok/   # inputs that once leaked (fixed in 143f3c3) or overflowed the prompt (fixed in 1c9ab5e)
 	$(BUILD)/fuzz/fuzz_tokenizer $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_tok
+	@mkdir -p $(BUILD)/fuzz/corpus_fast $(BUILD)/fuzz/corpus_fast_decode
+	$(PY) tests/fuzz/make_seed_fast.py $(BUILD)/fuzz/corpus_fast $(BUILD)/fuzz/corpus_fast_decode   # FAST tokenizer.json + config, .model + ids
+	$(BUILD)/fuzz/fuzz_fast_tokenizer $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(BUILD)/fuzz/corpus_fast
+	$(BUILD)/fuzz/fuzz_fast_decode $(FUZZ_OUT) -max_total_time=$(FUZZ_SECONDS) -max_len=16384 $(BUILD)/fuzz/corpus_fast_decode
 	@mkdir -p $(BUILD)/fuzz/corpus_pol
 	(printf '\001'; cat tests/fixtures/tiny-pi0/assets/tiny/norm_stats.json) > $(BUILD)/fuzz/corpus_pol/stats
 	printf '\006\002\002\001\010\000\000' > $(BUILD)/fuzz/corpus_pol/state
@@ -267,7 +272,7 @@ help:
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
 	@echo "make lab          the kernel lab (bench/kernels) into build/lab, when nvcc is found"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
-	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, policy, OCDBT/zarr and image parsers (FUZZ_SECONDS=30 each)"
+	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, FAST tokenizer, policy, OCDBT/zarr and image parsers (FUZZ_SECONDS=30 each)"
 	@echo "make test-server  pi0-server tests (protocol, openpi-client from PyPI, load, faults, HAProxy)"
 	@echo "make fuzz-server  libFuzzer on the server's msgpack-numpy decoder (also part of make fuzz)"
 	@echo "make fixtures     regenerate tests/fixtures with tools/reference (PyTorch)"

@@ -1,4 +1,4 @@
-/* tokenizer.c — SentencePiece `.model` reader and BPE encoder (see tokenizer.h).
+/* tokenizer.c — SentencePiece `.model` reader, BPE encoder and decoder (see tokenizer.h).
  * Encoding follows SentencePiece's bpe_model.cc: normalise, split into characters (user-defined pieces
  * matched first, longest prefix, and never merged), then repeatedly merge the adjacent pair whose
  * concatenation is a piece with the highest score (ties: leftmost), resegment UNUSED pieces into their
@@ -30,6 +30,9 @@ struct pi0_tokenizer {
     uint32_t hmask;
     int unk, bos, eos, model_type, byte_fallback;
     int add_dummy_prefix, remove_extra_ws, escape_ws;
+    int denormalizer;       /* the model carries a denormalizer charsmap: decoding would need it */
+    char *unk_surface;      /* what decoding writes for <unk>: trainer_spec.unk_surface or SentencePiece's default */
+    size_t unk_surface_len;
     int byte_id[256];
     int32_t *user;          /* USER_DEFINED piece indices, for prefix matching */
     int n_user;
@@ -102,6 +105,7 @@ void tokenizer_free(tokenizer *t) {
     free(t->p);
     free(t->hash);
     free(t->user);
+    free(t->unk_surface);
     free(t);
 }
 
@@ -147,6 +151,19 @@ static pi0_status parse_piece(tokenizer *t, const char *label, rd m) {
     return PI0_OK;
 }
 
+/* SentencePiece's default for trainer_spec.unk_surface: " ⁇ " */
+static const uint8_t UNK_SURFACE[] = " \xe2\x81\x87 ";
+
+static pi0_status set_unk_surface(tokenizer *t, rd s) {
+    size_t n = (size_t)(s.end - s.p);
+    free(t->unk_surface);
+    if (!(t->unk_surface = malloc(n + 1))) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    memcpy(t->unk_surface, s.p, n);
+    t->unk_surface[n] = 0;
+    t->unk_surface_len = n;
+    return PI0_OK;
+}
+
 static int as_id(uint64_t v) { return (int)(int32_t)(uint32_t)v; }   /* int32 fields: negatives are 10-byte varints */
 
 pi0_status tokenizer_parse(tokenizer **out, const char *label, const uint8_t *buf, size_t len) {
@@ -183,6 +200,7 @@ pi0_status tokenizer_parse(tokenizer **out, const char *label, const uint8_t *bu
             while (sub.p < sub.end && st == PI0_OK) {
                 rd s2;
                 if (!field(&sub, &num, &wt, &v, &s2)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: malformed trainer_spec", label); break; }
+                if (num == 44 && wt == 2) { st = set_unk_surface(t, s2); continue; }
                 if (wt != 0) continue;
                 if (num == 3) t->model_type = (int)v;
                 else if (num == 35) t->byte_fallback = v != 0;
@@ -200,8 +218,15 @@ pi0_status tokenizer_parse(tokenizer **out, const char *label, const uint8_t *bu
                 else if (num == 4 && wt == 0) t->remove_extra_ws = v != 0;
                 else if (num == 5 && wt == 0) t->escape_ws = v != 0;
             }
+        } else if (num == 5 && wt == 2) {   /* denormalizer_spec: SentencePiece applies it only with a charsmap */
+            while (sub.p < sub.end && st == PI0_OK) {
+                rd s2;
+                if (!field(&sub, &num, &wt, &v, &s2)) { st = pi0_fail(PI0_ERR_FORMAT, "%s: malformed denormalizer_spec", label); break; }
+                if (num == 2 && wt == 2 && v) t->denormalizer = 1;
+            }
         }
     }
+    if (st == PI0_OK && !t->unk_surface) st = set_unk_surface(t, (rd){UNK_SURFACE, UNK_SURFACE + sizeof UNK_SURFACE - 1});
     if (st == PI0_OK && t->n == 0) st = pi0_fail(PI0_ERR_FORMAT, "%s: no pieces (not a SentencePiece model?)", label);
     if (st == PI0_OK && have_trainer && t->model_type != 2)
         st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: model_type %d, only BPE (2) models are supported (PaliGemma's is BPE)",
@@ -415,6 +440,91 @@ pi0_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, in
     return PI0_OK;
 }
 
+/* ---- decoding (SentencePiece's Decode in sentencepiece_processor.cc) ---- */
+
+typedef struct {
+    char *buf;
+    size_t cap, n;
+} sink;
+
+static void put(sink *o, const void *p, size_t n) {
+    if (o->n < o->cap) memcpy(o->buf + o->n, p, n < o->cap - o->n ? n : o->cap - o->n);
+    o->n += n;
+}
+
+/* One character of a byte-piece run as SentencePiece's DecodeUTF8 reads it: its length when the bytes start a
+ * well-formed, shortest-form encoding of a scalar value, else 0 (the byte then stands alone as U+FFFD). */
+static size_t utf8_valid_len(const uint8_t *s, size_t n) {
+    if (s[0] < 0x80) return 1;
+    uint32_t cp;
+    size_t l;
+    if ((s[0] & 0xe0) == 0xc0) { l = 2; cp = s[0] & 0x1fu; }
+    else if ((s[0] & 0xf0) == 0xe0) { l = 3; cp = s[0] & 0x0fu; }
+    else if ((s[0] & 0xf8) == 0xf0) { l = 4; cp = s[0] & 0x07u; }
+    else return 0;
+    if (l > n) return 0;
+    for (size_t i = 1; i < l; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3fu);
+    }
+    static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[l] || (cp >= 0xd800 && cp < 0xe000) || cp > 0x10ffff) return 0;
+    return l;
+}
+
+static void flush_bytes(sink *o, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_valid_len(b + i, n - i);
+        if (l) put(o, b + i, l);
+        else put(o, "\xef\xbf\xbd", 3);
+        i += l ? l : 1;
+    }
+}
+
+pi0_status tokenizer_decode(const tokenizer *t, const int32_t *ids, size_t n, char *text, size_t cap, size_t *len) {
+    *len = 0;
+    if (t->denormalizer)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "decoding with a denormalizer (denormalizer_spec with a charsmap) is not "
+                        "supported; PaliGemma's tokenizer has none");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= t->n)
+            return pi0_fail(PI0_ERR_ARG, "id %d at position %zu is out of range (the model has %d pieces)", ids[i], i, t->n);
+    uint8_t *bytes = malloc(n ? n : 1);   /* the pending run of byte pieces */
+    if (!bytes) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    sink o = {text, text ? cap : 0, 0};
+    size_t nb = 0;
+    /* The leading U+2581 of the first text piece is dropped when the model adds a dummy prefix or removes extra
+     * whitespace: only while nothing has been written yet and no earlier piece had one dropped (with
+     * remove_extra_whitespaces, every such piece until text appears). */
+    int bos_ws = 1, bos_ws_seen = 0;
+    for (size_t i = 0; i < n; i++) {
+        const piece *pc = &t->p[ids[i]];
+        if (pc->type == T_BYTE) {
+            bytes[nb++] = (uint8_t)byte_piece_value(pc->s, pc->len);
+            continue;
+        }
+        flush_bytes(&o, bytes, nb);
+        nb = 0;
+        if (bos_ws_seen || o.n) bos_ws = 0;
+        bos_ws_seen = 0;
+        if (pc->type == T_CONTROL) continue;
+        if (pc->type == T_UNKNOWN) { put(&o, t->unk_surface, t->unk_surface_len); continue; }
+        const char *s = pc->s, *end = pc->s + pc->len;
+        if (bos_ws && (t->add_dummy_prefix || t->remove_extra_ws) && end - s >= 3 && !memcmp(s, "\xe2\x96\x81", 3)) {
+            s += 3;
+            bos_ws_seen = !t->remove_extra_ws;
+        }
+        while (s < end) {
+            if (end - s >= 3 && !memcmp(s, "\xe2\x96\x81", 3)) { put(&o, " ", 1); s += 3; }
+            else put(&o, s++, 1);
+        }
+    }
+    flush_bytes(&o, bytes, nb);
+    free(bytes);
+    *len = o.n;
+    return PI0_OK;
+}
+
 /* ---- public API (pi0.h) ---- */
 
 pi0_status pi0_tokenizer_load(pi0_tokenizer **out, const char *path) {
@@ -441,8 +551,7 @@ static size_t clean_prompt(char *dst, const char *src) {
     return n;
 }
 
-/* np.digitize(x, linspace(-1, 1, 257)[:-1]) - 1: the number of bin starts -1 + k/128 <= x, minus one. */
-static int state_bin(double x) {
+int tokenizer_state_bin(double x) {
     int c = 0;
     for (int k = 0; k < 256; k++) c += x >= -1.0 + k / 128.0;
     return c - 1;
@@ -485,7 +594,7 @@ pi0_status pi0_tokenize_prompt(const pi0_tokenizer *t, const char *prompt, pi0_p
         len += (size_t)sprintf(text + len, ", State: ");
         for (int i = 0; i < n_state; i++) {
             if (!isfinite(state[i])) { st = pi0_fail(PI0_ERR_ARG, "state[%d] is not finite", i); goto done; }
-            len += (size_t)sprintf(text + len, "%s%d", i ? " " : "", state_bin(state[i]));
+            len += (size_t)sprintf(text + len, "%s%d", i ? " " : "", tokenizer_state_bin(state[i]));
         }
         len += (size_t)sprintf(text + len, ";\nAction: ");
         if ((st = encode_append(t, text, len, ids, cap, &n)) != PI0_OK) goto done;

@@ -10,11 +10,12 @@ pol="$BUILD/tests/policy"
 ${PY:-/usr/bin/python3} tests/policy_check.py "$pol" || echo "policy_check.py failed (test_policy will report it)"
 tok="$BUILD/tests/tok.model"
 ${PY:-/usr/bin/python3} tests/make_tokenizer.py "$tok" || echo "make_tokenizer.py failed (test_policy_api will report it)"
-for t in test_unit test_golden test_errors test_image test_policy test_policy_api test_grad; do
+for t in test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast; do
     echo "== $t"
     case $t in
         test_policy) set -- "$pol" ;;
         test_policy_api) rm -rf "$BUILD/tests/policy_api"; set -- "$BUILD/tests/policy_api" "$tok" ;;
+        test_fast) set -- "$tok" ;;
         *) set -- "$img" ;;
     esac
     out=$("$BUILD/tests/$t" "$@" 2>&1); st=$?
@@ -47,6 +48,8 @@ script() {
 PYTHON=${PY:-/usr/bin/python3}
 # the tokenizer against SentencePiece itself (python3-sentencepiece is the oracle)
 script tokenizer "$PYTHON" tests/tokenizer_check.py "$BUILD/pi0"
+# π0-FAST's action tokenizer and SentencePiece decoding against SentencePiece, transformers and openpi restated (venv from PyPI)
+script fast "$PYTHON" tests/fast_check.py "$BUILD"
 # the whole policy (`pi0 run`) against the independent reference policy script
 script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
 # LeRobot policy directories (the model: keys, config fields, refused options)
