@@ -29,7 +29,7 @@ if grep -q -- -DPI0_HAVE_CUDA "$BUILD/flags.txt" 2>/dev/null; then
         echo "$BUILD/libpi0.so: SASS ${elf}PTX ${ptx}($("$co" --list-elf "$BUILD/libpi0.so" | wc -l) cubins)"
     fi
 else
-    echo "$BUILD: built without CUDA (no nvcc): the CPU backend alone"
+    echo "$BUILD: built without CUDA (NVCC empty or no nvcc found): the CPU backend alone"
 fi
 sh "$(dirname "$0")/check-neon.sh" "$BUILD/src/cpu/cpu_backend.o" || fail=1
 exit "$fail"
