@@ -59,6 +59,11 @@ ifneq ($(NVCC),)
 ifeq ($(wildcard $(CUDA_TARGET)/VERSIONS),)
 $(error CROSS=$(CROSS): no $(ARCH) CUDA libraries in $(CUDA_TARGET): run tools/install-deps.sh --aarch64, or build without CUDA: make CROSS=$(CROSS) NVCC=)
 endif
+# the target's CUDA headers (crt/) belong to one nvcc release: the wheels' must be the host nvcc's
+NVCC_VER := $(shell $(NVCC) --version | sed -n 's/.*, V\([0-9.]*\)$$/\1/p')
+ifeq ($(findstring nvidia-cuda-nvcc==$(NVCC_VER) ,$(file < $(CUDA_TARGET)/VERSIONS) ),)
+$(error CROSS=$(CROSS): $(NVCC) is CUDA $(NVCC_VER), but the $(ARCH) CUDA headers in $(CUDA_TARGET) are for another release ($(filter nvidia-cuda-nvcc%,$(file < $(CUDA_TARGET)/VERSIONS))): tools/install-deps-aarch64.sh pins the wheels of the nvcc they go with)
+endif
 endif
 CUDA_INC := -I$(CUDA_TARGET)/include
 NV_HOST := -ccbin $(CROSS)g++ $(CUDA_INC) -isystem $(CUDA_TARGET)/include/cccl

@@ -21,8 +21,8 @@ bins="pi0 pi0-server tests/test_unit tests/test_golden tests/test_errors tests/t
 rm -rf "$emu" && mkdir -p "$emu/tests" "$emu/lib"
 for b in $bins; do [ -x "$root/$b" ] || fail "$BUILD/$b is missing"; done
 
-# A CUDA build links the 600 MB cuBLASLt, whose loading takes the emulated loader seconds per process, and the suite
-# starts thousands. First the binaries load once with the real aarch64 library, every symbol bound (LD_BIND_NOW): they
+# A CUDA build links the 600 MB cuBLASLt, whose loading dominates an emulated process's start, and the suite starts
+# hundreds of processes. First the binaries load once with the real aarch64 library, every symbol bound (LD_BIND_NOW): they
 # link and resolve against it. Then the suite runs them with a stand-in of the same soname that defines the same
 # symbols: without a GPU (none under emulation) the CUDA backend stops at device discovery, before cuBLASLt; were a
 # stand-in called, it would return CUBLAS_STATUS_NOT_INITIALIZED (1), which the backend reports as an error.

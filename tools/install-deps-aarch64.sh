@@ -18,10 +18,7 @@ tool_wheel="nvidia-cuda-cuobjdump==13.2.51"
 
 fail() { echo "install-deps-aarch64: $*"; exit 1; }
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || SUDO=none
-    [ "$SUDO" = none ] || SUDO=sudo
-fi
+[ "$(id -u)" -eq 0 ] || SUDO=$(command -v sudo >/dev/null 2>&1 && echo sudo || echo none)
 run_root() {
     [ "$SUDO" = none ] && fail "cannot run '$*': not root and no sudo"
     $SUDO "$@"
@@ -31,7 +28,7 @@ command -v dpkg >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 || fail "n
 
 # Debian packages. libwebsockets-dev is left out: its arm64 and amd64 packages both ship /usr/include/lws_config.h
 # (which differ in one path string), so they cannot be installed together; its arm64 package is unpacked into the cache.
-pk="gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static python3-pip libc6:arm64 libstdc++6:arm64
+pk="gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-user-static file python3-pip libc6:arm64 libstdc++6:arm64
     libjansson-dev:arm64 libzstd-dev:arm64 libmsgpack-dev:arm64 libwebsockets17:arm64 libssl-dev:arm64 libcap-dev:arm64
     zlib1g-dev:arm64 libturbojpeg0-dev:arm64 libspng-dev:arm64"
 missing=""
@@ -105,7 +102,7 @@ pip_get() {
 # The aarch64 CUDA headers and libraries (cuda/include, cuda/lib); cuBLASLt alone is ~600 MB unpacked
 cuda="$cache/cuda"
 if [ "$(cat "$cuda/VERSIONS" 2>/dev/null)" != "$(echo $wheels)" ]; then
-    echo "install-deps-aarch64: aarch64 CUDA wheels ($(echo $wheels)) into $cuda (a 600 MB download)"
+    echo "install-deps-aarch64: aarch64 CUDA wheels ($(echo $wheels)) into $cuda (about 550 MB to download)"
     tmp=$(mktemp -d -p "$cache")
     pip_get "$tmp" aarch64 $wheels
     rm -rf "$cuda"
