@@ -2,7 +2,17 @@
 # Builds build/libpi0.a, build/pi0 and the tests; `make debug` does the same with ASan+UBSan in build-debug/.
 
 CC      ?= gcc
-BUILD   ?= build
+# Cross-builds: CROSS is the toolchain's prefix (CROSS=aarch64-linux-gnu-: the Jetson build, docs/jetson.md, into
+# build-aarch64). Everything target-specific below keys on the compiler's target, never on the build machine.
+CROSS   ?=
+ifneq ($(CROSS),)
+CC      := $(CROSS)gcc
+endif
+TARGET  := $(shell $(CC) -dumpmachine)
+ARCH    := $(firstword $(subst -, ,$(TARGET)))
+MULTIARCH := $(shell $(CC) -print-multiarch)
+LIBDIR_A := /usr/lib/$(MULTIARCH)
+BUILD   ?= $(if $(CROSS),build-$(ARCH),build)
 OPT     ?= -O3
 SAN     ?=
 WERROR  ?= $(if $(CI),-Werror,)
@@ -11,8 +21,8 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE $(OPT) -g -fopenmp -Wall -Wextra -Wshadow -Wno
            -Iinclude -Isrc -DPI0_COMMIT='"$(COMMIT)"' -fPIC -fno-semantic-interposition
 # Debian libraries are linked statically when their archives exist, so the binaries also run on the
 # GPU machine (another distribution): jansson, zstd and libgomp.
-JANSSON_A := $(wildcard /usr/lib/x86_64-linux-gnu/libjansson.a)
-ZSTD_A  := $(wildcard /usr/lib/x86_64-linux-gnu/libzstd.a)
+JANSSON_A := $(wildcard $(LIBDIR_A)/libjansson.a)
+ZSTD_A  := $(wildcard $(LIBDIR_A)/libzstd.a)
 GOMP_A  := $(shell f=$$($(CC) -print-file-name=libgomp.a); [ -f "$$f" ] && echo $$f)
 DEB_LIBS := $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd)
 LDLIBS  += $(DEB_LIBS) $(if $(GOMP_A),$(GOMP_A) -lpthread -ldl,-fopenmp) -lm $(SAN)
@@ -20,10 +30,15 @@ SO_LIBS := -ljansson -lzstd -fopenmp -lm $(SAN)   # Debian's archives (jansson, 
 
 # CUDA backend: built when nvcc is found, for every GPU generation from Ampere on (CUDA_ARCHS: SASS for each; CUDA_PTX:
 # PTX that newer GPUs compile at load time). Hopper (90a) runs its own kernels, the others the portable path
-# (README, GPU). Jetson: CUDA_ARCHS=87 (Orin) or 110 (Thor). cudart is linked statically, cuBLASLt from
-# /usr/local/cuda/lib64 (present on the GPU machine too).
+# (README, GPU). cudart is linked statically, cuBLASLt from /usr/local/cuda/lib64 (present on the GPU machine too).
+# An aarch64 target is a Jetson: Orin (87) and Thor (110), with PTX that later Jetsons compile at load time.
+ifeq ($(ARCH),aarch64)
+CUDA_ARCHS ?= 87 110
+CUDA_PTX   ?= 87
+else
 CUDA_ARCHS ?= 80 86 89 90a 100 120
 CUDA_PTX   ?= 80
+endif
 # Hopper's kernels need sm_90a (wgmma, setmaxnreg): plain 90 would compile them as traps, and the backend cannot tell
 # compute_90 code from compute_90a code when it picks the path at run time
 ifneq ($(filter 90,$(CUDA_ARCHS) $(CUDA_PTX)),)
@@ -34,19 +49,47 @@ CUDA_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a
                 $(if $(CUDA_PTX),-gencode arch=compute_$(CUDA_PTX)$(comma)code=compute_$(CUDA_PTX))
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= /usr/local/cuda
+# A cross-build compiles device code with the host's nvcc and host code with the cross g++ (-ccbin); the target's
+# CUDA headers and libraries come from NVIDIA's aarch64 wheels, which tools/install-deps.sh --aarch64 unpacks into
+# AARCH64_DEPS. The binaries find cuBLASLt where JetPack installs it, /usr/local/cuda/lib64.
+AARCH64_DEPS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pi0-aarch64
+ifneq ($(CROSS),)
+CUDA_TARGET := $(AARCH64_DEPS)/cuda
+ifneq ($(NVCC),)
+ifeq ($(wildcard $(CUDA_TARGET)/VERSIONS),)
+$(error CROSS=$(CROSS): no $(ARCH) CUDA libraries in $(CUDA_TARGET): run tools/install-deps.sh --aarch64, or build without CUDA: make CROSS=$(CROSS) NVCC=)
+endif
+# the target's CUDA headers (crt/) belong to one nvcc release: the wheels' must be the host nvcc's
+NVCC_VER := $(shell $(NVCC) --version | sed -n 's/.*, V\([0-9.]*\)$$/\1/p')
+ifeq ($(findstring nvidia-cuda-nvcc==$(NVCC_VER) ,$(file < $(CUDA_TARGET)/VERSIONS) ),)
+$(error CROSS=$(CROSS): $(NVCC) is CUDA $(NVCC_VER), but the $(ARCH) CUDA headers in $(CUDA_TARGET) are for another release ($(filter nvidia-cuda-nvcc%,$(file < $(CUDA_TARGET)/VERSIONS))): tools/install-deps-aarch64.sh pins the wheels of the nvcc they go with)
+endif
+endif
+CUDA_INC := -I$(CUDA_TARGET)/include
+NV_HOST := -ccbin $(CROSS)g++ $(CUDA_INC) -isystem $(CUDA_TARGET)/include/cccl
+CU_LIBS := -L$(CUDA_TARGET)/lib -Wl,-rpath,/usr/local/cuda/lib64 -l:libcublasLt.so.13 -lcudart_static -ldl -lrt -lstdc++
+else
+CUDA_INC := -I$(CUDA_HOME)/include
+CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++
+endif
 ifneq ($(NVCC),)
 CU_SRC  := $(wildcard src/cuda/*.cu)
-CFLAGS  += -DPI0_HAVE_CUDA -I$(CUDA_HOME)/include
-CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++
+CFLAGS  += -DPI0_HAVE_CUDA $(CUDA_INC)
 LDLIBS  += $(CU_LIBS)
 SO_LIBS += $(CU_LIBS)
-NVFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA \
+NVFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo -Iinclude -Isrc -DPI0_HAVE_CUDA $(NV_HOST) \
            -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter $(if $(CI),-Werror all-warnings,)
 endif
 CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
 PY      ?= /usr/bin/python3
-ifeq ($(shell uname -m),x86_64)
+ifeq ($(ARCH),x86_64)
 CFLAGS  += -march=x86-64-v3 -ffp-contract=fast   # AVX2 + FMA for the CPU GEMM (any x86 server since ~2015)
+endif
+# aarch64: Armv8.2-A with half precision is what Orin's Cortex-A78AE implements, and Thor's Neoverse V3AE (Armv9.2-A)
+# implements all of it, so one binary runs on both. SVE is left out: Orin has none, and Thor's SVE2 vectors are 128 bits
+# wide, the width of the NEON vectors the CPU GEMM compiles to (fused multiply-adds, as on x86).
+ifeq ($(ARCH),aarch64)
+CFLAGS  += -march=armv8.2-a+fp16 -ffp-contract=fast
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c \
@@ -63,7 +106,7 @@ TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops
 HDRS    := $(wildcard include/*.h src/*.h tools/*.h tests/*.h)
 
 .SECONDARY:
-.PHONY: FORCE all test test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick lab lab-no-nvcc
+.PHONY: FORCE all test test-aarch64 test-cuda debug fuzz fuzz-build help clean fixtures check-ref bench-quick lab lab-no-nvcc
 
 all: $(BUILD)/libpi0.a $(BUILD)/libpi0.so $(BUILD)/pi0 $(TEST_BIN)
 
@@ -109,8 +152,8 @@ $(BUILD)/libpi0.so: $(LIB_OBJ) $(BUILD)/libpi0.map
 # Image files in the CLI: TurboJPEG linked statically; libspng has no static archive in Debian, so its
 # shared library is copied next to the binary (build/lib, found through an $$ORIGIN rpath) and travels
 # with the build folder to the GPU machine.
-TJ_A    := $(wildcard /usr/lib/x86_64-linux-gnu/libturbojpeg.a)
-SPNG_SO := $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libspng.so.0))
+TJ_A    := $(wildcard $(LIBDIR_A)/libturbojpeg.a)
+SPNG_SO := $(firstword $(wildcard $(LIBDIR_A)/libspng.so.0))
 IMG_LIBS := $(if $(TJ_A),$(TJ_A),-lturbojpeg) -lspng -lz -Wl,-rpath,'$$ORIGIN/lib'
 $(BUILD)/lib/libspng.so.0: $(SPNG_SO)
 	@mkdir -p $(dir $@)
@@ -173,6 +216,17 @@ test:
 	@tools/install-deps.sh --test
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) PY=$(PY) sh tests/run.sh
+
+# The aarch64 (Jetson) cross-build, checked and tested on this x86-64 machine (docs/jetson.md): its dependencies, the
+# build, the binaries' architecture and GPU code, NEON in the CPU backend's hot loops, then the CPU test suite under
+# qemu-user (tests/run_emulated.sh).
+AARCH64_BUILD ?= build-aarch64
+test-aarch64:
+	@tools/install-deps.sh --test
+	@tools/install-deps.sh --aarch64
+	@$(MAKE) --no-print-directory CROSS=aarch64-linux-gnu- BUILD=$(AARCH64_BUILD) all
+	@sh tools/check-aarch64.sh $(AARCH64_BUILD)
+	@PY=$(PY) sh tests/run_emulated.sh $(AARCH64_BUILD)
 
 # GPU tests (on the device machine): op tests vs the CPU twins, tiny fixtures, resources.
 # FULL="DIR_PI0 DIR_PI05" adds the full-size GPU-vs-CPU comparison.
@@ -270,6 +324,8 @@ help:
 	@echo "make              build build/libpi0.a, build/pi0 and the tests"
 	@echo "make test         build and run every test that needs no GPU (unit, golden fixtures, bad input, CLI)"
 	@echo "make test-cuda    GPU tests on the device machine (FULL=\"DIR_PI0 DIR_PI05\" adds full-size checks)"
+	@echo "make CROSS=aarch64-linux-gnu-   the Jetson (aarch64) cross-build into build-aarch64 (docs/jetson.md)"
+	@echo "make test-aarch64 that cross-build, checked, and its CPU tests under qemu"
 	@echo "make lab          the kernel lab (bench/kernels) into build/lab, when nvcc is found"
 	@echo "make debug        the same under ASan + UBSan in build-debug/"
 	@echo "make fuzz         libFuzzer on the safetensors, config.json, tokenizer .model, FAST tokenizer, policy, OCDBT/zarr and image parsers (FUZZ_SECONDS=30 each)"
@@ -281,4 +337,4 @@ help:
 	@echo "make clean"
 
 clean:
-	rm -rf build build-debug
+	rm -rf build build-debug build-aarch64

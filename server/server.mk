@@ -2,8 +2,11 @@
 # fuzz target. libwebsockets and msgpack-c (and libwebsockets' libcap and zlib) are linked statically
 # when their Debian archives exist, so the binary runs on the GPU machine (Ubuntu) too; OpenSSL, which
 # libwebsockets.a is built against, stays dynamic (libssl.so.3: present on Debian 12 and Ubuntu 24.04).
-LIBDIR_A  := /usr/lib/x86_64-linux-gnu
-LWS_A     := $(wildcard $(LIBDIR_A)/libwebsockets.a)
+# Cross-builds take libwebsockets' archive and headers from its target package, unpacked into AARCH64_DEPS: Debian's
+# arm64 and amd64 packages cannot be installed side by side (tools/install-deps-aarch64.sh).
+LWS_DIR   := $(if $(CROSS),$(AARCH64_DEPS)/libwebsockets/usr,/usr)
+LWS_A     := $(wildcard $(LWS_DIR)/lib/$(MULTIARCH)/libwebsockets.a)
+SRV_INC   := -Iserver $(if $(CROSS),-I$(LWS_DIR)/include,)
 MSGPACK_A := $(wildcard $(LIBDIR_A)/libmsgpackc.a)
 CAP_A     := $(wildcard $(LIBDIR_A)/libcap.a)
 Z_A       := $(wildcard $(LIBDIR_A)/libz.a)
@@ -19,11 +22,11 @@ all: $(BUILD)/pi0-server $(BUILD)/tests/test_server
 
 $(BUILD)/server/%.o: server/%.c $(SRV_HDRS) $(BUILD)/flags.txt
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Iserver -c $< -o $@
+	$(CC) $(CFLAGS) $(SRV_INC) -c $< -o $@
 
 $(BUILD)/tests/server/%.o: tests/server/%.c $(SRV_HDRS) tests/server/wsclient.h tests/test.h $(BUILD)/flags.txt
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Iserver -Itests -c $< -o $@
+	$(CC) $(CFLAGS) $(SRV_INC) -Itests -c $< -o $@
 
 $(BUILD)/tests/test_server: $(BUILD)/tests/server/test_server.o $(SRV_CORE)
 	$(CC) $(CFLAGS) $^ -o $@ $(SRV_LIBS) $(LDLIBS)

@@ -100,7 +100,10 @@ static void compare_ex(const char *op, const char *shape, dbuf *b, size_t row_le
             double e = rel_l2(hg + i, hc + i, row_len, NULL);
             if (!(e <= worst)) { worst = e; at = i / row_len; }
         }
-        for (size_t i = 0; i < b->n; i++) ref = fmax(ref, fabs((double)hc[i]));
+        for (size_t i = 0; i < b->n; i++) {   /* a compare, not fmax: GCC 12's aarch64 vectoriser crashes on fmax reductions */
+            double v = fabs((double)hc[i]);
+            if (v > ref) ref = v;
+        }
     }
     if (!row_bound) row_bound = ROW_SLACK * bound;
     double abs_bound = ABS_SLACK * bound * ref, rel_abs = ref > 0 ? mx / ref : mx;

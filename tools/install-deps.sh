@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages that the build needs (and, with --test, what the tests and the reference script
-# need). Does nothing when they are already there. Uses sudo when not root. Prints what it does; on failure one
+# need; with --aarch64, what the aarch64 cross-build and its emulated tests need: install-deps-aarch64.sh). Does
+# nothing when they are already there. Uses sudo when not root. Prints what it does; on failure one
 # line says what could not be installed and why, and it exits 1.
 set -u
 pk="build-essential pkg-config libjansson-dev libzstd-dev libmsgpack-dev libwebsockets-dev libturbojpeg0-dev libspng-dev"
@@ -12,7 +13,9 @@ missing=""
 for p in $pk; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+# --aarch64 goes on to the cross-build's dependencies once the native ones are there
+finish() { [ "${1:-}" = "--aarch64" ] && exec sh "$(dirname "$0")/install-deps-aarch64.sh"; exit 0; }
+[ -z "$missing" ] && finish "${1:-}"
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "install-deps: cannot install$missing: no apt-get (a Debian or Ubuntu machine is assumed); install them by hand"
     exit 1
@@ -38,3 +41,4 @@ if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-re
 fi
 rm -f "$log"
 echo "install-deps: done"
+finish "${1:-}"
