@@ -84,42 +84,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # UNUSED pieces (type 5): SentencePiece merges through them, then splits them back into their parts. The last
     # model with every 5th merged piece marked UNUSED (the protobuf edited field by field; SentencePiece, which
     # loads it, is the oracle)
-    def varint(v):
-        out = bytearray()
-        while True:
-            out.append((v & 0x7f) | (0x80 if v > 0x7f else 0))
-            v >>= 7
-            if not v:
-                return bytes(out)
-
-    def read_varint(b, i):
-        v = sh = 0
-        while True:
-            v |= (b[i] & 0x7f) << sh
-            i, sh = i + 1, sh + 7
-            if b[i - 1] < 0x80:
-                return v, i
-
-    def fields(b):   # (field, wire type, raw value bytes or int) of one message
-        i = 0
-        while i < len(b):
-            key, i = read_varint(b, i)
-            f, wt = key >> 3, key & 7
-            if wt == 0:
-                v, i = read_varint(b, i)
-                yield f, wt, v
-            elif wt == 2:
-                n, i = read_varint(b, i)
-                yield f, wt, b[i:i + n]
-                i += n
-            elif wt == 5:
-                yield f, wt, b[i:i + 4]
-                i += 4
-            else:
-                raise ValueError("wire type %d" % wt)
-
-    def enc(f, wt, v):
-        return varint(f << 3 | wt) + (varint(v) if wt == 0 else varint(len(v)) + v if wt == 2 else v)
+    from protobuf_wire import enc, fields   # tests/, the script's folder
 
     out, k, marked = bytearray(), 0, 0
     for f, wt, v in fields(open(model, "rb").read()):
