@@ -311,6 +311,7 @@ fuzz: fuzz-build
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:
 	$(PY) tools/reference/make_fixtures.py
+	$(PY) tools/reference/make_fast_fixtures.py
 check-ref:
 	$(PY) tools/reference/check_ref.py
 
