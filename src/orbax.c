@@ -287,9 +287,13 @@ static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *kin
     int fast = !find_leaf(lv, n, need[9]) && !find_leaf(lv, n, need[12]);   /* no q_einsum_1, no action_in_proj */
     for (int i = 0; i < (fast ? 9 : 13); i++) {
         leaf *l = find_leaf(lv, n, need[i]);
-        if (!l)
-            return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every %s checkpoint has it)", label, need[i],
-                            i < 9 ? "π0, π0.5 and π0-FAST" : "π0 and π0.5");
+        if (!l && i < 9)
+            return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every π0, π0.5 and π0-FAST checkpoint has it)", label,
+                            need[i]);
+        if (!l)   /* name what made it π0 / π0.5: on a π0-FAST checkpoint, one stray parameter of the expert */
+            return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every π0 and π0.5 checkpoint has it; '%s' is present, "
+                            "so this is not π0-FAST's PaliGemma alone)", label, need[i],
+                            find_leaf(lv, n, need[12]) ? need[12] : need[9]);
         for (int d = 0; d < l->z.ndim; d++)   /* before any product (an empty array may name any other sizes) */
             if (l->z.shape[d] < 1 || l->z.shape[d] > (1 << 24))
                 return pi0_fail(PI0_ERR_SHAPE, "%s: parameter '%s': dimension %d is %lld (expected 1..16777216)", label, need[i],
