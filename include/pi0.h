@@ -168,7 +168,7 @@ typedef struct {
 /* Runs the whole inference; writes actions [B, H, A] (normalised action space). */
 pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
 
-/* π0-FAST (pi0_model_info.fast): the action tokens, as openpi's Pi0FAST.sample_actions returns them (docs/model.md 5).
+/* π0-FAST (pi0_model_info.fast): the action tokens, as openpi's Pi0FAST.sample_actions returns them (docs/model.md 7).
  * in holds images, image_masks, tokens, token_mask and token_ar_mask (state and noise are not read: the state is in
  * the prompt, docs/fast.md). tokens [B, max_decoding_steps] gets each decoded id, 0 after the last step run; decoding
  * stops at the first step where every sample's token is the end token (id 1), so a sample that ended earlier keeps
@@ -176,7 +176,7 @@ pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
 typedef struct {
     int max_decoding_steps;  /* 1..the session's max_decoding_steps; 0 = the session's */
     float temperature;       /* 0 = greedy (openpi's default); > 0 = sampled, reproducibly from in->seed (not JAX's
-                                random stream: docs/model.md 5.4) */
+                                random stream: docs/model.md 7.4) */
 } pi0_decode_params;
 pi0_status pi0_generate(pi0_session *s, const pi0_inputs *in, const pi0_decode_params *p, int32_t *tokens, int *steps);
 /* Host memory for pi0_inputs (above all the images): page-locked when a CUDA device is present, so that

@@ -38,7 +38,7 @@ long long api_bad_float(const float *x, size_t n, float lo, float hi) {
     return -1;   /* not reached: the block holds one */
 }
 
-/* π0-FAST embeds every prompt token, masked ones included (docs/model.md 5.2), and needs a valid token per sample. */
+/* π0-FAST embeds every prompt token, masked ones included (docs/model.md 7.2), and needs a valid token per sample. */
 static pi0_status check_fast(const pi0_config *c, const pi0_inputs *in) {
     int L = in->n_tokens;
     for (int k = 0; k < in->batch * L; k++) {

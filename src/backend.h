@@ -38,8 +38,9 @@ enum pi0_epi { EPI_STORE, EPI_ADD, EPI_GELU };   /* linear epilogues: y=, y+=, y
 enum pi0_act { ACT_NONE, ACT_SWISH };
 
 /* Attention over segments (one per image or batch element), docs/model.md 3.6/3.7/3.10.
- * Query rows of segment s: [q_off[s], q_off[s+1]). Keys/values come from source 1 (rows
- * [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned with the queries).
+ * Query rows of segment s: [q_off[s], q_off[s+1]); rows of out outside [q_off[0], q_off[nseg]) are left as they are.
+ * Keys/values come from source 1 (rows [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned
+ * with the queries).
  * Query j of a segment sees all of its source-1 keys and source-2 keys [0, j < block0 ? block0 : n).
  * With tail > 0 (and no source 2) the last `tail` source-1 keys of each segment are the suffix keys
  * instead and follow the same rule: query j sees the first n1 - tail keys and then
@@ -154,7 +155,7 @@ struct pi0_backend {
     void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
     /* out[rows[i]] = table[ids[i]] * scale, i < n (docs/model.md 3.6); ids were range-checked by the caller */
     void (*embed)(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
-    /* π0-FAST's next token for each of M rows (docs/model.md 5.4): the logits l_j = x[r] . W[j], j < V (W: the
+    /* π0-FAST's next token for each of M rows (docs/model.md 7.4): the logits l_j = x[r] . W[j], j < V (W: the
      * embedding table, V rows of K; fp32 sums of the stored values); ids[r] = the first j of the largest l_j
      * (temperature 0, greedy), or of the largest l_j / temperature + g(seed, r, j) (pi0_gumbel: sampling with the
      * Gumbel-max rule). top2 (F32 [M, 2], p NULL = not wanted): the largest and the second-largest l_j, whose

@@ -63,7 +63,7 @@ void vision_tower(pi0_backend *be, const pi0_weights *w, const pi0_config *c, co
 int vision_bufs_alloc(pi0_vision_bufs *v, pi0_backend *be, const pi0_config *c, size_t nimg,
                       pt (*alloc)(void *user, size_t n, int kind), void *user);
 
-/* ---- π0-FAST (model_fast.c, docs/model.md 5): a session of its own, decoding action tokens ---- */
+/* ---- π0-FAST (model_fast.c, docs/model.md 7): a session of its own, decoding action tokens ---- */
 typedef struct fast_sess fast_sess;
 #define PI0_FAST_END_TOKEN 1   /* PaliGemma's EOS: decoding stops at the first step where every sample produced it */
 

@@ -1,6 +1,6 @@
-/* model_fast.c — π0-FAST's inference (docs/model.md 5), written against backend.h like model.c: PaliGemma alone reads
+/* model_fast.c — π0-FAST's inference (docs/model.md 7), written against backend.h like model.c: PaliGemma alone reads
  * the images and the prompt, then decodes action tokens one at a time with a KV cache, exactly as openpi's
- * Pi0FAST.sample_actions does, its alignment, positions and decode mask included (5.2-5.4). The tokens are the
+ * Pi0FAST.sample_actions does, its alignment, positions and decode mask included (7.2-7.4). The tokens are the
  * result; turning them into actions is the FAST tokenizer's (fast_tokenizer.c).
  *
  * Layout. openpi rotates each sample's prefix so that its last valid token ends the row, and the decoded tokens see
@@ -8,7 +8,7 @@
  * token after the first valid one: every camera present, prompt padding at the end), masked tokens feed nothing that
  * is read, and only the valid rows are computed ("compact" samples). Otherwise (a masked camera after the first
  * valid token, a hole in the token mask) the window holds masked rows, whose values come from their all-masked
- * attention rows (a uniform average over every cache slot, 5.3): such a sample ("full") computes all P rows.
+ * attention rows (a uniform average over every cache slot, 7.2): such a sample ("full") computes all P rows.
  * Rows of the prefill: first every sample's valid rows (sample after sample), then the masked rows of the full samples.
  * The cache holds RS = P + max_steps rows per sample: its valid rows, its masked rows, then the decoded tokens. After
  * the prefill a full sample's window rows are moved to the front of its cache, so that every sample decodes over
@@ -23,7 +23,7 @@
 #include "util.h"
 
 #define EPS 1e-6f
-#define MAX_FAST_BUFS 64
+#define MAX_FAST_BUFS 128
 
 struct fast_sess {
     pi0_backend *be;
@@ -157,7 +157,7 @@ typedef struct {
 } plan;
 
 /* The rows of every sample, their positions and cache rows, the attention segments, and for full samples the slots to
- * zero and the window to move (docs/model.md 5.2/5.3). */
+ * zero and the window to move (docs/model.md 7.2/7.3). */
 static void plan_inputs(fast_sess *s, const pi0_inputs *in, int n_steps, plan *p) {
     int B = in->batch, N = s->N, T = s->T, L = in->n_tokens, P = N * T + L, RS = s->RS;
     *p = (plan){.B = B, .P = P, .n_steps = n_steps};
@@ -355,7 +355,7 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
         }
         *n_run = k + 1;
         if (all_end || k + 1 == n_steps) break;
-        /* decode step k: the token at position prefill_len + k + 1 into cache slot prefill_len + k (5.3) */
+        /* decode step k: the token at position prefill_len + k + 1 into cache slot P + k, seen as prefill_len + k after the window moved (7.3) */
         for (int b = 0; b < B; b++) {
             s->h_dpos[b] = s->h_plen[b] + k + 1;
             s->h_slot[b] = b * RS + s->h_plen[b] + k;

@@ -302,9 +302,9 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     cpu_ctx *c = CTX(be);
     int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
     const int32_t *qo = a->q_off, *ko = a->k_off;
-    int total_q = qo[a->nseg];
+    int q_end = qo[a->nseg];
     #pragma omp parallel for num_threads(NT) collapse(2) schedule(dynamic, 8)
-    for (int r = 0; r < total_q; r++)
+    for (int r = qo[0]; r < q_end; r++)   /* rows before q_off[0] are not this call's */
         for (int h = 0; h < H; h++) {
             float *sc = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
             int s = 0;

@@ -1,4 +1,4 @@
-/* cpu_decode.c — see cpu_decode.h. The definition of next_token (backend.h, docs/model.md 5.4): every logit as an fp32
+/* cpu_decode.c — see cpu_decode.h. The definition of next_token (backend.h, docs/model.md 7.4): every logit as an fp32
  * sum over K in index order of eight interleaved partial sums, then the first index of the largest value (NaN never
  * wins: a comparison with it is false). */
 #include "cpu_decode.h"
