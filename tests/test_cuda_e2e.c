@@ -554,15 +554,16 @@ static void fast_compare(const char *what, pi0_model *mc, pi0_model *mg, const p
     CHECK(ok, "π0-FAST %s: decoding failed", what);
     for (int b = 0; ok && b < B; b++) {
         int first = -1, upto = want < rc ? want : rc;
-        double err = 0;
+        double err = 0, top = 0;
         for (int k = 0; k < upto && first < 0; k++) {
             const float *c2 = pc + 2 * ((size_t)b * n + k), *g2 = pg + 2 * ((size_t)b * n + k);
             if (tc[(size_t)b * n + k] != tg[(size_t)b * n + k]) first = k;
             else if (fabs(c2[0] - g2[0]) > err) err = fabs(c2[0] - g2[0]);
+            if (fabs(c2[0]) > top) top = fabs(c2[0]);
         }
         if (first < 0) {
-            printf("π0-FAST %-34s sample %d: %d of %d tokens equal (CPU %d steps, GPU %d), top logit |GPU - CPU| <= %.2e OK\n",
-                   what, b, upto, upto, rc, rg, err);
+            printf("π0-FAST %-34s sample %d: %d of %d tokens equal (CPU %d steps, GPU %d), top logit |GPU - CPU| <= %.2e "
+                   "(top logits up to %.2e) OK\n", what, b, upto, upto, rc, rg, err, top);
             continue;
         }
         const float *c2 = pc + 2 * ((size_t)b * n + first);
@@ -606,6 +607,7 @@ static void e2e_fast(const char *dir, int n, int want) {
     char what[96];
     snprintf(what, sizeof what, "%s B=2", info.vocab_size > 1000 ? "full-size" : "tiny");
     fast_compare(what, mc, mg, &in, n, want);
+    if (info.vocab_size > 1000) goto done;   /* full size: the CPU's prefill is slow; the B = 2 case holds both layouts */
     in.batch = 1;
     snprintf(what, sizeof what, "%s B=1", info.vocab_size > 1000 ? "full-size" : "tiny");
     fast_compare(what, mc, mg, &in, n, want);
@@ -613,6 +615,7 @@ static void e2e_fast(const char *dir, int n, int want) {
     in.batch = B;
     snprintf(what, sizeof what, "%s B=2 prefix-LM blocks", info.vocab_size > 1000 ? "full-size" : "tiny");
     fast_compare(what, mc, mg, &in, n, want);
+done:
     free(img); free(tok); free(ar); free(tm);
     pi0_model_free(mc);
     pi0_model_free(mg);
@@ -643,7 +646,7 @@ int main(int argc, char **argv) {
     st = pi0_model_load(&bad, "tests/fixtures/tiny-pi0", &(pi0_model_params){.backend = PI0_BACKEND_CUDA, .device = 9});
     CHECK(st == PI0_ERR_ARG && !bad && strstr(pi0_last_error(), "CUDA device 9"), "bad device: %s", pi0_last_error());
     for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--fast")) e2e_fast(argv[i + 1], 40, 32);   /* a π0-FAST checkpoint (gen-checkpoint) */
+        if (!strcmp(argv[i], "--fast")) e2e_fast(argv[i + 1], 33, 32);   /* a π0-FAST checkpoint (gen-checkpoint) */
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--full")) {
             for (int j = i + 1; j < argc; j++) e2e_full(argv[j]);
