@@ -2,7 +2,8 @@
  * commands (infer, gen-checkpoint, info, convert, tokenize); run.c and bench.c hold the large ones, cli.c the helpers.
  *   pi0 run --checkpoint DIR --config NAME|--robot R --tokenizer FILE --image KEY=FILE ... --state .. --prompt ..
  *   pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors [--steps N] [--seed S] [--dump]
- *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR
+ *   pi0 gen-checkpoint --variant pi0|pi05|pi0-fast|tiny-pi0|tiny-pi05|tiny-pi0-fast --seed S [--dtype bf16|f32]
+ *                      [--force] DIR
  *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
  *   pi0 info --checkpoint DIR
  *   pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N] [--force]
@@ -32,7 +33,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
               "           --rtc-max-weight W]   (real-time chunking towards the inputs' rtc_prev [B, H, A]; defaults 0, 10,\n"
               "           H, linear, 10 as LeRobot's RTCConfig)\n"
               "  runs the model on model-level inputs (images in [-1, 1], tokens, masks, state, optional noise)\n"},
-    {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR\n"
+    {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|pi0-fast|tiny-pi0|tiny-pi05|tiny-pi0-fast --seed S\n"
+                       "                   [--dtype bf16|f32] [--force] DIR\n"
                        "  writes a random-weight checkpoint (full size: about 7 GB); refuses to overwrite one unless --force\n"},
     {"bench", "pi0 bench [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
               "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]\n"
