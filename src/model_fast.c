@@ -45,6 +45,7 @@ struct fast_sess {
     float *h_top2;
     uint8_t *h_valid;
     int32_t *h_order, *h_cum, *h_inv;   /* [P] one sample's rows in cache order, cumsum of its ar mask, inverse order */
+    int32_t *h_vcount;                  /* [P] the valid tokens up to each index of the sample's row */
 };
 
 static pt fbuf(void *user, size_t n, int kind) {
@@ -70,7 +71,7 @@ void fast_sess_free(fast_sess *s) {
     free(s->h_wsrc); free(s->h_wdst); free(s->h_zdst); free(s->h_last); free(s->h_qoff); free(s->h_koff); free(s->h_kend);
     free(s->h_moff); free(s->h_mkoff); free(s->h_mkend); free(s->h_tok); free(s->h_dpos); free(s->h_slot); free(s->h_dq);
     free(s->h_dk); free(s->h_dkend); free(s->h_plen); free(s->h_top2); free(s->h_valid); free(s->h_order); free(s->h_cum);
-    free(s->h_inv);
+    free(s->h_inv); free(s->h_vcount);
     free(s);
 }
 
@@ -129,11 +130,11 @@ pi0_status fast_sess_create(fast_sess **out, pi0_backend *be, const pi0_config *
     s->h_tok = malloc(B * 4); s->h_dpos = malloc(B * 4); s->h_slot = malloc(B * 4); s->h_dq = malloc((B + 1) * 4);
     s->h_dk = malloc((B + 1) * 4); s->h_dkend = malloc((B + 1) * 4); s->h_plen = malloc(B * 4);
     s->h_top2 = malloc(2 * B * sizeof(float)); s->h_valid = malloc((size_t)s->P); s->h_order = malloc((size_t)s->P * 4);
-    s->h_cum = malloc((size_t)s->P * 4); s->h_inv = malloc((size_t)s->P * 4);
+    s->h_cum = malloc((size_t)s->P * 4); s->h_inv = malloc((size_t)s->P * 4); s->h_vcount = malloc((size_t)s->P * 4);
     if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_crow || !s->h_wsrc ||
         !s->h_wdst || !s->h_zdst || !s->h_last || !s->h_qoff || !s->h_koff || !s->h_kend || !s->h_moff || !s->h_mkoff ||
         !s->h_mkend || !s->h_tok || !s->h_dpos || !s->h_slot || !s->h_dq || !s->h_dk || !s->h_dkend || !s->h_plen ||
-        !s->h_top2 || !s->h_valid || !s->h_order || !s->h_cum || !s->h_inv)
+        !s->h_top2 || !s->h_valid || !s->h_order || !s->h_cum || !s->h_inv || !s->h_vcount)
         goto fail;
     /* zsrc all 0 and zero a zero row: the allocator zero-fills */
     size_t wide = qw + 2 * kvw > 2 * (size_t)s->F ? qw + 2 * kvw : 2 * (size_t)s->F;
@@ -162,7 +163,7 @@ static void plan_inputs(fast_sess *s, const pi0_inputs *in, int n_steps, plan *p
     int B = in->batch, N = s->N, T = s->T, L = in->n_tokens, P = N * T + L, RS = s->RS;
     *p = (plan){.B = B, .P = P, .n_steps = n_steps};
     uint8_t *valid = s->h_valid;
-    int32_t *order = s->h_order, *cum = s->h_cum, *inv = s->h_inv;
+    int32_t *order = s->h_order, *cum = s->h_cum, *inv = s->h_inv, *vcount = s->h_vcount;
     for (int b = 0; b < B; b++) {
         int plen = 0;
         for (int c = 0; c < N; c++) plen += T * (!in->image_masks || in->image_masks[b * N + c]);
@@ -177,6 +178,7 @@ static void plan_inputs(fast_sess *s, const pi0_inputs *in, int n_steps, plan *p
             int img = i < N * T;
             valid[i] = img ? !in->image_masks || in->image_masks[b * N + i / T] : in->token_mask[b * L + i - N * T] != 0;
             cum[i] = (i ? cum[i - 1] : 0) + (img ? 0 : in->token_ar_mask[b * L + i - N * T]);
+            vcount[i] = (i ? vcount[i - 1] : 0) + valid[i];
             if (valid[i]) last = i;
         }
         int seqlen = last + 1, full = 0;   /* openpi rotates the row left by seqlen */
@@ -188,9 +190,7 @@ static void plan_inputs(fast_sess *s, const pi0_inputs *in, int n_steps, plan *p
             int o = order[k], r = valid[o] ? vrow++ : mrow++;
             inv[o] = k;
             /* positions: cumsum(mask) - 1 over the rotated row = the valid tokens up to o, less 1 (-1 after the last) */
-            int before = k + 1;
-            if (!valid[o]) { before = 0; if (o < seqlen) for (int i = 0; i <= o; i++) before += valid[i]; }
-            s->h_pos[r] = before - 1;
+            s->h_pos[r] = o < seqlen ? vcount[o] - 1 : -1;
             s->h_crow[r] = base + k;
             if (o < N * T) {   /* image rows: a camera's T rows are consecutive in this order */
                 if (o % T == 0) {
@@ -287,11 +287,11 @@ static void layer(fast_sess *s, int l, int M, pt pos, pt crow, const pi0_attn *a
     be->linear(be, s->h, s->g, &L->down, NULL, M, D, s->F, 0, EPI_ADD);
 }
 
-/* The final norm of the B rows `rows` of h and the next token of each. */
+/* The final norm of the B rows `rows` of h (NULL: rows 0 .. B - 1, the decoded tokens) and the next token of each. */
 static void next_tokens(fast_sess *s, int B, pt rows, float temperature, uint64_t seed) {
     pi0_backend *be = s->be;
-    be->copy_rows(be, s->xl, (pt){0}, s->h, rows, B, s->D);
-    be->rmsnorm(be, s->y, s->xl, &s->w->lm_norm, B, s->D, EPS);
+    if (rows.p) be->copy_rows(be, s->xl, (pt){0}, s->h, rows, B, s->D);
+    be->rmsnorm(be, s->y, rows.p ? s->xl : s->h, &s->w->lm_norm, B, s->D, EPS);
     be->next_token(be, s->tok, s->top2, s->y, &s->w->embed, B, s->V, s->D, temperature, seed);
 }
 
@@ -355,7 +355,8 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
         }
         *n_run = k + 1;
         if (all_end || k + 1 == n_steps) break;
-        /* decode step k: the token at position prefill_len + k + 1 into cache slot P + k, seen as prefill_len + k after the window moved (7.3) */
+        /* decode step k (7.3): the token at position prefill_len + k + 1 into openpi's slot P + k, which is row
+         * prefill_len + k of this cache (its window at the front) */
         for (int b = 0; b < B; b++) {
             s->h_dpos[b] = s->h_plen[b] + k + 1;
             s->h_slot[b] = b * RS + s->h_plen[b] + k;
@@ -365,7 +366,7 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
         if ((st = be->upload(be, s->slot, s->h_slot, (size_t)B)) != PI0_OK) break;
         be->embed(be, s->h, s->drows, s->tok, B, &s->w->embed, sqrtf((float)D));
         for (int l = 0; l < s->depth; l++) layer(s, l, B, s->dpos, s->slot, &a, NULL);
-        next_tokens(s, B, s->drows, temperature, step_seed(in->seed, k + 1));
+        next_tokens(s, B, (pt){0}, temperature, step_seed(in->seed, k + 1));
     }
     if (st == PI0_OK) st = be->sync(be);
     t2 = now_ms();

@@ -140,7 +140,7 @@ struct cuda_ctx {
     size_t xq_rows;
     int64_t xq_k, acc_n;       // the columns xq and acc were sized for
     void *tok_part;            // next_token's per-block picks (decode.cu), tok_cap bytes
-    size_t tok_cap;
+    size_t tok_cap, tok_smem;  // and the shared memory its kernel was opted in to
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
 };

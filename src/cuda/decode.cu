@@ -122,8 +122,10 @@ void cuda_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, in
         if (CUDA_NOTE(c, cudaMalloc(&c->tok_part, need))) return;
         c->tok_cap = need;
     }
-    if (smem > 48 * 1024)
-        CUDA_NOTE(c, cudaFuncSetAttribute(next_token_part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (smem > 48 * 1024 && smem > c->tok_smem) {   // the opt-in once per context and size, not per token
+        if (CUDA_NOTE(c, cudaFuncSetAttribute(next_token_part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return;
+        c->tok_smem = smem;
+    }
     const bf16 *w = wbf(c, W), *xp = (const bf16 *)x.p;
     int vec = K % 8 == 0 && aligned16(w);
     for (int r0 = 0; r0 < M; r0 += NT_ROWS) {
