@@ -257,16 +257,17 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* One Gemma layer over M rows of h whose K / V go to cache rows `crow` (NULL: rows 0..M-1 of the cache, written in
- * place), attended through a (and, with masked rows, m as well). */
-static void layer(fast_sess *s, int l, int M, pt pos, pt crow, const pi0_attn *a, const pi0_attn *m) {
+/* One Gemma layer over M rows of h whose K / V go to cache rows `crow`, or with crow.p NULL straight to cache rows
+ * row0 .. row0 + M - 1 (one sample: no copy); attended through a (and, with masked rows, m as well). The norms go
+ * with the products that read them (a backend may fold them in: the few-row products of a decoded token do). */
+static void layer(fast_sess *s, int l, int M, pt pos, pt crow, size_t row0, const pi0_attn *a, const pi0_attn *m) {
     pi0_backend *be = s->be;
     const pi0_gemma_layer *L = &s->w->lm[l];
     int D = s->D, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
-    be->rmsnorm(be, s->y, s->h, &L->attn_norm, M, D, EPS);
     pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
-    pt k = crow.p ? s->kx : s->kc[l], v = crow.p ? s->vx : s->vc[l];
-    be->qkv(be, s->q, k, v, s->y, &pj, M, D, pos, s->Dh, NULL);
+    pi0_prenorm pn = {.w = &L->attn_norm, .eps = EPS, .out = s->y};
+    pt k = crow.p ? s->kx : pt_at(be, s->kc[l], row0 * kvw), v = crow.p ? s->vx : pt_at(be, s->vc[l], row0 * kvw);
+    be->qkv(be, s->q, k, v, s->h, &pj, M, D, pos, s->Dh, &pn);
     if (crow.p) {
         be->copy_rows(be, s->kc[l], crow, k, (pt){0}, M, kvw);
         be->copy_rows(be, s->vc[l], crow, v, (pt){0}, M, kvw);
@@ -282,8 +283,8 @@ static void layer(fast_sess *s, int l, int M, pt pos, pt crow, const pi0_attn *a
         be->attention(be, s->att, s->q, &mm);
     }
     be->linear(be, s->h, s->att, &L->o, NULL, M, D, qw, 0, EPI_ADD);
-    be->rmsnorm(be, s->y, s->h, &L->mlp_norm, M, D, EPS);
-    be->mlp_up(be, s->g, s->u, s->y, L, M, s->F, D, NULL);
+    pn.w = &L->mlp_norm;
+    be->mlp_up(be, s->g, s->u, s->h, L, M, s->F, D, &pn);
     be->linear(be, s->h, s->g, &L->down, NULL, M, D, s->F, 0, EPI_ADD);
 }
 
@@ -312,7 +313,7 @@ static void prefill(fast_sess *s, const plan *p) {
             be->copy_rows(be, s->kc[l], s->zdst, s->zero, s->zsrc, p->nzero, kvw);
             be->copy_rows(be, s->vc[l], s->zdst, s->zero, s->zsrc, p->nzero, kvw);
         }
-        layer(s, l, M, s->pos, p->B == 1 ? (pt){0} : s->crow, &a, p->nmask ? &m : NULL);
+        layer(s, l, M, s->pos, p->B == 1 ? (pt){0} : s->crow, 0, &a, p->nmask ? &m : NULL);
         if (p->nwin) {   /* full samples: the window to the front of the cache (through kx / vx) */
             be->copy_rows(be, s->kx, (pt){0}, s->kc[l], s->wsrc, p->nwin, kvw);
             be->copy_rows(be, s->kc[l], s->wdst, s->kx, (pt){0}, p->nwin, kvw);
@@ -363,9 +364,10 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
             s->h_dkend[b] = s->h_slot[b] + 1;
         }
         if ((st = be->upload(be, s->dpos, s->h_dpos, (size_t)B)) != PI0_OK) break;
-        if ((st = be->upload(be, s->slot, s->h_slot, (size_t)B)) != PI0_OK) break;
+        if (B > 1 && (st = be->upload(be, s->slot, s->h_slot, (size_t)B)) != PI0_OK) break;
         be->embed(be, s->h, s->drows, s->tok, B, &s->w->embed, sqrtf((float)D));
-        for (int l = 0; l < s->depth; l++) layer(s, l, B, s->dpos, s->slot, &a, NULL);
+        for (int l = 0; l < s->depth; l++)   /* one sample: its K / V straight into the slot */
+            layer(s, l, B, s->dpos, B == 1 ? (pt){0} : s->slot, (size_t)s->h_slot[0], &a, NULL);
         next_tokens(s, B, (pt){0}, temperature, step_seed(in->seed, k + 1));
     }
     if (st == PI0_OK) st = be->sync(be);
