@@ -152,6 +152,8 @@ static inline const float *wf32(const cuda_ctx *c, const pi0_wt *W) { return W ?
 // Records the first failure; returns 1 if `e` is an error.
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line);
 int cublas_note(cuda_ctx *c, cublasStatus_t s, const char *what, const char *file, int line);
+// The device exists and is made current (backend.cu), or an error naming it.
+pi0_status cuda_select_device(int device);
 #define CUDA_NOTE(c, call) cuda_note((c), (call), #call, __FILE__, __LINE__)
 #define CUBLAS_NOTE(c, call) cublas_note((c), (call), #call, __FILE__, __LINE__)
 
