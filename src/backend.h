@@ -217,7 +217,8 @@ struct pi0_backend {
 
 /* The CPU reference; weights: the store of cpu_weights_upload (the 8-bit weights), or NULL. */
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads, const void *weights);
-pi0_status cpu_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
+pi0_status cpu_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
+                              void (*done)(void *user, const pi0_wt *t), void *user);
 void cpu_weights_free(void *store);
 /* The op tests' stores: ts[i] in int8 where i8[i] (ids 1 .. max_id), and the store a backend's ops read from now on. */
 pi0_status cpu_weights_list(void **store, const pi0_wt *const *ts, const int *i8, int n, int max_id);
@@ -235,9 +236,13 @@ typedef struct {
     /* Copies the bound weights into a store the backend owns, keyed by each pi0_wt's id (weights.h), laid out as the
      * backend plans (its fused ops' groups placed together, the copies in the formats its kernels read); the ops of
      * every session created with the store find each weight there. The weights q selects are kept in q's 8-bit format
-     * (quant.h) instead, and the ops read them so. w is not changed. NULL: the backend reads the host mapping in place
-     * (and has no 8-bit path). */
-    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
+     * (quant.h) instead, and the ops read them so. w is not changed. A store that never reads the host view again calls
+     * done(user, t) (done may be NULL) once it has read tensor t for the last time, so that the caller can release its
+     * pages while the rest uploads: where the device's memory is the host's (a Jetson) a checkpoint's host view and
+     * its copy would otherwise both hold the model. NULL: the backend reads the host mapping in place (and has no 8-bit
+     * path). */
+    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
+                                 void (*done)(void *user, const pi0_wt *t), void *user);
     void (*weights_free)(void *store);
     void *(*host_alloc)(size_t bytes);                                  /* NULL: plain host memory serves */
     void (*host_free)(void *p);

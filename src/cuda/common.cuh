@@ -74,8 +74,9 @@ struct cuda_wentry {
 enum { CUDA_W_F32 = 1, CUDA_W_I8 = 2 };   // cuda_upload_list's formats of a tensor: an fp32 copy too; int8, no bf16
 
 struct cuda_wstore {
-    char *base;
-    size_t bytes;
+    char **slab;       // [nslab] device allocations that hold the copies (wstore.cu)
+    int nslab;
+    size_t bytes_bf16, bytes_f32, bytes_i8;   // the copies' bytes by format (int8: with the row scales)
     int device;
     int n;             // ids 1 .. n
     cuda_wentry *e;    // [n + 1], by id

@@ -7,17 +7,25 @@
 
 #include "common.cuh"
 
-// The model's weights in one device allocation, owned here and keyed by tensor id (weights.h): a bf16 copy of every
-// tensor, and an fp32 copy of those the kernels read in fp32. The layout is this backend's plan: the members of a group
-// (one attention layer's q, k, v; one MLP's gate, up; SigLIP's three biases) are placed in order, each right after the
-// previous one when its byte size is a multiple of 256 (so every start stays 256-byte aligned), and the store records
-// that link (cuda_wentry.next), which lets the ops run a group as one product.
+// The model's weights in device memory owned here, keyed by tensor id (weights.h): a bf16 copy of every tensor (or,
+// for the weights an 8-bit precision selects, an int8 copy with its row scales), and an fp32 copy of those the kernels
+// read in fp32. The layout is this backend's plan: the members of a group (one attention layer's q, k, v; one MLP's
+// gate, up; SigLIP's three biases) are placed in order, each right after the previous one when its byte size is a
+// multiple of 256 (so every start stays 256-byte aligned), and the store records that link (cuda_wentry.next), which
+// lets the ops run a group as one product.
+//
+// The copies fill slabs of at most slab_max bytes (a larger group alone in one), each allocated when the upload reaches
+// it, and each tensor's host view is handed back (done) once its copies are made. On a GPU that shares the host's
+// memory (a Jetson) the host view of a decoded checkpoint (Orbax's: anonymous memory) then shrinks as the device copy
+// grows: the two hold the model once plus a slab, where one allocation made up front holds it twice at its peak.
 
 static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 static const size_t STAGE = (size_t)1 << 24;   // elements converted per host chunk
+static size_t slab_max = (size_t)256 << 20;    // (the largest unit, π0's token embedding, is 1.05 GB alone)
+PI0_TEST_HOOK(extern "C" void cuda_weights_slab(size_t bytes) { slab_max = bytes ? bytes : (size_t)256 << 20; })
 
-static pi0_status upload_bf16(cuda_wstore *s, const pi0_wt *t, char *dst, uint16_t *stage, const char *name) {
+static pi0_status upload_bf16(const pi0_wt *t, char *dst, uint16_t *stage, const char *name) {
     size_t n = (size_t)(t->rows * t->cols), esz = pi0_dtype_size(t->dtype);
     for (size_t i = 0; i < n; i += STAGE) {
         size_t m = n - i < STAGE ? n - i : STAGE;
@@ -35,7 +43,6 @@ static pi0_status upload_bf16(cuda_wstore *s, const pi0_wt *t, char *dst, uint16
         cudaError_t e = cudaMemcpy(dst + i * 2, h, m * 2, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
     }
-    (void)s;
     return PI0_OK;
 }
 
@@ -49,20 +56,83 @@ static pi0_status upload_f32(const pi0_wt *t, char *dst, const char *name) {
     return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
 }
 
+static pi0_status upload_i8(const pi0_wt *t, int8_t *dq, float *ds) {
+    size_t m = (size_t)(t->rows * t->cols);
+    int8_t *q = (int8_t *)malloc(m);
+    float *sc = (float *)malloc((size_t)t->rows * 4);
+    pi0_status st = PI0_OK;
+    if (!q || !sc) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    else {
+        quant_weight_i8(t, q, sc);   // quantised on the host
+        cudaError_t e = cudaMemcpy(dq, q, m, cudaMemcpyHostToDevice);
+        if (e == cudaSuccess) e = cudaMemcpy(ds, sc, (size_t)t->rows * 4, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) st = pi0_fail(PI0_ERR_CUDA, "uploading weight %d: %s", t->id, cudaGetErrorString(e));
+    }
+    free(q);
+    free(sc);
+    return st;
+}
+
 extern "C" void cuda_weights_free(void *store) {
     cuda_wstore *s = (cuda_wstore *)store;
     if (!s) return;
     cudaSetDevice(s->device);
-    cudaFree(s->base);
+    for (int k = 0; k < s->nslab; k++) cudaFree(s->slab[k]);
+    free(s->slab);
     free(s->e);
     free(s);
 }
 
+// The bytes of a tensor's copies: bf16, or int8 and its row scales; and fp32.
+static size_t copies_bytes(const pi0_wt *t, int fmt) {
+    size_t m = (size_t)(t->rows * t->cols);
+    return (fmt & CUDA_W_I8 ? up256(m) + up256((size_t)t->rows * 4) : up256(m * 2)) + (fmt & CUDA_W_F32 ? up256(m * 4) : 0);
+}
+
+// The tensors placed together from ts[i] on: a group (group[i] > 1 of them), or one.
+static int unit_len(const int *group, int i, int n) { return group[i] > 1 ? (group[i] < n - i ? group[i] : n - i) : 1; }
+
+// The copies of one unit ts[0 .. u) from `at` on: the bf16 copies in order (a group's members back to back, linked where
+// the predecessor ends on a 256-byte boundary), then the int8 copies with their row scales, then the fp32 copies.
+static pi0_status upload_unit(cuda_wstore *s, const pi0_wt *const *ts, const int *fmt, int u, char *at, uint16_t *stage) {
+    pi0_status st = PI0_OK;
+    char name[48];
+    for (int j = 0; j < u && st == PI0_OK; j++) {
+        if (fmt[j] & CUDA_W_I8) continue;
+        cuda_wentry *w = &s->e[ts[j]->id];
+        w->bf = (bf16 *)at;
+        at += up256((size_t)(ts[j]->rows * ts[j]->cols) * 2);
+        snprintf(name, sizeof name, "weight %d", ts[j]->id);
+        st = upload_bf16(ts[j], (char *)w->bf, stage, name);
+    }
+    for (int j = 0; u > 1 && !(fmt[0] & CUDA_W_I8) && j + 1 < u && ((size_t)(ts[j]->rows * ts[j]->cols) * 2) % 256 == 0 &&
+                    !(fmt[j + 1] & CUDA_W_I8) && ts[j + 1]->cols == ts[0]->cols; j++)
+        s->e[ts[j]->id].next = ts[j + 1]->id;
+    for (int j = 0; j < u && st == PI0_OK; j++) {
+        if (!(fmt[j] & CUDA_W_I8)) continue;
+        cuda_wentry *w = &s->e[ts[j]->id];
+        w->q8 = (int8_t *)at;
+        at += up256((size_t)(ts[j]->rows * ts[j]->cols));
+        w->s8 = (float *)at;
+        at += up256((size_t)ts[j]->rows * 4);
+        st = upload_i8(ts[j], w->q8, w->s8);
+    }
+    for (int j = 0; j < u && st == PI0_OK; j++) {
+        if (!(fmt[j] & CUDA_W_F32)) continue;
+        cuda_wentry *w = &s->e[ts[j]->id];
+        w->f32 = (float *)at;
+        at += up256((size_t)(ts[j]->rows * ts[j]->cols) * 4);
+        snprintf(name, sizeof name, "weight %d", ts[j]->id);
+        st = upload_f32(ts[j], (char *)w->f32, name);
+    }
+    return st;
+}
+
 // Uploads n tensors: ts[i] in bf16, or in int8 with its row scales where fmt[i] & CUDA_W_I8, an fp32 copy too where
 // fmt[i] & CUDA_W_F32, and group[i] > 1 starting a group of that many bf16 tensors (the members follow in ts). Each
-// tensor's id must be 1 .. max_id and unique.
-extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, const int *fmt, const int *group, int n,
-                                       int max_id, int device) {
+// tensor's id must be 1 .. max_id and unique. done (may be NULL) as backend.h weights_upload.
+static pi0_status upload_list(void **out, const pi0_wt *const *ts, const int *fmt, const int *group, int n, int max_id,
+                              int device, void (*done)(void *user, const pi0_wt *t), void *user) {
     *out = NULL;
     pi0_status st = cuda_select_device(device);
     if (st != PI0_OK) return st;
@@ -71,82 +141,68 @@ extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, cons
     s->device = device;
     s->n = max_id;
     s->e = (cuda_wentry *)calloc((size_t)max_id + 1, sizeof *s->e);
-    if (!s->e) { free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        size_t m = (size_t)(ts[i]->rows * ts[i]->cols);
-        PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id && !s->e[ts[i]->id].next);
-        s->e[ts[i]->id].next = -1;   // (marks the id taken until the upload below)
-        bytes += (fmt[i] & CUDA_W_I8 ? up256(m) + up256((size_t)ts[i]->rows * 4) : up256(m * 2)) +
-                 (fmt[i] & CUDA_W_F32 ? up256(m * 4) : 0);
-        if (fmt[i] & CUDA_W_I8) {
-            if (ts[i]->cols > s->q8_k) s->q8_k = ts[i]->cols;
-            if (ts[i]->rows > s->q8_n) s->q8_n = ts[i]->rows;
-        }
-    }
-    cudaError_t e = cudaMalloc((void **)&s->base, bytes ? bytes : 256);
-    if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&fr, &tot);
-        cuda_weights_free(s);
-        return pi0_fail(e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA,
-                        "weights need %.2f GB on CUDA device %d, which has %.2f GB free of %.2f GB: %s",
-                        bytes / 1e9, device, fr / 1e9, tot / 1e9, cudaGetErrorString(e));
-    }
-    s->bytes = bytes;
+    s->slab = (char **)calloc((size_t)n + 1, sizeof *s->slab);
+    size_t *slab = (size_t *)calloc((size_t)n + 1, sizeof *slab);   // each slab's bytes
+    int *in_slab = (int *)calloc((size_t)n + 1, sizeof *in_slab);  // the slab of the unit that starts at i
     uint16_t *stage = (uint16_t *)malloc((size_t)STAGE * 2);
-    if (!stage) { cuda_weights_free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
-    size_t used = 0;
-    char name[48];
-    for (int i = 0; i < n; i++) s->e[ts[i]->id].next = 0;
-    for (int i = 0; i < n && st == PI0_OK; i++) {   // bf16 copies in list order: a group's members back to back
-        const pi0_wt *t = ts[i];
-        if (fmt[i] & CUDA_W_I8) continue;
-        size_t b = (size_t)(t->rows * t->cols) * 2;
-        cuda_wentry *w = &s->e[t->id];
-        w->bf = (bf16 *)(s->base + used);
-        used += up256(b);
-        snprintf(name, sizeof name, "weight %d", t->id);
-        st = upload_bf16(s, t, (char *)w->bf, stage, name);
-        if (group[i] > 1)   // link the bf16 members whose predecessors end on a 256-byte boundary
-            for (int j = i; j + 1 < i + group[i] && j + 1 < n && ((size_t)(ts[j]->rows * ts[j]->cols) * 2) % 256 == 0 &&
-                            !(fmt[j + 1] & CUDA_W_I8) && ts[j + 1]->cols == ts[i]->cols; j++)
-                s->e[ts[j]->id].next = ts[j + 1]->id;
-    }
-    for (int i = 0; i < n && st == PI0_OK; i++) {   // int8 copies and their row scales, quantised on the host
-        if (!(fmt[i] & CUDA_W_I8)) continue;
-        const pi0_wt *t = ts[i];
-        size_t m = (size_t)(t->rows * t->cols);
-        cuda_wentry *w = &s->e[t->id];
-        w->q8 = (int8_t *)(s->base + used);
-        used += up256(m);
-        w->s8 = (float *)(s->base + used);
-        used += up256((size_t)t->rows * 4);
-        int8_t *q = (int8_t *)malloc(m);
-        float *sc = (float *)malloc((size_t)t->rows * 4);
-        if (!q || !sc) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
-        else {
-            quant_weight_i8(t, q, sc);
-            cudaError_t e = cudaMemcpy(w->q8, q, m, cudaMemcpyHostToDevice);
-            if (e == cudaSuccess) e = cudaMemcpy(w->s8, sc, (size_t)t->rows * 4, cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) st = pi0_fail(PI0_ERR_CUDA, "uploading weight %d: %s", t->id, cudaGetErrorString(e));
+    if (!s->e || !s->slab || !slab || !in_slab || !stage) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
+    int ns = 0;
+    for (int i = 0, u; i < n && st == PI0_OK; i += u) {
+        u = unit_len(group, i, n);
+        size_t b = 0;
+        for (int j = i; j < i + u; j++) {
+            size_t m = (size_t)(ts[j]->rows * ts[j]->cols);
+            PI0_ASSERT(ts[j]->id >= 1 && ts[j]->id <= max_id && !s->e[ts[j]->id].next);
+            s->e[ts[j]->id].next = -1;   // (marks the id taken until the upload below)
+            b += copies_bytes(ts[j], fmt[j]);
+            if (fmt[j] & CUDA_W_I8) {
+                s->bytes_i8 += up256(m) + up256((size_t)ts[j]->rows * 4);
+                if (ts[j]->cols > s->q8_k) s->q8_k = ts[j]->cols;
+                if (ts[j]->rows > s->q8_n) s->q8_n = ts[j]->rows;
+            } else s->bytes_bf16 += up256(m * 2);
+            if (fmt[j] & CUDA_W_F32) s->bytes_f32 += up256(m * 4);
         }
-        free(q);
-        free(sc);
+        if (!ns || slab[ns - 1] + b > slab_max) ns++;
+        slab[ns - 1] += b;
+        in_slab[i] = ns - 1;
     }
-    for (int i = 0; i < n && st == PI0_OK; i++) {
-        if (!(fmt[i] & CUDA_W_F32)) continue;
-        cuda_wentry *w = &s->e[ts[i]->id];
-        w->f32 = (float *)(s->base + used);
-        used += up256((size_t)(ts[i]->rows * ts[i]->cols) * 4);
-        snprintf(name, sizeof name, "weight %d", ts[i]->id);
-        st = upload_f32(ts[i], (char *)w->f32, name);
+    s->nslab = ns;
+    for (int i = 0; i < n && st == PI0_OK; i++) s->e[ts[i]->id].next = 0;
+    char *at = NULL;
+    for (int i = 0, u; i < n && st == PI0_OK; i += u) {
+        u = unit_len(group, i, n);
+        int k = in_slab[i];
+        if (!s->slab[k]) {
+            cudaError_t e = cudaMalloc((void **)&s->slab[k], slab[k]);
+            if (e != cudaSuccess) {
+                size_t fr = 0, tot = 0, placed = 0;
+                s->slab[k] = NULL;
+                cudaGetLastError();
+                cudaMemGetInfo(&fr, &tot);
+                for (int j = 0; j < k; j++) placed += slab[j];
+                st = pi0_fail(e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA,
+                              "weights need %.2f GB on CUDA device %d, which had %.2f GB free of %.2f GB with %.2f GB of "
+                              "them placed: %s", (s->bytes_bf16 + s->bytes_f32 + s->bytes_i8) / 1e9, device, fr / 1e9,
+                              tot / 1e9, placed / 1e9, cudaGetErrorString(e));
+                break;
+            }
+            at = s->slab[k];
+        }
+        st = upload_unit(s, ts + i, fmt + i, u, at, stage);
+        for (int j = i; j < i + u; j++) at += copies_bytes(ts[j], fmt[j]);
+        for (int j = i; j < i + u && st == PI0_OK && done; j++) done(user, ts[j]);
     }
     free(stage);
+    free(slab);
+    free(in_slab);
     if (st != PI0_OK) { cuda_weights_free(s); return st; }
     *out = s;
     return PI0_OK;
+}
+
+extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, const int *fmt, const int *group, int n,
+                                       int max_id, int device) {
+    return upload_list(out, ts, fmt, group, n, max_id, device, NULL, NULL);
 }
 
 struct wt_plan {
@@ -219,12 +275,12 @@ static pi0_status plan_one(void *user, const char *name, pi0_wt *t) {
 }
 
 extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, const pi0_config *cfg, const pi0_quant *q,
-                                          int device) {
+                                          int device, void (*done)(void *user, const pi0_wt *t), void *user) {
     wt_plan l = {};
     plan_ctx p = {&l, w, cfg, q};
     *out = NULL;
     pi0_status st = weights_foreach((pi0_weights *)w, cfg, plan_one, &p);
-    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.fmt, l.group, l.n, w->n_ids, device);
+    if (st == PI0_OK) st = upload_list(out, l.t, l.fmt, l.group, l.n, w->n_ids, device, done, user);
     free(l.t);
     free(l.fmt);
     free(l.group);
