@@ -85,7 +85,8 @@ struct pi0_backend {
      * (max_fused = rows x (q + k + v or gate + up widths)); called at session create. */
     pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused);
     pi0_status (*sync)(pi0_backend *be);                /* waits for queued work; reports async errors */
-    /* Runs fn(arg) as a CUDA graph per key (the host-side sizes the launches depend on); NULL = the backend has
+    /* Runs fn(arg) as a CUDA graph per key (the host-side sizes the launches depend on, and the address of any input
+     * read in place, host_view); NULL = the backend has
      * no graphs (fn is called directly). On a new key fn is called twice: once run directly (its result is the
      * call's), once captured; the graph replays from the next call with that key on. So fn only enqueues work on
      * the backend's stream and may be called repeatedly with the same effect. */
@@ -106,6 +107,13 @@ struct pi0_backend {
     /* The device's memory in use and in all (for reports); NULL = the backend has no device memory (the CPU). */
     pi0_status (*memory)(pi0_backend *be, size_t *used, size_t *total);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
+    /* An input read in place instead of uploaded: a pt through which the ops read the caller's host memory src (of
+     * `kind`), or p == NULL where the backend cannot (then upload). For page-locked memory the device can address (the
+     * provider's host_alloc) on a GPU that shares the host's memory, where a copy would be one more pass over the same
+     * DRAM. The caller keeps src unchanged until the inference is synchronised (download, sync), as for an upload,
+     * whose copy is asynchronous too; a captured graph bakes the address in, so the run_graph key must carry it. NULL =
+     * the backend has none. */
+    pt (*host_view)(pi0_backend *be, const void *src, int kind);
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
     size_t (*elem_size)(int kind);
 

@@ -1,7 +1,7 @@
 /* test_cuda_e2e.c — the GPU end-to-end tests (`make test-cuda`, on the device machine):
  *  1. the tiny fixtures on the GPU against the CPU reference and the PyTorch fixtures, graph replay against the
  *     un-captured run, repeat runs bit for bit; new prompt lengths; a graph that cannot be captured; bad pixels on
- *     the graph path;
+ *     the graph path; images read in place (PI0_CUDA_ZERO_COPY, an integrated GPU's default) against copied ones;
  *  2. resources: session create/free cycles leak no device memory; an impossible session fails with a clear
  *     out-of-memory error and the model stays usable; a broken checkpoint and a missing device are refused;
  *  3. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions at B = 2 and B = 1.
@@ -395,6 +395,83 @@ static void e2e_bad_image(void) {
     tiny_close(&x);
 }
 
+/* Images read in place (backend.h host_view), as an integrated GPU (a Jetson) does by default and PI0_CUDA_ZERO_COPY=1
+ * forces here: in one session (its GEMM algorithms are timed once), pageable images (copied) and page-locked ones (read
+ * where they lie: the host-view counter) give the same actions bit for bit, on two noises, first run and replay. A
+ * replay reads the buffer's images as they are now (new images give the copied run's actions for them), and a second
+ * buffer gets a graph of its own (the key carries the address: the first buffer's graph would read the first buffer,
+ * which holds other images by then). Without the variable a discrete GPU copies; a value other than 0 or 1 is refused. */
+static void e2e_zero_copy(void) {
+    setenv("PI0_CUDA_ZERO_COPY", "1", 1);
+    tiny_cuda x;
+    int ok = tiny_open(&x);   /* (the session reads the variable at create) */
+    unsetenv("PI0_CUDA_ZERO_COPY");
+    CHECK(ok, "zero copy: setup: %s", pi0_last_error());
+    pi0_model_info info;
+    if (ok) pi0_model_get_info(x.m, &info);
+    size_t ni = ok ? (size_t)info.n_cameras * info.image_size * info.image_size * 3 : 1, na = x.n_act;
+    float *pa = pi0_host_alloc(ni * 4), *pb = pi0_host_alloc(ni * 4), *qx = malloc(ni * 4), *qy = malloc(ni * 4);
+    float *r[8];
+    for (int i = 0; i < 8; i++) r[i] = malloc(na * 4);
+    ok = ok && pa && pb && qx && qy;
+    if (ok) {
+        memcpy(qx, x.in.images, ni * 4);
+        for (size_t i = 0; i < ni; i++) qy[i] = -qx[i];   /* other images, still in [-1, 1] */
+        memcpy(pa, qx, ni * 4);
+        memcpy(pb, qx, ni * 4);
+    }
+    /* (images, seed) per call: copied X, in place X (buffer a), again on seed 2, copied X on seed 2, buffer a now
+     * holding Y, copied Y, buffer b holding X (a new key), again on seed 2 */
+    const float *img[8] = {qx, pa, pa, qx, pa, qy, pb, pb};
+    const int seed[8] = {1, 1, 2, 2, 1, 1, 1, 2};
+    long views = cuda_host_views(), replays = cuda_graph_replays();
+    for (int i = 0; ok && i < 8; i++) {
+        if (i == 4) memcpy(pa, qy, ni * 4);
+        pi0_inputs in = x.in;
+        in.images = img[i];
+        in.noise = NULL;
+        in.seed = x.in.seed + (uint64_t)seed[i];
+        ok = pi0_infer(x.s, &in, r[i]) == PI0_OK;
+    }
+    CHECK(ok, "zero copy: inference: %s", pi0_last_error());
+    if (ok) {
+        long v = cuda_host_views() - views, rp = cuda_graph_replays() - replays;
+        int same = !memcmp(r[1], r[0], na * 4) && !memcmp(r[2], r[3], na * 4) && !memcmp(r[4], r[5], na * 4) &&
+                   !memcmp(r[6], r[0], na * 4) && !memcmp(r[7], r[3], na * 4);
+        int differ = memcmp(r[5], r[0], na * 4) && memcmp(r[3], r[0], na * 4);
+        printf("e2e zero copy (PI0_CUDA_ZERO_COPY=1): %ld in-place reads, %ld replays; in place == copied bit for bit: %s\n",
+               v, rp, same && differ && v == 5 && rp == 5 ? "OK" : "FAIL");
+        CHECK(v == 5, "zero copy: %ld of the 5 page-locked calls read in place", v);
+        CHECK(rp == 5, "zero copy: %ld graph replays, expected 5", rp);
+        CHECK(same, "zero copy: in-place images give the copied images' actions (first run, replay, new images, "
+                    "second buffer)");
+        CHECK(differ, "zero copy: other images and other noise change the actions");
+    }
+    tiny_close(&x);
+    /* the default: in place only on an integrated GPU */
+    int integrated = 0;
+    cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, 0);
+    ok = tiny_open(&x) && pa;
+    long views0 = cuda_host_views();
+    pi0_inputs in = x.in;
+    in.images = pa;
+    ok = ok && pi0_infer(x.s, &in, r[0]) == PI0_OK;
+    CHECK(ok && (cuda_host_views() - views0 == 1) == integrated, "zero copy: by default %s (integrated %d): %s",
+          integrated ? "in place" : "copied", integrated, pi0_last_error());
+    tiny_close(&x);
+    setenv("PI0_CUDA_ZERO_COPY", "yes", 1);
+    ok = tiny_open(&x);
+    unsetenv("PI0_CUDA_ZERO_COPY");
+    CHECK(!ok && strstr(pi0_last_error(), "PI0_CUDA_ZERO_COPY=yes: expected 0 or 1"), "zero copy: a bad value: %s",
+          pi0_last_error());
+    tiny_close(&x);
+    for (int i = 0; i < 8; i++) free(r[i]);
+    pi0_host_free(pa);
+    pi0_host_free(pb);
+    free(qx);
+    free(qy);
+}
+
 static size_t free_mem(void) {
     size_t fr = 0, tot = 0;
     cudaDeviceSynchronize();
@@ -544,6 +621,7 @@ int main(int argc, char **argv) {
     e2e_prompt_lengths();
     e2e_graph_fault();
     e2e_bad_image();
+    e2e_zero_copy();
     resources("tests/fixtures/tiny-pi05", 0);
     /* a broken checkpoint on the GPU path: refused before anything reaches the device */
     pi0_model *bad = NULL;

@@ -99,6 +99,11 @@ extern "C" pi0_status cuda_device_check(int device) {
 
 // ---- buffers and transfers ----
 
+#ifdef PI0_CUDA_TESTING
+static long host_views;   // (atomic: contexts may run on several threads)
+extern "C" long cuda_host_views(void) { return __atomic_load_n(&host_views, __ATOMIC_RELAXED); }
+#endif
+
 static size_t cuda_elem_size(int kind) { return kind == PT_ACT ? 2 : 4; }
 
 static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
@@ -122,6 +127,27 @@ static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
 static void cuda_release(pi0_backend *be, pt t) {
     (void)be;
     if (t.p) cudaFree(t.p);
+}
+
+// backend.h host_view. An integrated GPU's copy of a page-locked input is one more pass over the DRAM both processors
+// share, so its kernels read the caller's buffer where it is: memory from cuda_host_alloc is mapped for the device, and
+// cudaPointerGetAttributes gives the device address of any byte inside such a block (pi0_host_alloc hands out an
+// address past its header). Pageable memory (malloc, numpy) gets no address: it is copied as before. On a discrete GPU
+// the kernels would read it over the bus: there only PI0_CUDA_ZERO_COPY=1 (the tests) turns this on.
+static pt cuda_host_view(pi0_backend *be, const void *src, int kind) {
+    cuda_ctx *c = CTX(be);
+    pt t = {NULL, kind};
+    cudaPointerAttributes a;
+    if (!c->zero_copy || !src) return t;
+    cudaSetDevice(c->device);
+    if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
+        cudaGetLastError();
+        return t;
+    }
+    if (a.type != cudaMemoryTypeHost || !a.devicePointer) return t;
+    t.p = (char *)a.devicePointer;
+    PI0_TEST_HOOK(__atomic_add_fetch(&host_views, 1, __ATOMIC_RELAXED));
+    return t;
 }
 
 // A copy from pageable memory is staged by the driver before cudaMemcpyAsync returns, even for a few bytes
@@ -281,9 +307,11 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
     return report(c);
 }
 
+// Page-locked for every device, and mapped into the devices' address space so that an integrated GPU reads inputs in
+// place (cuda_host_view; with unified addressing, which every 64-bit platform has, page-locked memory is mapped anyway).
 extern "C" void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {   // page-locked for every device
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
         cudaGetLastError();   // no device, or no page-locked memory: the caller falls back to malloc
         return NULL;
     }
@@ -359,6 +387,11 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     int hopper = 0, major = 0;
     if (st == PI0_OK) st = device_path(device, &hopper, &major);
     if (st != PI0_OK) return st;
+    const char *zc = getenv("PI0_CUDA_ZERO_COPY");
+    if (zc && strcmp(zc, "0") && strcmp(zc, "1"))
+        return pi0_fail(PI0_ERR_ARG, "PI0_CUDA_ZERO_COPY=%s: expected 0 or 1", zc);
+    int integrated = 0;
+    cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device);
     pi0_backend *be = (pi0_backend *)calloc(1, sizeof *be);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
     if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
@@ -366,6 +399,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     c->device = device;
     c->ws = (const cuda_wstore *)weights;
     c->ws_size = 32u << 20;
+    c->integrated = integrated;
+    c->zero_copy = zc ? zc[0] == '1' : integrated;
     const char *g = getenv("PI0_CUDA_GRAPHS");
     c->graphs_enabled = !(g && !strcmp(g, "0"));
     const char *pdl = getenv("PI0_CUDA_PDL"), *small = getenv("PI0_CUDA_SMALL");
@@ -428,6 +463,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     be->destroy = cuda_destroy;
     be->range = cuda_range;
     be->memory = cuda_memory;
+    be->host_view = cuda_host_view;
     be->early_next = cuda_early_next;
     be->cat_ld = cuda_cat_ld;
     be->upload = cuda_upload;

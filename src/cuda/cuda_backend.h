@@ -19,7 +19,7 @@ pi0_status cuda_device_check(int device);
 pi0_status cuda_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
                                void (*done)(void *user, const pi0_wt *t), void *user);
 void cuda_weights_free(void *store);
-/* Page-locked host memory (cudaMallocHost); NULL when no device or memory is available. */
+/* Page-locked host memory, mapped for every device (cudaHostAlloc); NULL when no device or memory is available. */
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);
 
