@@ -185,6 +185,18 @@ void pi0_session_set_stage_timing(pi0_session *s, int on);
 const char *pi0_session_backend(const pi0_session *s);
 /* The session's device memory in use (by every process) and in all; PI0_ERR_UNSUPPORTED on the CPU backend. */
 pi0_status pi0_session_memory(const pi0_session *s, size_t *used, size_t *total);
+/* What a session holds in the device's memory, in bytes (docs/jetson.md, Memory): its model's weights, which every
+ * session of the model shares, and the session's own buffers; whether the GPU shares the host's memory (a Jetson: then
+ * all of it comes out of the host's RAM). PI0_ERR_UNSUPPORTED on the CPU backend. */
+typedef struct {
+    size_t weights_bf16;   /* the weights kept in bf16 */
+    size_t weights_f32;    /* the fp32 copies of those the kernels read in fp32 (norms, biases, patch, action, time) */
+    size_t weights_8bit;   /* the weights --precision int8 selects: int8 values and their fp32 row scales */
+    size_t session;        /* activations, the prefix KV cache and scratch made at create, and what calls added since
+                              (the GEMM timing scratch at the first call, exact real-time chunking's transposes) */
+    int integrated;        /* 1: the GPU shares the host's memory (cudaDevAttrIntegrated) */
+} pi0_memory_info;
+pi0_status pi0_session_memory_info(const pi0_session *s, pi0_memory_info *info);
 /* The processor it runs on ("NVIDIA H100 80GB HBM3, 132 SMs" / the CPU model) and the driver
  * ("CUDA driver 13.0", or "-" on the CPU); static strings owned by the session. */
 const char *pi0_session_device(const pi0_session *s);

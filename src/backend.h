@@ -106,6 +106,9 @@ struct pi0_backend {
     int (*cat_ld)(pi0_backend *be, int width);
     /* The device's memory in use and in all (for reports); NULL = the backend has no device memory (the CPU). */
     pi0_status (*memory)(pi0_backend *be, size_t *used, size_t *total);
+    /* What this session and its model's weight store hold in the device's memory (pi0.h pi0_memory_info); NULL = the
+     * backend has no device memory. */
+    pi0_status (*footprint)(pi0_backend *be, pi0_memory_info *out);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
     /* An input read in place instead of uploaded: a pt through which the ops read the caller's host memory src (of
      * `kind`), or p == NULL where the backend cannot (then upload). For page-locked memory the device can address (the

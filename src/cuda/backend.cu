@@ -110,6 +110,13 @@ static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
     cuda_ctx *c = CTX(be);
     pt t = {NULL, kind};
     size_t bytes = (n ? n : 1) * cuda_elem_size(kind);
+    if (c->n_bufs == c->cap_bufs) {
+        int cap = c->cap_bufs ? 2 * c->cap_bufs : 128;
+        void *p = realloc(c->bufs, (size_t)cap * sizeof *c->bufs);
+        if (!p) { pi0_fail(PI0_ERR_NOMEM, "out of memory"); return t; }
+        c->bufs = (struct cuda_ctx::cuda_buf_t *)p;
+        c->cap_bufs = cap;
+    }
     cudaError_t e = cudaMalloc((void **)&t.p, bytes);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
@@ -121,12 +128,17 @@ static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
         return t;
     }
     CUDA_NOTE(c, cudaMemsetAsync(t.p, 0, bytes, c->stream));
+    c->bufs[c->n_bufs].p = t.p;
+    c->bufs[c->n_bufs++].n = bytes;
     return t;
 }
 
 static void cuda_release(pi0_backend *be, pt t) {
-    (void)be;
-    if (t.p) cudaFree(t.p);
+    cuda_ctx *c = CTX(be);
+    if (!t.p) return;
+    for (int i = c->n_bufs - 1; i >= 0; i--)
+        if (c->bufs[i].p == t.p) { c->bufs[i] = c->bufs[--c->n_bufs]; break; }
+    cudaFree(t.p);
 }
 
 // backend.h host_view. An integrated GPU's copy of a page-locked input is one more pass over the DRAM both processors
@@ -341,6 +353,18 @@ static pi0_status cuda_memory(pi0_backend *be, size_t *used, size_t *total) {
     return PI0_OK;
 }
 
+static pi0_status cuda_footprint(pi0_backend *be, pi0_memory_info *out) {
+    const cuda_ctx *c = CTX(be);
+    size_t n = c->ws_size + c->tune_cap + c->scores_cap * (4 + 2 + 4) + c->fused_cap * 2 +
+               c->xq_rows * ((size_t)c->xq_k + 4 + (size_t)c->acc_n * 4) +
+               (c->pscratch ? CUDA_P_SCRATCH + CUDA_P_COUNTERS * sizeof(unsigned) : 0);
+    for (int i = 0; i < c->n_bufs; i++) n += c->bufs[i].n;
+    for (int i = 0; i < c->n_wts; i++) n += (size_t)c->wts[i].k * c->wts[i].ld * (c->wts[i].f32 ? 4 : 2);
+    *out = (pi0_memory_info){.weights_bf16 = c->ws ? c->ws->bytes_bf16 : 0, .weights_f32 = c->ws ? c->ws->bytes_f32 : 0,
+                             .weights_8bit = c->ws ? c->ws->bytes_i8 : 0, .session = n, .integrated = c->integrated};
+    return PI0_OK;
+}
+
 static void cuda_range(pi0_backend *be, const char *name) {
     (void)be;
     if (name) nvtxRangePushA(name);
@@ -373,6 +397,7 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->pcounters);
         for (int i = 0; i < c->n_wts; i++) cudaFree(c->wts[i].wt);
         free(c->wts);
+        free(c->bufs);
         cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -463,6 +488,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     be->destroy = cuda_destroy;
     be->range = cuda_range;
     be->memory = cuda_memory;
+    be->footprint = cuda_footprint;
     be->host_view = cuda_host_view;
     be->early_next = cuda_early_next;
     be->cat_ld = cuda_cat_ld;

@@ -125,6 +125,8 @@ struct cuda_ctx {
     int smem_optin;            // the most shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin)
     struct cuda_wt_t { int w, wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights by id (gemm_bwd.cu)
     int n_wts, cap_wts;
+    struct cuda_buf_t { char *p; size_t n; } *bufs;   // alloc()'s buffers and their bytes (footprint)
+    int n_bufs, cap_bufs;
     int integrated;            // the GPU shares the host's memory (cudaDevAttrIntegrated: a Jetson)
     int zero_copy;             // host_view reads mapped inputs in place (integrated; PI0_CUDA_ZERO_COPY=1 / 0 forces)
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
