@@ -165,8 +165,9 @@ pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
 
 /* Host memory for pi0_inputs (above all the images): page-locked when a CUDA device is present, so that
  * pi0_infer's copies to the GPU run at bus speed without a staging copy (the driver stages pageable memory
- * first: bench/RESULTS.md L28); plain malloc otherwise. NULL when out of memory. Free with pi0_host_free
- * (NULL is a no-op). Thread-safe. */
+ * first: bench/RESULTS.md L28), and mapped for the GPU, whose kernels read the images from it in place where the GPU
+ * shares the host's memory (a Jetson: docs/jetson.md); plain malloc otherwise. NULL when out of memory. Free with
+ * pi0_host_free (NULL is a no-op). Thread-safe. */
 void *pi0_host_alloc(size_t bytes);
 /* The same for the backend of session s: page-locked for a CUDA session, plain for a CPU one (no GPU context is
  * made for it). Free with pi0_host_free. */

@@ -252,8 +252,8 @@ typedef struct {
      * pages while the rest uploads: where the device's memory is the host's (a Jetson) a checkpoint's host view and
      * its copy would otherwise both hold the model. NULL: the backend reads the host mapping in place (and has no 8-bit
      * path). */
-    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
-                                 void (*done)(void *user, const pi0_wt *t), void *user);
+    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q,
+                                 int device, void (*done)(void *user, const pi0_wt *t), void *user);
     void (*weights_free)(void *store);
     void *(*host_alloc)(size_t bytes);                                  /* NULL: plain host memory serves */
     void (*host_free)(void *p);

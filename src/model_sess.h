@@ -35,7 +35,7 @@ struct model_sess {
     int n_bufs, alloc_failed;        /* alloc_failed: some buf() returned NULL (message already set) */
     /* vision */
     pt img, sel, vx, va, vq, vk, vv, vo, vm, vout;
-    pt img_in;                       /* this inference's images: img, or the caller's buffer read in place (host_view) */
+    pt img_in;                       /* this inference's images: img, or the caller's buffer read in place */
     /* prefix */
     pt ids, id_rows, img_rows, pos, h, y, q, att, g, u;
     pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */

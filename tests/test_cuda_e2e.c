@@ -403,7 +403,7 @@ static void e2e_bad_image(void) {
  * where they lie: the host-view counter) give the same actions bit for bit, on two noises, first run and replay. A
  * replay reads the buffer's images as they are now (new images give the copied run's actions for them), and a second
  * buffer gets a graph of its own (the key carries the address: the first buffer's graph would read the first buffer,
- * which holds other images by then). Without the variable a discrete GPU copies; a value other than 0 or 1 is refused. */
+ * which holds other images by then). Without the variable a discrete GPU copies; a value but 0 or 1 is refused. */
 static void e2e_zero_copy(void) {
     setenv("PI0_CUDA_ZERO_COPY", "1", 1);
     tiny_cuda x;

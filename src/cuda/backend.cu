@@ -320,7 +320,7 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
 }
 
 // Page-locked for every device, and mapped into the devices' address space so that an integrated GPU reads inputs in
-// place (cuda_host_view; with unified addressing, which every 64-bit platform has, page-locked memory is mapped anyway).
+// place (cuda_host_view; with unified addressing, which every 64-bit platform has, it is mapped anyway).
 extern "C" void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
     if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {

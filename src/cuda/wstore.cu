@@ -86,15 +86,17 @@ extern "C" void cuda_weights_free(void *store) {
 // The bytes of a tensor's copies: bf16, or int8 and its row scales; and fp32.
 static size_t copies_bytes(const pi0_wt *t, int fmt) {
     size_t m = (size_t)(t->rows * t->cols);
-    return (fmt & CUDA_W_I8 ? up256(m) + up256((size_t)t->rows * 4) : up256(m * 2)) + (fmt & CUDA_W_F32 ? up256(m * 4) : 0);
+    return (fmt & CUDA_W_I8 ? up256(m) + up256((size_t)t->rows * 4) : up256(m * 2)) +
+           (fmt & CUDA_W_F32 ? up256(m * 4) : 0);
 }
 
 // The tensors placed together from ts[i] on: a group (group[i] > 1 of them), or one.
 static int unit_len(const int *group, int i, int n) { return group[i] > 1 ? (group[i] < n - i ? group[i] : n - i) : 1; }
 
-// The copies of one unit ts[0 .. u) from `at` on: the bf16 copies in order (a group's members back to back, linked where
-// the predecessor ends on a 256-byte boundary), then the int8 copies with their row scales, then the fp32 copies.
-static pi0_status upload_unit(cuda_wstore *s, const pi0_wt *const *ts, const int *fmt, int u, char *at, uint16_t *stage) {
+// The copies of one unit ts[0 .. u) from `at` on: the bf16 copies in order (a group's members back to back, linked
+// where the predecessor ends on a 256-byte boundary), then the int8 copies with their row scales, then the fp32 copies.
+static pi0_status upload_unit(cuda_wstore *s, const pi0_wt *const *ts, const int *fmt, int u, char *at,
+                              uint16_t *stage) {
     pi0_status st = PI0_OK;
     char name[48];
     for (int j = 0; j < u && st == PI0_OK; j++) {
@@ -105,7 +107,7 @@ static pi0_status upload_unit(cuda_wstore *s, const pi0_wt *const *ts, const int
         snprintf(name, sizeof name, "weight %d", ts[j]->id);
         st = upload_bf16(ts[j], (char *)w->bf, stage, name);
     }
-    for (int j = 0; u > 1 && !(fmt[0] & CUDA_W_I8) && j + 1 < u && ((size_t)(ts[j]->rows * ts[j]->cols) * 2) % 256 == 0 &&
+    for (int j = 0; u > 1 && !(fmt[0] & CUDA_W_I8) && j + 1 < u && (size_t)(ts[j]->rows * ts[j]->cols) * 2 % 256 == 0 &&
                     !(fmt[j + 1] & CUDA_W_I8) && ts[j + 1]->cols == ts[0]->cols; j++)
         s->e[ts[j]->id].next = ts[j + 1]->id;
     for (int j = 0; j < u && st == PI0_OK; j++) {
@@ -181,9 +183,9 @@ static pi0_status upload_list(void **out, const pi0_wt *const *ts, const int *fm
                 cudaMemGetInfo(&fr, &tot);
                 for (int j = 0; j < k; j++) placed += slab[j];
                 st = pi0_fail(e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA,
-                              "weights need %.2f GB on CUDA device %d, which had %.2f GB free of %.2f GB with %.2f GB of "
-                              "them placed: %s", (s->bytes_bf16 + s->bytes_f32 + s->bytes_i8) / 1e9, device, fr / 1e9,
-                              tot / 1e9, placed / 1e9, cudaGetErrorString(e));
+                              "weights need %.2f GB on CUDA device %d, which had %.2f GB free of %.2f GB with %.2f "
+                              "GB of them placed: %s", (s->bytes_bf16 + s->bytes_f32 + s->bytes_i8) / 1e9, device,
+                              fr / 1e9, tot / 1e9, placed / 1e9, cudaGetErrorString(e));
                 break;
             }
             at = s->slab[k];
