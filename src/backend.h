@@ -86,10 +86,10 @@ struct pi0_backend {
     pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused);
     pi0_status (*sync)(pi0_backend *be);                /* waits for queued work; reports async errors */
     /* Runs fn(arg) as a CUDA graph per key (the host-side sizes the launches depend on, and the address of any input
-     * read in place, host_view); NULL = the backend has
-     * no graphs (fn is called directly). On a new key fn is called twice: once run directly (its result is the
-     * call's), once captured; the graph replays from the next call with that key on. So fn only enqueues work on
-     * the backend's stream and may be called repeatedly with the same effect. */
+     * read in place: host_view); NULL = the backend has no graphs (fn is called directly). On a new key fn is called
+     * twice: once run directly (its result is the call's), once captured; the graph replays from the next call with
+     * that key on. So fn only enqueues work on the backend's stream and may be called repeatedly with the same
+     * effect. */
     pi0_status (*run_graph)(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg);
     void (*destroy)(pi0_backend *be);
     /* Profiling annotation (NVTX ranges on CUDA): opens a range `name`, or closes the innermost open one for
