@@ -93,15 +93,15 @@ CFLAGS  += -march=armv8.2-a+fp16 -ffp-contract=fast
 endif
 
 LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/lerobot.c src/lerobot_pipeline.c src/config.c src/weights.c \
-           src/model.c src/model_rtc.c src/backends.c \
+           src/model.c src/model_rtc.c src/model_fast.c src/backends.c \
            src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/fast_json.c \
            src/fast_tokenizer.c src/fast_prompt.c src/image.c \
            src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c src/quant.c \
-           src/cpu/cpu_backend.c src/cpu/cpu_weights.c
+           src/cpu/cpu_backend.c src/cpu/cpu_weights.c src/cpu/cpu_decode.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c tools/check.c
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast
+TESTS   := test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast test_fast_model
 TEST_BIN:= $(TESTS:%=$(BUILD)/tests/%) $(if $(NVCC),$(BUILD)/tests/test_cuda_ops $(BUILD)/tests/test_cuda_e2e,)
 HDRS    := $(wildcard include/*.h src/*.h src/cpu/*.h tools/*.h tests/*.h)
 
@@ -311,6 +311,7 @@ fuzz: fuzz-build
 # Regenerate the golden fixtures with the independent PyTorch reference, and run its self-checks.
 fixtures:
 	$(PY) tools/reference/make_fixtures.py
+	$(PY) tools/reference/make_fast_fixtures.py
 check-ref:
 	$(PY) tools/reference/check_ref.py
 

@@ -41,7 +41,7 @@ const char *pi0_status_str(pi0_status st);
 
 /* The layout version of this header's structures and enums, raised whenever one changes: bindings that restate the
  * structures (the Python package) compare it with the library's before they use it. */
-#define PI0_ABI_VERSION 2
+#define PI0_ABI_VERSION 3
 int pi0_abi_version(void);
 /* Detail message of the last failure on this thread ("" if none). Valid until the next call. */
 const char *pi0_last_error(void);
@@ -109,6 +109,7 @@ typedef struct {
     unsigned quant_stages;     /* PI0_STAGE_* bits; 0 with bf16 */
     struct { int width, depth, mlp_dim, num_heads, patch_size; } vision;
     struct { int width, depth, mlp_dim, num_heads, num_kv_heads, head_dim; } paligemma, action_expert;
+    int fast;            /* 1 = π0-FAST: PaliGemma alone, decoding action tokens (pi0_generate); action_expert is 0 */
 } pi0_model_info;
 void pi0_model_get_info(const pi0_model *m, pi0_model_info *info);
 
@@ -121,6 +122,7 @@ typedef struct {
     int num_steps;       /* flow-matching steps; 0 = 10 */
     pi0_dump_fn dump;    /* optional intermediates callback (slows inference) */
     void *dump_user;
+    int max_decoding_steps; /* π0-FAST: the most tokens one pi0_generate decodes (sizes the KV cache); 0 = 256 */
 } pi0_session_params;
 
 pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_session_params *params);
@@ -158,11 +160,25 @@ typedef struct {
     const float *rtc_max_weights;/* [B] the guidance weight's cap per sample (LeRobot's max_guidance_weight), > 0 */
     const uint8_t *rtc_exact;    /* [B] with PI0_RTC_EXACT: 1 = the sample's guidance is exact, 0 = LeRobot's form
                                     (a batch mixing both); NULL = every sample exact. Refused with other modes. */
+    const int32_t *token_ar_mask;/* π0-FAST: [B, n_tokens], 0 or 1: openpi's prefix-LM mask (a token with 1 starts a
+                                    block that earlier tokens cannot see); required there, all 0 at inference. Unused
+                                    by π0 / π0.5, whose prefix is one block. */
 } pi0_inputs;
 
 /* Runs the whole inference; writes actions [B, H, A] (normalised action space). */
 pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions);
 
+/* π0-FAST (pi0_model_info.fast): the action tokens, as openpi's Pi0FAST.sample_actions returns them (docs/model.md 7).
+ * in holds images, image_masks, tokens, token_mask and token_ar_mask (state and noise are not read: the state is in
+ * the prompt, docs/fast.md). tokens [B, max_decoding_steps] gets each decoded id, 0 after the last step run; decoding
+ * stops at the first step where every sample's token is the end token (id 1), so a sample that ended earlier keeps
+ * decoding. *steps (may be NULL) gets the steps run. pi0_infer refuses a π0-FAST session. */
+typedef struct {
+    int max_decoding_steps;  /* 1..the session's max_decoding_steps; 0 = the session's */
+    float temperature;       /* 0 = greedy (openpi's default); > 0 = sampled, reproducibly from in->seed (not JAX's
+                                random stream: docs/model.md 7.4) */
+} pi0_decode_params;
+pi0_status pi0_generate(pi0_session *s, const pi0_inputs *in, const pi0_decode_params *p, int32_t *tokens, int *steps);
 /* Host memory for pi0_inputs (above all the images): page-locked when a CUDA device is present, so that
  * pi0_infer's copies to the GPU run at bus speed without a staging copy (the driver stages pageable memory
  * first: bench/RESULTS.md L28), and mapped for the GPU, whose kernels read the images from it in place where the GPU

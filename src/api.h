@@ -33,8 +33,9 @@ struct pi0_model {
 struct pi0_session {
     const pi0_model *m;
     pi0_backend *be;
-    model_sess *ms;
-    int max_batch;
+    model_sess *ms;        /* π0, π0.5 */
+    fast_sess *fs;         /* π0-FAST */
+    int max_batch, max_decoding_steps;
     pi0_dump_fn dump;
     void *dump_user;
     model_timing timing;

@@ -38,6 +38,26 @@ long long api_bad_float(const float *x, size_t n, float lo, float hi) {
     return -1;   /* not reached: the block holds one */
 }
 
+/* π0-FAST embeds every prompt token, masked ones included (docs/model.md 7.2), and needs a valid token per sample. */
+static pi0_status check_fast(const pi0_config *c, const pi0_inputs *in) {
+    int L = in->n_tokens;
+    for (int k = 0; k < in->batch * L; k++) {
+        if (in->tokens[k] < 0 || in->tokens[k] >= c->lm.vocab_size)
+            return pi0_fail(PI0_ERR_ARG, "inputs: tokens[%d][%d] = %d, expected 0..%d (vocab_size - 1)", k / L, k % L,
+                            in->tokens[k], c->lm.vocab_size - 1);
+        if (in->token_ar_mask[k] != 0 && in->token_ar_mask[k] != 1)
+            return pi0_fail(PI0_ERR_ARG, "inputs: token_ar_mask[%d][%d] = %d, expected 0 or 1", k / L, k % L,
+                            in->token_ar_mask[k]);
+    }
+    for (int b = 0; b < in->batch; b++) {
+        int any = 0;
+        for (int j = 0; j < c->n_cameras; j++) any |= !in->image_masks || in->image_masks[b * c->n_cameras + j];
+        for (int j = 0; j < L; j++) any |= in->token_mask[b * L + j] != 0;
+        if (!any) return pi0_fail(PI0_ERR_ARG, "inputs: sample %d has no camera and no prompt token: nothing to decode from", b);
+    }
+    return PI0_OK;
+}
+
 pi0_status api_check_inputs(const pi0_session *s, const pi0_inputs *in) {
     const pi0_config *c = &s->m->cfg;
     if (!in) return pi0_fail(PI0_ERR_ARG, "inputs: NULL");
@@ -45,10 +65,13 @@ pi0_status api_check_inputs(const pi0_session *s, const pi0_inputs *in) {
         return pi0_fail(PI0_ERR_ARG, "inputs: batch %d, expected 1..%d (the session's max_batch)", in->batch, s->max_batch);
     if (in->n_tokens < 1 || in->n_tokens > c->max_token_len)
         return pi0_fail(PI0_ERR_ARG, "inputs: n_tokens %d, expected 1..%d (max_token_len)", in->n_tokens, c->max_token_len);
-    if (!in->images || !in->tokens || !in->token_mask || (!c->pi05 && !in->state))
-        return pi0_fail(PI0_ERR_ARG, "inputs: images, tokens, token_mask%s are required", c->pi05 ? "" : " and state");
+    int plain = !c->pi05 && !c->fast;   /* π0: the state is an input of the model (π0.5, π0-FAST: of the prompt) */
+    if (!in->images || !in->tokens || !in->token_mask || (plain && !in->state) || (c->fast && !in->token_ar_mask))
+        return pi0_fail(PI0_ERR_ARG, "inputs: images, tokens, token_mask%s are required", plain ? " and state" :
+                        c->fast ? " and token_ar_mask (π0-FAST's prefix-LM mask, all 0 at inference)" : "");
     int B = in->batch, A = c->action_dim, H = c->action_horizon;
     long long i;
+    if (c->fast) return check_fast(c, in);
     if (!c->pi05 && (i = api_bad_float(in->state, (size_t)B * A, -INFINITY, INFINITY)) >= 0)
         return pi0_fail(PI0_ERR_ARG, "inputs: state[%lld] is not finite", i);
     if (in->noise && (i = api_bad_float(in->noise, (size_t)B * H * A, -INFINITY, INFINITY)) >= 0)
@@ -129,12 +152,12 @@ pi0_status api_check_rtc(const pi0_session *s, const pi0_inputs *in) {
 
 struct pi0_inputs_buf {
     uint8_t *masks, *token_mask;
-    int32_t *tokens;
+    int32_t *tokens, *ar;
 };
 
 void pi0_inputs_buf_free(pi0_inputs_buf *b) {
     if (!b) return;
-    free(b->masks); free(b->token_mask); free(b->tokens);
+    free(b->masks); free(b->token_mask); free(b->tokens); free(b->ar);
     free(b);
 }
 
@@ -192,7 +215,7 @@ pi0_status pi0_inputs_from_tensors(const pi0_model *m, const pi0_tensors *t, con
     if ((st = bool_array(what, "image_masks", data, (size_t)(B * c->n_cameras), &b->masks)) != PI0_OK) goto fail;
     in->image_masks = b->masks;
     int64_t w_state[2] = {B, c->action_dim};
-    if (!c->pi05 || pi0_tensors_get(t, "state", NULL, NULL, NULL, NULL) == PI0_OK) {
+    if ((!c->pi05 && !c->fast) || pi0_tensors_get(t, "state", NULL, NULL, NULL, NULL) == PI0_OK) {
         if ((st = expect(t, what, "state", PI0_DT_F32, PI0_DT_F32, 2, w_state, NULL, &dt, &data)) != PI0_OK) goto fail;
         in->state = data;
     }
@@ -220,6 +243,26 @@ pi0_status pi0_inputs_from_tensors(const pi0_model *m, const pi0_tensors *t, con
     if ((st = expect(t, what, "token_mask", PI0_DT_BOOL, PI0_DT_U8, 2, w_tm, NULL, &dt, &data)) != PI0_OK) goto fail;
     if ((st = bool_array(what, "token_mask", data, (size_t)(B * L), &b->token_mask)) != PI0_OK) goto fail;
     in->token_mask = b->token_mask;
+    if (c->fast) {   /* openpi's model asserts it is there: without it the prefix-LM mask is unknown */
+        if (pi0_tensors_get(t, "token_ar_mask", NULL, NULL, NULL, NULL) != PI0_OK) {
+            st = pi0_fail(PI0_ERR_SHAPE, "%s: missing tensor 'token_ar_mask' (I32 [%lld, %lld]): a π0-FAST model needs its "
+                          "prefix-LM mask (all 0 for a prompt at inference, as openpi's FASTTokenizer makes it)", what,
+                          (long long)B, (long long)L);
+            goto fail;
+        }
+        if ((st = expect(t, what, "token_ar_mask", PI0_DT_I32, PI0_DT_BOOL, 2, w_tm, NULL, &dt, &data)) != PI0_OK) goto fail;
+        if (!(b->ar = malloc((size_t)(B * L) * sizeof(int32_t)))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
+        for (int64_t i = 0; i < B * L; i++) {
+            int32_t v = dt == PI0_DT_BOOL ? ((const uint8_t *)data)[i] : ((const int32_t *)data)[i];
+            if (v != 0 && v != 1) {
+                st = pi0_fail(PI0_ERR_FORMAT, "%s: token_ar_mask[%lld][%lld] = %d, expected 0 or 1", what, (long long)(i / L),
+                              (long long)(i % L), (int)v);
+                goto fail;
+            }
+            b->ar[i] = v;
+        }
+        in->token_ar_mask = b->ar;
+    }
     if (pi0_tensors_get(t, "noise", NULL, NULL, NULL, NULL) == PI0_OK) {
         int64_t w_noise[3] = {B, c->action_horizon, c->action_dim};
         if ((st = expect(t, what, "noise", PI0_DT_F32, PI0_DT_F32, 3, w_noise, NULL, &dt, &data)) != PI0_OK) goto fail;

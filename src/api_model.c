@@ -62,7 +62,22 @@ static pi0_status load_safetensors(pi0_model *m, const char *dir) {
         goto done;
     if ((st = st_open(&m->file, st_path)) != PI0_OK) goto done;
     if (lerobot && (st = lerobot_fix_keys(m->file, m->cfg.pi05)) != PI0_OK) goto done;
-    int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL;
+    int has_marker = st_find(m->file, PI0_PI05_MARKER) != NULL, has_expert = st_find(m->file, PI0_EXPERT_MARKER) != NULL;
+    if (m->cfg.fast < 0 && !has_expert) {   /* PaliGemma alone: π0-FAST */
+        if (m->cfg.pi05 > 0) {
+            st = pi0_fail(PI0_ERR_FORMAT, "%s: \"pi05\": true, but %s lacks the action expert ('%s')", cfg_path, st_path,
+                          PI0_EXPERT_MARKER);
+            goto done;
+        }
+        m->cfg.fast = 1;
+        m->cfg.pi05 = 0;
+    }
+    if (m->cfg.fast > 0) {
+        if (has_expert)
+            st = pi0_fail(PI0_ERR_FORMAT, "%s: \"model_type\": \"pi0_fast\", but %s has the action expert's '%s' (π0 / π0.5)",
+                          cfg_path, st_path, PI0_EXPERT_MARKER);
+        goto done;
+    }
     if (m->cfg.pi05 < 0) m->cfg.pi05 = has_marker;
     else if (m->cfg.pi05 != has_marker)
         st = pi0_fail(PI0_ERR_FORMAT, "%s: %s, but %s %s the adaRMS tensor '%s'", cfg_path,
@@ -156,5 +171,6 @@ void pi0_model_get_info(const pi0_model *m, pi0_model_info *info) {
                              .paligemma = {c->lm.width, c->lm.depth, c->lm.mlp_dim, c->lm.num_heads, c->lm.num_kv_heads,
                                            c->lm.head_dim},
                              .action_expert = {c->ex.width, c->ex.depth, c->ex.mlp_dim, c->ex.num_heads,
-                                               c->ex.num_kv_heads, c->ex.head_dim}};
+                                               c->ex.num_kv_heads, c->ex.head_dim}, .fast = c->fast};
+    if (c->fast) memset(&info->action_expert, 0, sizeof info->action_expert);
 }

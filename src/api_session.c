@@ -40,6 +40,7 @@ void pi0_host_free(void *p) {
 void pi0_session_free(pi0_session *s) {
     if (!s) return;
     model_sess_free(s->ms);
+    fast_sess_free(s->fs);
     if (s->be) s->be->destroy(s->be);
     free(s);
 }
@@ -52,16 +53,21 @@ pi0_status pi0_session_create(pi0_session **out, const pi0_model *m, const pi0_s
     int max_b = p->max_batch ? p->max_batch : 1, steps = p->num_steps ? p->num_steps : 10;
     if (max_b < 1 || max_b > 4096) return pi0_fail(PI0_ERR_ARG, "max_batch %d: expected 1..4096", p->max_batch);
     if (steps < 1 || steps > 1000) return pi0_fail(PI0_ERR_ARG, "num_steps %d: expected 1..1000", p->num_steps);
+    int dec = p->max_decoding_steps ? p->max_decoding_steps : 256;   /* openpi's sample_actions default */
+    if (dec < 1 || dec > 65536)
+        return pi0_fail(PI0_ERR_ARG, "max_decoding_steps %d: expected 1..65536", p->max_decoding_steps);
     pi0_session *s = calloc(1, sizeof *s);
     if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
     s->m = m;
     s->max_batch = max_b;
+    s->max_decoding_steps = dec;
     s->dump = p->dump;
     s->dump_user = p->dump_user;
     /* One backend instance per session (its scratch, stream and graphs are not shared between
      * threads); the weights are the model's (the mapping on the CPU, its store on CUDA). */
     pi0_status st = m->prov->create(&s->be, m->device, m->n_threads, m->store);
-    if (st == PI0_OK) st = model_sess_create(&s->ms, s->be, &m->cfg, (pi0_weights *)&m->w, max_b, steps);
+    if (st == PI0_OK && m->cfg.fast) st = fast_sess_create(&s->fs, s->be, &m->cfg, &m->w, max_b, dec);
+    else if (st == PI0_OK) st = model_sess_create(&s->ms, s->be, &m->cfg, (pi0_weights *)&m->w, max_b, steps);
     if (st != PI0_OK) { pi0_session_free(s); return st; }
     *out = s;
     return PI0_OK;
@@ -87,11 +93,38 @@ const char *pi0_session_device(const pi0_session *s) { return s->be->device; }
 const char *pi0_session_driver(const pi0_session *s) { return s->be->driver; }
 
 void pi0_session_set_stage_timing(pi0_session *s, int on) {
-    if (s) model_set_stage_timing(s->ms, on);
+    if (s && s->ms) model_set_stage_timing(s->ms, on);   /* π0-FAST's decoding synchronises every step anyway */
+}
+
+pi0_status pi0_generate(pi0_session *s, const pi0_inputs *in, const pi0_decode_params *p, int32_t *tokens, int *steps) {
+    if (!s || !tokens) return pi0_fail(PI0_ERR_ARG, "pi0_generate: NULL argument");
+    if (!s->fs)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "pi0_generate: %s is a %s model, which pi0_infer runs (pi0_generate decodes "
+                        "π0-FAST's action tokens)", s->m->dir, cfg_model_name(&s->m->cfg));
+    pi0_decode_params def = {0};
+    if (!p) p = &def;
+    int n = p->max_decoding_steps ? p->max_decoding_steps : s->max_decoding_steps;
+    if (n < 1 || n > s->max_decoding_steps)
+        return pi0_fail(PI0_ERR_ARG, "pi0_generate: max_decoding_steps %d, expected 1..%d (the session's)", p->max_decoding_steps,
+                        s->max_decoding_steps);
+    if (!(p->temperature >= 0) || !isfinite(p->temperature))
+        return pi0_fail(PI0_ERR_ARG, "pi0_generate: temperature %g, expected a finite value >= 0", (double)p->temperature);
+    pi0_status st = api_check_inputs(s, in);
+    if (st == PI0_OK && in->rtc != PI0_RTC_OFF)
+        st = pi0_fail(PI0_ERR_ARG, "inputs: real-time chunking is for π0 / π0.5's flow matching, not π0-FAST's tokens");
+    if (st == PI0_OK) st = api_check_images(in, &s->m->cfg);
+    if (st != PI0_OK) return st;
+    int run = 0;
+    st = fast_generate(s->fs, in, n, p->temperature, tokens, &run, NULL, &s->timing);
+    if (steps) *steps = run;
+    return st;
 }
 
 pi0_status pi0_infer(pi0_session *s, const pi0_inputs *in, float *actions) {
     if (!s || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_infer: NULL argument");
+    if (s->fs)
+        return pi0_fail(PI0_ERR_UNSUPPORTED, "pi0_infer: %s is a π0-FAST model: it decodes action tokens (pi0_generate), "
+                        "which its FAST tokenizer turns into actions", s->m->dir);
     pi0_status st = api_check_inputs(s, in);
     if (st == PI0_OK) st = api_check_rtc(s, in);
     if (st != PI0_OK) return st;

@@ -10,6 +10,7 @@
 #ifndef PI0_BACKEND_H
 #define PI0_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,8 +38,9 @@ enum pi0_epi { EPI_STORE, EPI_ADD, EPI_GELU };   /* linear epilogues: y=, y+=, y
 enum pi0_act { ACT_NONE, ACT_SWISH };
 
 /* Attention over segments (one per image or batch element), docs/model.md 3.6/3.7/3.10.
- * Query rows of segment s: [q_off[s], q_off[s+1]). Keys/values come from source 1 (rows
- * [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned with the queries).
+ * Query rows of segment s: [q_off[s], q_off[s+1]); rows of out outside [q_off[0], q_off[nseg]) are left as they are.
+ * Keys/values come from source 1 (rows [k_off[s], k_off[s+1]) of k1/v1) and optionally source 2 (k2/v2, rows aligned
+ * with the queries).
  * Query j of a segment sees all of its source-1 keys and source-2 keys [0, j < block0 ? block0 : n).
  * With tail > 0 (and no source 2) the last `tail` source-1 keys of each segment are the suffix keys
  * instead and follow the same rule: query j sees the first n1 - tail keys and then
@@ -51,11 +53,18 @@ typedef struct {
     int nseg, heads, kv_heads, head_dim;
     float scale;
     const int32_t *q_off, *k_off;   /* host [nseg + 1] */
+    /* host [nseg] or NULL: segment s reads source-1 keys [k_off[s], k_end[s]) instead, ranges that may overlap or
+     * leave gaps (π0-FAST: each block of its prefix-LM mask sees the keys up to its end; each decoded row its own
+     * sample's cache). Only with no source 2 and tail 0; attention_bwd takes none. */
+    const int32_t *k_end;
     pt k1, v1;            /* rows of kv_heads*head_dim */
     pt k2, v2;            /* optional (p == NULL): suffix keys */
     int block0;
     int tail;
 } pi0_attn;
+
+/* The end of segment s's source-1 keys. */
+static inline int32_t attn_k1_end(const pi0_attn *a, int s) { return a->k_end ? a->k_end[s] : a->k_off[s + 1]; }
 
 /* The q, k, v projections of one attention layer: weights [N_i, K] and optional biases (NULL). */
 typedef struct {
@@ -157,6 +166,13 @@ struct pi0_backend {
     void (*gelu_mul)(pi0_backend *be, pt out, pt g, pt u, int M, int F);
     /* out[rows[i]] = table[ids[i]] * scale, i < n (docs/model.md 3.6); ids were range-checked by the caller */
     void (*embed)(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
+    /* π0-FAST's next token for each of M rows (docs/model.md 7.4): the logits l_j = x[r] . W[j], j < V (W: the
+     * embedding table, V rows of K; fp32 sums of the stored values); ids[r] = the first j of the largest l_j
+     * (temperature 0, greedy), or of the largest l_j / temperature + g(seed, r, j) (pi0_gumbel: sampling with the
+     * Gumbel-max rule). top2 (F32 [M, 2], p NULL = not wanted): the largest and the second-largest l_j, whose
+     * difference is the greedy choice's margin. */
+    void (*next_token)(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, int M, int V, int K, float temperature,
+                       uint64_t seed);
     /* dst[di ? di[i] : i] = src[si ? si[i] : i], n rows of D (kinds may differ: converts) */
     void (*copy_rows)(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
     /* π0.5's gated residual (docs/model.md 3.7): x (M, N) += gate[r / rows_per_gate] * t, t = y (M, K) . W^T (no bias)
@@ -270,6 +286,22 @@ static inline pt prenorm_rows(pi0_backend *be, pt y, const pi0_prenorm *pre, int
     if (pre->w) be->rmsnorm(be, pre->out, y, pre->w, M, K, pre->eps);
     else be->adarms(be, pre->out, y, pre->mod, pre->rows_per_mod, M, K, pre->eps);
     return pre->out;
+}
+
+#ifdef __CUDACC__
+#define PI0_HOST_DEVICE __host__ __device__
+#else
+#define PI0_HOST_DEVICE
+#endif
+/* next_token's Gumbel noise for row r and token j: u = (24 random bits + 0.5) / 2^24 in (0, 1) from a SplitMix64 hash
+ * of (seed, r, j), then -log(-log(u)) in fp32. Every backend draws the same u; the logarithms may differ by an ulp. */
+static inline PI0_HOST_DEVICE float pi0_gumbel(uint64_t seed, uint32_t r, uint32_t j) {
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * ((((uint64_t)r << 32) | j) + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    float u = ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    return -logf(-logf(u));
 }
 
 static inline pt pt_at(const pi0_backend *be, pt t, size_t elems) {

@@ -30,6 +30,7 @@ static int gemma_variant(const char *name, pi0_gemma_cfg *g) {
 static void base_config(pi0_config *c) {
     memset(c, 0, sizeof *c);
     c->pi05 = -1;
+    c->fast = -1;
     c->action_dim = 32;
     c->action_horizon = 50;
     c->n_cameras = 3;
@@ -45,9 +46,10 @@ pi0_status config_from_variant(pi0_config *c, const char *name) {
     base_config(c);
     int tiny = !strncmp(name, "tiny-", 5);
     const char *kind = tiny ? name + 5 : name;
-    if (strcmp(kind, "pi0") && strcmp(kind, "pi05"))
-        return pi0_fail(PI0_ERR_ARG, "unknown variant '%s' (expected pi0, pi05, tiny-pi0 or tiny-pi05)", name);
+    if (strcmp(kind, "pi0") && strcmp(kind, "pi05") && strcmp(kind, "pi0-fast"))
+        return pi0_fail(PI0_ERR_ARG, "unknown variant '%s' (expected pi0, pi05, pi0-fast, or one of them after tiny-)", name);
     c->pi05 = !strcmp(kind, "pi05");
+    c->fast = !strcmp(kind, "pi0-fast");
     if (tiny) {   /* same architecture, toy sizes: fast CPU goldens */
         c->vis = (pi0_vision_cfg){32, 2, 48, 4, 14, 56};
         c->lm = (pi0_gemma_cfg){64, 2, 128, 4, 1, 16, 512};
@@ -133,6 +135,21 @@ pi0_status config_parse(pi0_config *c, const char *label, const char *text, size
         goto done;
     }
     if (p5 && json_is_boolean(p5)) c->pi05 = json_is_true(p5);
+    char type[16] = "";
+    if (!get_str(root, "model_type", type, sizeof type, label)) goto done;
+    if (*type) {   /* openpi's ModelType names */
+        int t = !strcmp(type, "pi0") ? 0 : !strcmp(type, "pi05") ? 1 : !strcmp(type, "pi0_fast") ? 2 : -1;
+        if (t < 0) {
+            pi0_fail(PI0_ERR_FORMAT, "%s: model_type: unknown '%s' (expected pi0, pi05 or pi0_fast)", label, type);
+            goto done;
+        }
+        if (c->pi05 >= 0 && c->pi05 != (t == 1)) {
+            pi0_fail(PI0_ERR_FORMAT, "%s: model_type '%s' contradicts \"pi05\": %s", label, type, c->pi05 ? "true" : "false");
+            goto done;
+        }
+        c->pi05 = t == 1;
+        c->fast = t == 2;
+    }
     if (!get_block(root, "vision", &jv, label) || !get_block(root, "paligemma", &jl, label) ||
         !get_block(root, "action_expert", &je, label))
         goto done;
@@ -161,8 +178,12 @@ pi0_status config_load(pi0_config *c, const char *path) {
 }
 
 pi0_status config_finish(pi0_config *c, const char *label) {
+    if (c->fast < 0) c->fast = 0;
     if (c->pi05 < 0) c->pi05 = 0;
-    if (!c->max_token_len) c->max_token_len = c->pi05 ? 200 : 48;
+    if (c->fast && c->pi05)
+        return pi0_fail(PI0_ERR_FORMAT, "%s: a model is π0.5 or π0-FAST, not both", label);
+    if (!c->max_token_len) c->max_token_len = c->fast ? 250 : c->pi05 ? 200 : 48;   /* openpi's model configs */
+    if (c->fast) c->ex = c->lm;   /* no action expert: the checks below that pair the two hold trivially */
     const pi0_vision_cfg *v = &c->vis;
     if (v->image_size % v->patch_size)
         return pi0_fail(PI0_ERR_FORMAT, "%s: vision.image_size %d is not a multiple of vision.patch_size %d",
@@ -208,18 +229,20 @@ pi0_status config_finish(pi0_config *c, const char *label) {
 }
 
 char *config_to_json(const pi0_config *c) {
-    json_t *r = json_pack("{s:i, s:i, s:s, s:s, s:s, s:b, s:i}", "action_dim", c->action_dim, "action_horizon",
-                          c->action_horizon, "paligemma_variant", c->paligemma_variant, "action_expert_variant",
-                          c->action_expert_variant, "precision", c->precision, "pi05", c->pi05 > 0,
-                          "max_token_len", c->max_token_len);
+    json_t *r = json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:b, s:i}", "model_type",
+                          c->fast > 0 ? "pi0_fast" : c->pi05 > 0 ? "pi05" : "pi0", "action_dim", c->action_dim,
+                          "action_horizon", c->action_horizon, "paligemma_variant", c->paligemma_variant,
+                          "action_expert_variant", c->action_expert_variant, "precision", c->precision, "pi05",
+                          c->pi05 > 0, "max_token_len", c->max_token_len);
     if (!r) return NULL;
+    if (c->fast > 0) json_object_del(r, "action_expert_variant");
     json_object_set_new(r, "vision",
                         json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "width", c->vis.width, "depth", c->vis.depth,
                                   "mlp_dim", c->vis.mlp_dim, "num_heads", c->vis.num_heads, "patch_size",
                                   c->vis.patch_size, "image_size", c->vis.image_size));
     const pi0_gemma_cfg *g[2] = {&c->lm, &c->ex};
     const char *key[2] = {"paligemma", "action_expert"};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (c->fast > 0 ? 1 : 2); i++) {
         json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "width", g[i]->width, "depth", g[i]->depth,
                               "mlp_dim", g[i]->mlp_dim, "num_heads", g[i]->num_heads, "num_kv_heads",
                               g[i]->num_kv_heads, "head_dim", g[i]->head_dim);

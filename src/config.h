@@ -17,6 +17,7 @@ typedef struct {
 
 typedef struct {
     int pi05;               /* 1 = π0.5; -1 = not stated in config.json (decided from the tensors) */
+    int fast;               /* 1 = π0-FAST (PaliGemma alone, decoding action tokens: docs/fast.md); -1 = not stated */
     int action_dim;         /* A (32) */
     int action_horizon;     /* H */
     int max_token_len;      /* 0 = default for the model type (48 / 200) */
@@ -29,7 +30,7 @@ typedef struct {
     char paligemma_variant[32], action_expert_variant[32], precision[16];
 } pi0_config;
 
-/* Fills cfg for "pi0", "pi05", "tiny-pi0" or "tiny-pi05" (gen-checkpoint and tests). */
+/* Fills cfg for "pi0", "pi05", "pi0-fast", or their "tiny-" forms (gen-checkpoint and tests). */
 pi0_status config_from_variant(pi0_config *cfg, const char *name);
 /* Parses DIR/config.json (path given) into cfg. pi05 may stay -1. */
 pi0_status config_load(pi0_config *cfg, const char *path);
@@ -50,6 +51,10 @@ static inline int cfg_prefix_len(const pi0_config *c) {   /* P, uncompacted */
 }
 static inline int cfg_suffix_len(const pi0_config *c) {   /* S: π0 has the state token */
     return c->action_horizon + (c->pi05 ? 0 : 1);
+}
+/* The name of the model family ("π0", "π0.5", "π0-FAST"), for messages. */
+static inline const char *cfg_model_name(const pi0_config *c) {
+    return c->fast > 0 ? "π0-FAST" : c->pi05 > 0 ? "π0.5" : "π0";
 }
 
 #endif

@@ -35,6 +35,8 @@
  *    arithmetic, or a request's actions change with its batch neighbours.
  */
 
+static pt vis_buf(void *s, size_t n, int kind) { return model_buf(s, n, kind); }
+
 pt model_buf(model_sess *s, size_t n, int kind) {
     pt t = {NULL, kind};
     if (s->alloc_failed) return t;   /* stop at the first failure: its message is the useful one */
@@ -133,16 +135,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     float t = 1.0f;
     for (int k = 0; k < steps; k++) { s->tvals[k] = c->lerobot_time ? (float)(1.0 + k * (-1.0 / steps)) : t; t = t + s->dt; }
 
-    s->img = model_buf(s, nimg * s->R * s->R * 3, PT_F32);
-    s->sel = model_buf(s, nimg, PT_I32);
-    s->vx = model_buf(s, vrows * s->Dv, PT_ACT);
-    s->va = model_buf(s, vrows * s->Dv, PT_ACT);
-    s->vq = model_buf(s, 3 * vrows * s->Dv, PT_ACT);   /* q, k, v in one buffer: a backend may fill them as one batch */
-    s->vk = pt_at(be, s->vq, vrows * s->Dv);
-    s->vv = pt_at(be, s->vq, 2 * vrows * s->Dv);
-    s->vo = model_buf(s, vrows * s->Dv, PT_ACT);
-    s->vm = model_buf(s, vrows * s->Fv, PT_ACT);
-    s->vout = model_buf(s, vrows * s->D, PT_ACT);
+    if (!vision_bufs_alloc(&s->vis, be, c, nimg, vis_buf, s)) goto fail;
     s->ids = model_buf(s, (size_t)B * s->L, PT_I32);
     s->id_rows = model_buf(s, (size_t)B * s->L, PT_I32);
     s->img_rows = model_buf(s, vrows, PT_I32);
@@ -188,7 +181,7 @@ pi0_status model_sess_create(model_sess **out, pi0_backend *be, const pi0_config
     else s->time_terms = model_buf(s, (size_t)steps * s->De, PT_F32);
     if (s->alloc_failed) goto fail;
 
-    s->h_sel = malloc(nimg * 4); s->h_voff = malloc((nimg + 1) * 4);
+    s->h_sel = malloc(nimg * 4); s->vis.voff = s->h_voff = malloc((nimg + 1) * 4);
     s->h_ids = malloc((size_t)B * s->L * 4); s->h_idrows = malloc((size_t)B * s->L * 4);
     s->h_imgrows = malloc(vrows * 4); s->h_pos = malloc(prow * 4); s->h_poff = malloc(((size_t)B + 1) * 4);
     s->h_spos = malloc(srow * 4); s->h_soff = malloc(((size_t)B + 1) * 4); s->h_full = malloc(prow * 4);
@@ -247,27 +240,40 @@ static void range(model_sess *s, const char *name) {   /* profiler annotations (
 }
 
 
-static void vision(model_sess *s, int nimg) {
-    pi0_backend *be = s->be;
-    pi0_weights *w = s->w;
-    int M = nimg * s->T, Dv = s->Dv;
-    be->patch_embed(be, s->vx, s->img_in, s->sel, nimg, &w->patch_w, &w->patch_b, &w->pos, s->R, s->c->vis.patch_size);
-    pi0_attn a = {.nseg = nimg, .heads = s->Hv, .kv_heads = s->Hv, .head_dim = Dv / s->Hv,
-                  .scale = 1.0f / sqrtf((float)(Dv / s->Hv)), .q_off = s->h_voff, .k_off = s->h_voff,
-                  .k1 = s->vk, .v1 = s->vv};
-    for (int l = 0; l < s->c->vis.depth; l++) {
+void vision_tower(pi0_backend *be, const pi0_weights *w, const pi0_config *c, const pi0_vision_bufs *v, int nimg) {
+    int T = cfg_tokens_per_image(c), M = nimg * T, Dv = c->vis.width, Hv = c->vis.num_heads;
+    be->patch_embed(be, v->vx, v->img, v->sel, nimg, &w->patch_w, &w->patch_b, &w->pos, c->vis.image_size, c->vis.patch_size);
+    pi0_attn a = {.nseg = nimg, .heads = Hv, .kv_heads = Hv, .head_dim = Dv / Hv, .scale = 1.0f / sqrtf((float)(Dv / Hv)),
+                  .q_off = v->voff, .k_off = v->voff, .k1 = v->vk, .v1 = v->vv};
+    for (int l = 0; l < c->vis.depth; l++) {
         const pi0_vis_layer *L = &w->vis[l];
-        be->layernorm(be, s->va, s->vx, &L->ln1_w, &L->ln1_b, M, Dv, EPS);
+        be->layernorm(be, v->va, v->vx, &L->ln1_w, &L->ln1_b, M, Dv, EPS);
         pi0_proj3 pj = {{&L->q_w, &L->k_w, &L->v_w}, {&L->q_b, &L->k_b, &L->v_b}};
-        be->qkv(be, s->vq, s->vk, s->vv, s->va, &pj, M, Dv, (pt){0}, 0, NULL);
-        be->attention(be, s->vo, s->vq, &a);
-        be->linear(be, s->vx, s->vo, &L->o_w, &L->o_b, M, Dv, Dv, 0, EPI_ADD);
-        be->layernorm(be, s->va, s->vx, &L->ln2_w, &L->ln2_b, M, Dv, EPS);
-        be->linear(be, s->vm, s->va, &L->fc1_w, &L->fc1_b, M, s->Fv, Dv, 0, EPI_GELU);
-        be->linear(be, s->vx, s->vm, &L->fc2_w, &L->fc2_b, M, Dv, s->Fv, 0, EPI_ADD);
+        be->qkv(be, v->vq, v->vk, v->vv, v->va, &pj, M, Dv, (pt){0}, 0, NULL);
+        be->attention(be, v->vo, v->vq, &a);
+        be->linear(be, v->vx, v->vo, &L->o_w, &L->o_b, M, Dv, Dv, 0, EPI_ADD);
+        be->layernorm(be, v->va, v->vx, &L->ln2_w, &L->ln2_b, M, Dv, EPS);
+        be->linear(be, v->vm, v->va, &L->fc1_w, &L->fc1_b, M, c->vis.mlp_dim, Dv, 0, EPI_GELU);
+        be->linear(be, v->vx, v->vm, &L->fc2_w, &L->fc2_b, M, Dv, c->vis.mlp_dim, 0, EPI_ADD);
     }
-    be->layernorm(be, s->va, s->vx, &w->vis_norm_w, &w->vis_norm_b, M, Dv, EPS);
-    be->linear(be, s->vout, s->va, &w->proj_w, &w->proj_b, M, s->D, Dv, 0, EPI_STORE);
+    be->layernorm(be, v->va, v->vx, &w->vis_norm_w, &w->vis_norm_b, M, Dv, EPS);
+    be->linear(be, v->vout, v->va, &w->proj_w, &w->proj_b, M, c->lm.width, Dv, 0, EPI_STORE);
+}
+
+int vision_bufs_alloc(pi0_vision_bufs *v, pi0_backend *be, const pi0_config *c, size_t nimg,
+                      pt (*alloc)(void *user, size_t n, int kind), void *user) {
+    size_t R = (size_t)c->vis.image_size, rows = nimg * cfg_tokens_per_image(c), Dv = (size_t)c->vis.width;
+    v->img = alloc(user, nimg * R * R * 3, PT_F32);
+    v->sel = alloc(user, nimg, PT_I32);
+    v->vx = alloc(user, rows * Dv, PT_ACT);
+    v->va = alloc(user, rows * Dv, PT_ACT);
+    v->vq = alloc(user, 3 * rows * Dv, PT_ACT);   /* q, k, v in one buffer: a backend may fill them as one batch */
+    v->vk = pt_at(be, v->vq, rows * Dv);
+    v->vv = pt_at(be, v->vq, 2 * rows * Dv);
+    v->vo = alloc(user, rows * Dv, PT_ACT);
+    v->vm = alloc(user, rows * (size_t)c->vis.mlp_dim, PT_ACT);
+    v->vout = alloc(user, rows * (size_t)c->lm.width, PT_ACT);
+    return v->img.p && v->sel.p && v->vx.p && v->va.p && v->vq.p && v->vo.p && v->vm.p && v->vout.p;
 }
 
 /* One pre-norm MLP block: x += down(gelu(gate(y)) * up(y)) with y normalised (by pre, if not NULL). */
@@ -450,10 +456,10 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
     if (nimg) {   /* the images are read where the caller put them if the backend can (backend.h host_view) */
         s->img_in = be->host_view ? be->host_view(be, in->images, PT_F32) : (pt){0};
         if (!s->img_in.p) {
-            s->img_in = s->img;
-            st = be->upload(be, s->img, in->images, (size_t)B * N * R3);
+            s->img_in = s->vis.img;
+            st = be->upload(be, s->vis.img, in->images, (size_t)B * N * R3);
         }
-        if (st == PI0_OK) st = be->upload(be, s->sel, s->h_sel, (size_t)nimg);
+        if (st == PI0_OK) st = be->upload(be, s->vis.sel, s->h_sel, (size_t)nimg);
         if (st == PI0_OK) st = be->upload(be, s->img_rows, s->h_imgrows, (size_t)nimg * T);
     }
     if (st == PI0_OK && ntext) st = be->upload(be, s->ids, s->h_ids, (size_t)ntext);
@@ -503,7 +509,11 @@ static void compute(void *arg) {
     pi0_backend *be = s->be;
     int B = r->B, nimg = r->nimg, Mp = r->Mp, ntext = Mp - nimg * s->T;
     range(s, "vision");
-    if (nimg) vision(s, nimg);
+    if (nimg) {
+        pi0_vision_bufs v = s->vis;
+        v.img = s->img_in;   /* the session's copy, or the caller's buffer read in place */
+        vision_tower(be, s->w, s->c, &v, nimg);
+    }
     range(s, NULL);
     r->t[0] = stage_mark(s);
     if (r->dump && nimg) {
@@ -512,12 +522,12 @@ static void compute(void *arg) {
         if (map) {
             for (int i = 0; i < nimg; i++)
                 for (int t = 0; t < s->T; t++) map[i * s->T + t] = s->h_sel[i] * s->T + t;
-            dump_rows(s, r->dump, r->user, "vision.out", s->vout, nimg * s->T, s->D, map, 4, shape);
+            dump_rows(s, r->dump, r->user, "vision.out", s->vis.vout, nimg * s->T, s->D, map, 4, shape);
             free(map);
         }
     }
     /* prefix embeddings: image tokens then text tokens scaled by sqrt(D) (docs/model.md 3.6) */
-    if (nimg) be->copy_rows(be, s->h, s->img_rows, s->vout, (pt){0}, nimg * s->T, s->D);
+    if (nimg) be->copy_rows(be, s->h, s->img_rows, s->vis.vout, (pt){0}, nimg * s->T, s->D);
     if (ntext) be->embed(be, s->h, s->id_rows, s->ids, ntext, &s->w->embed, sqrtf((float)s->D));
     if (r->dump) {
         int64_t shape[3] = {B, s->P, s->D};

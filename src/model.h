@@ -51,4 +51,31 @@ typedef struct {
 /* The expert layers of one denoise step, op by op. */
 void expert_layers(pi0_backend *be, const pi0_expert_step *e);
 
+/* The vision tower (docs/model.md 3.4) over nimg images: img[sel[i]] (F32 [*, R, R, 3]) to vout (nimg x T rows of the
+ * LLM width); the rest are scratch of nimg x T rows (vq: q, k, v side by side, each vk / vv at its offset). voff: host
+ * [nimg + 1], the images' first rows (i x T). π0, π0.5 and π0-FAST run the same. */
+typedef struct {
+    pt img, sel, vx, va, vq, vk, vv, vo, vm, vout;
+    const int32_t *voff;
+} pi0_vision_bufs;
+void vision_tower(pi0_backend *be, const pi0_weights *w, const pi0_config *c, const pi0_vision_bufs *v, int nimg);
+/* The same buffers for up to nimg images, from model_buf-like allocator alloc(user, n, kind). */
+int vision_bufs_alloc(pi0_vision_bufs *v, pi0_backend *be, const pi0_config *c, size_t nimg,
+                      pt (*alloc)(void *user, size_t n, int kind), void *user);
+
+/* ---- π0-FAST (model_fast.c, docs/model.md 7): a session of its own, decoding action tokens ---- */
+typedef struct fast_sess fast_sess;
+#define PI0_FAST_END_TOKEN 1   /* PaliGemma's EOS: decoding stops at the first step where every sample produced it */
+
+/* Buffers for max_batch samples of up to the config's prefix and max_steps decoded tokens (the KV cache). */
+pi0_status fast_sess_create(fast_sess **out, pi0_backend *be, const pi0_config *c, const pi0_weights *w, int max_batch,
+                            int max_steps);
+void fast_sess_free(fast_sess *s);
+/* Decodes up to n_steps (<= max_steps) tokens for in (checked by the caller; token_ar_mask required): tokens [B, n_steps],
+ * 0 after the last step run; *n_run = the steps run; top2 [B, n_steps, 2] (NULL: not wanted) = each step's largest and
+ * second-largest logit (their difference: a greedy choice's margin). temperature 0: greedy; > 0: sampled with in->seed.
+ * tm may be NULL (prefill_ms: vision and prefill; denoise_ms: the decoding). */
+pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float temperature, int32_t *tokens, int *n_run,
+                         float *top2, model_timing *tm);
+
 #endif

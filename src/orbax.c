@@ -30,7 +30,7 @@
 #define ATT ENC "MultiHeadDotProductAttention_0/"
 #define LAY "PaliGemma/llm/layers/"
 
-enum need { N_BOTH, N_PI0, N_PI05 };
+enum need { N_ALL, N_BOTH, N_PI0, N_PI05 };   /* N_ALL: PaliGemma (π0-FAST too); N_BOTH: π0 and π0.5 */
 enum stack { S_NONE, S_VIS, S_LLM };   /* leading layer axis of SigLIP depth / Gemma depth */
 /* COPY: same element order. T: the slice as [prod(dims[:split]), prod(dims[split:])] transposed.
  * HEADS: [N, D, H] -> N blocks [H, D] (einsum q / kv -> q_proj / k_proj / v_proj). PATCH: HWIO -> OIHW. */
@@ -51,38 +51,38 @@ typedef struct {
 } jrow;
 
 static const jrow rows[] = {
-    {"PaliGemma/img/embedding/kernel", N_BOTH, S_NONE, 4, {X_P, X_P, X_C3, X_VW}, OP_PATCH, 0, {VM "embeddings.patch_embedding.weight"}, 4, {X_VW, X_C3, X_P, X_P}},
-    {"PaliGemma/img/embedding/bias", N_BOTH, S_NONE, 1, {X_VW}, OP_COPY, 0, {VM "embeddings.patch_embedding.bias"}, 1, {X_VW}},
-    {"PaliGemma/img/pos_embedding", N_BOTH, S_NONE, 3, {X_ONE, X_T, X_VW}, OP_COPY, 0, {VM "embeddings.position_embedding.weight"}, 2, {X_T, X_VW}},
-    {ENC "LayerNorm_0/scale", N_BOTH, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm1.weight"}, 1, {X_VW}},
-    {ENC "LayerNorm_0/bias", N_BOTH, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm1.bias"}, 1, {X_VW}},
-    {ENC "LayerNorm_1/scale", N_BOTH, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm2.weight"}, 1, {X_VW}},
-    {ENC "LayerNorm_1/bias", N_BOTH, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm2.bias"}, 1, {X_VW}},
-    {ATT "query/kernel", N_BOTH, S_VIS, 3, {X_VW, X_VH, X_VHD}, OP_T, 1, {VM "encoder.layers.%d.self_attn.q_proj.weight"}, 2, {X_VQ, X_VW}},
-    {ATT "query/bias", N_BOTH, S_VIS, 2, {X_VH, X_VHD}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.q_proj.bias"}, 1, {X_VQ}},
-    {ATT "key/kernel", N_BOTH, S_VIS, 3, {X_VW, X_VH, X_VHD}, OP_T, 1, {VM "encoder.layers.%d.self_attn.k_proj.weight"}, 2, {X_VQ, X_VW}},
-    {ATT "key/bias", N_BOTH, S_VIS, 2, {X_VH, X_VHD}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.k_proj.bias"}, 1, {X_VQ}},
-    {ATT "value/kernel", N_BOTH, S_VIS, 3, {X_VW, X_VH, X_VHD}, OP_T, 1, {VM "encoder.layers.%d.self_attn.v_proj.weight"}, 2, {X_VQ, X_VW}},
-    {ATT "value/bias", N_BOTH, S_VIS, 2, {X_VH, X_VHD}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.v_proj.bias"}, 1, {X_VQ}},
-    {ATT "out/kernel", N_BOTH, S_VIS, 3, {X_VH, X_VHD, X_VW}, OP_T, 2, {VM "encoder.layers.%d.self_attn.out_proj.weight"}, 2, {X_VW, X_VQ}},
-    {ATT "out/bias", N_BOTH, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.out_proj.bias"}, 1, {X_VW}},
-    {ENC "MlpBlock_0/Dense_0/kernel", N_BOTH, S_VIS, 2, {X_VW, X_VF}, OP_T, 1, {VM "encoder.layers.%d.mlp.fc1.weight"}, 2, {X_VF, X_VW}},
-    {ENC "MlpBlock_0/Dense_0/bias", N_BOTH, S_VIS, 1, {X_VF}, OP_COPY, 0, {VM "encoder.layers.%d.mlp.fc1.bias"}, 1, {X_VF}},
-    {ENC "MlpBlock_0/Dense_1/kernel", N_BOTH, S_VIS, 2, {X_VF, X_VW}, OP_T, 1, {VM "encoder.layers.%d.mlp.fc2.weight"}, 2, {X_VW, X_VF}},
-    {ENC "MlpBlock_0/Dense_1/bias", N_BOTH, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.mlp.fc2.bias"}, 1, {X_VW}},
-    {"PaliGemma/img/Transformer/encoder_norm/scale", N_BOTH, S_NONE, 1, {X_VW}, OP_COPY, 0, {VM "post_layernorm.weight"}, 1, {X_VW}},
-    {"PaliGemma/img/Transformer/encoder_norm/bias", N_BOTH, S_NONE, 1, {X_VW}, OP_COPY, 0, {VM "post_layernorm.bias"}, 1, {X_VW}},
-    {"PaliGemma/img/head/kernel", N_BOTH, S_NONE, 2, {X_VW, X_LW}, OP_T, 1, {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.weight"}, 2, {X_LW, X_VW}},
-    {"PaliGemma/img/head/bias", N_BOTH, S_NONE, 1, {X_LW}, OP_COPY, 0, {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.bias"}, 1, {X_LW}},
-    {"PaliGemma/llm/embedder/input_embedding", N_BOTH, S_NONE, 2, {X_V, X_LW}, OP_COPY, 0, {LM "embed_tokens.weight"}, 2, {X_V, X_LW}},
-    {LAY "attn/q_einsum/w", N_BOTH, S_LLM, 3, {X_LH, X_LW, X_LHD}, OP_HEADS, 0, {LM "layers.%d.self_attn.q_proj.weight"}, 2, {X_LQ, X_LW}},
-    {LAY "attn/kv_einsum/w", N_BOTH, S_LLM, 4, {X_TWO, X_LK, X_LW, X_LHD}, OP_HEADS, 0, {LM "layers.%d.self_attn.k_proj.weight", LM "layers.%d.self_attn.v_proj.weight"}, 2, {X_LKV, X_LW}},
-    {LAY "attn/attn_vec_einsum/w", N_BOTH, S_LLM, 3, {X_LH, X_LHD, X_LW}, OP_T, 2, {LM "layers.%d.self_attn.o_proj.weight"}, 2, {X_LW, X_LQ}},
-    {LAY "mlp/gating_einsum", N_BOTH, S_LLM, 3, {X_TWO, X_LW, X_LF}, OP_T, 1, {LM "layers.%d.mlp.gate_proj.weight", LM "layers.%d.mlp.up_proj.weight"}, 2, {X_LF, X_LW}},
-    {LAY "mlp/linear", N_BOTH, S_LLM, 2, {X_LF, X_LW}, OP_T, 1, {LM "layers.%d.mlp.down_proj.weight"}, 2, {X_LW, X_LF}},
-    {LAY "pre_attention_norm/scale", N_BOTH, S_LLM, 1, {X_LW}, OP_COPY, 0, {LM "layers.%d.input_layernorm.weight"}, 1, {X_LW}},
-    {LAY "pre_ffw_norm/scale", N_BOTH, S_LLM, 1, {X_LW}, OP_COPY, 0, {LM "layers.%d.post_attention_layernorm.weight"}, 1, {X_LW}},
-    {"PaliGemma/llm/final_norm/scale", N_BOTH, S_NONE, 1, {X_LW}, OP_COPY, 0, {LM "norm.weight"}, 1, {X_LW}},
+    {"PaliGemma/img/embedding/kernel", N_ALL, S_NONE, 4, {X_P, X_P, X_C3, X_VW}, OP_PATCH, 0, {VM "embeddings.patch_embedding.weight"}, 4, {X_VW, X_C3, X_P, X_P}},
+    {"PaliGemma/img/embedding/bias", N_ALL, S_NONE, 1, {X_VW}, OP_COPY, 0, {VM "embeddings.patch_embedding.bias"}, 1, {X_VW}},
+    {"PaliGemma/img/pos_embedding", N_ALL, S_NONE, 3, {X_ONE, X_T, X_VW}, OP_COPY, 0, {VM "embeddings.position_embedding.weight"}, 2, {X_T, X_VW}},
+    {ENC "LayerNorm_0/scale", N_ALL, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm1.weight"}, 1, {X_VW}},
+    {ENC "LayerNorm_0/bias", N_ALL, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm1.bias"}, 1, {X_VW}},
+    {ENC "LayerNorm_1/scale", N_ALL, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm2.weight"}, 1, {X_VW}},
+    {ENC "LayerNorm_1/bias", N_ALL, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.layer_norm2.bias"}, 1, {X_VW}},
+    {ATT "query/kernel", N_ALL, S_VIS, 3, {X_VW, X_VH, X_VHD}, OP_T, 1, {VM "encoder.layers.%d.self_attn.q_proj.weight"}, 2, {X_VQ, X_VW}},
+    {ATT "query/bias", N_ALL, S_VIS, 2, {X_VH, X_VHD}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.q_proj.bias"}, 1, {X_VQ}},
+    {ATT "key/kernel", N_ALL, S_VIS, 3, {X_VW, X_VH, X_VHD}, OP_T, 1, {VM "encoder.layers.%d.self_attn.k_proj.weight"}, 2, {X_VQ, X_VW}},
+    {ATT "key/bias", N_ALL, S_VIS, 2, {X_VH, X_VHD}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.k_proj.bias"}, 1, {X_VQ}},
+    {ATT "value/kernel", N_ALL, S_VIS, 3, {X_VW, X_VH, X_VHD}, OP_T, 1, {VM "encoder.layers.%d.self_attn.v_proj.weight"}, 2, {X_VQ, X_VW}},
+    {ATT "value/bias", N_ALL, S_VIS, 2, {X_VH, X_VHD}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.v_proj.bias"}, 1, {X_VQ}},
+    {ATT "out/kernel", N_ALL, S_VIS, 3, {X_VH, X_VHD, X_VW}, OP_T, 2, {VM "encoder.layers.%d.self_attn.out_proj.weight"}, 2, {X_VW, X_VQ}},
+    {ATT "out/bias", N_ALL, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.self_attn.out_proj.bias"}, 1, {X_VW}},
+    {ENC "MlpBlock_0/Dense_0/kernel", N_ALL, S_VIS, 2, {X_VW, X_VF}, OP_T, 1, {VM "encoder.layers.%d.mlp.fc1.weight"}, 2, {X_VF, X_VW}},
+    {ENC "MlpBlock_0/Dense_0/bias", N_ALL, S_VIS, 1, {X_VF}, OP_COPY, 0, {VM "encoder.layers.%d.mlp.fc1.bias"}, 1, {X_VF}},
+    {ENC "MlpBlock_0/Dense_1/kernel", N_ALL, S_VIS, 2, {X_VF, X_VW}, OP_T, 1, {VM "encoder.layers.%d.mlp.fc2.weight"}, 2, {X_VW, X_VF}},
+    {ENC "MlpBlock_0/Dense_1/bias", N_ALL, S_VIS, 1, {X_VW}, OP_COPY, 0, {VM "encoder.layers.%d.mlp.fc2.bias"}, 1, {X_VW}},
+    {"PaliGemma/img/Transformer/encoder_norm/scale", N_ALL, S_NONE, 1, {X_VW}, OP_COPY, 0, {VM "post_layernorm.weight"}, 1, {X_VW}},
+    {"PaliGemma/img/Transformer/encoder_norm/bias", N_ALL, S_NONE, 1, {X_VW}, OP_COPY, 0, {VM "post_layernorm.bias"}, 1, {X_VW}},
+    {"PaliGemma/img/head/kernel", N_ALL, S_NONE, 2, {X_VW, X_LW}, OP_T, 1, {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.weight"}, 2, {X_LW, X_VW}},
+    {"PaliGemma/img/head/bias", N_ALL, S_NONE, 1, {X_LW}, OP_COPY, 0, {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.bias"}, 1, {X_LW}},
+    {"PaliGemma/llm/embedder/input_embedding", N_ALL, S_NONE, 2, {X_V, X_LW}, OP_COPY, 0, {LM "embed_tokens.weight"}, 2, {X_V, X_LW}},
+    {LAY "attn/q_einsum/w", N_ALL, S_LLM, 3, {X_LH, X_LW, X_LHD}, OP_HEADS, 0, {LM "layers.%d.self_attn.q_proj.weight"}, 2, {X_LQ, X_LW}},
+    {LAY "attn/kv_einsum/w", N_ALL, S_LLM, 4, {X_TWO, X_LK, X_LW, X_LHD}, OP_HEADS, 0, {LM "layers.%d.self_attn.k_proj.weight", LM "layers.%d.self_attn.v_proj.weight"}, 2, {X_LKV, X_LW}},
+    {LAY "attn/attn_vec_einsum/w", N_ALL, S_LLM, 3, {X_LH, X_LHD, X_LW}, OP_T, 2, {LM "layers.%d.self_attn.o_proj.weight"}, 2, {X_LW, X_LQ}},
+    {LAY "mlp/gating_einsum", N_ALL, S_LLM, 3, {X_TWO, X_LW, X_LF}, OP_T, 1, {LM "layers.%d.mlp.gate_proj.weight", LM "layers.%d.mlp.up_proj.weight"}, 2, {X_LF, X_LW}},
+    {LAY "mlp/linear", N_ALL, S_LLM, 2, {X_LF, X_LW}, OP_T, 1, {LM "layers.%d.mlp.down_proj.weight"}, 2, {X_LW, X_LF}},
+    {LAY "pre_attention_norm/scale", N_ALL, S_LLM, 1, {X_LW}, OP_COPY, 0, {LM "layers.%d.input_layernorm.weight"}, 1, {X_LW}},
+    {LAY "pre_ffw_norm/scale", N_ALL, S_LLM, 1, {X_LW}, OP_COPY, 0, {LM "layers.%d.post_attention_layernorm.weight"}, 1, {X_LW}},
+    {"PaliGemma/llm/final_norm/scale", N_ALL, S_NONE, 1, {X_LW}, OP_COPY, 0, {LM "norm.weight"}, 1, {X_LW}},
     {LAY "attn/q_einsum_1/w", N_BOTH, S_LLM, 3, {X_EH, X_EW, X_EHD}, OP_HEADS, 0, {EX "layers.%d.self_attn.q_proj.weight"}, 2, {X_EQ, X_EW}},
     {LAY "attn/kv_einsum_1/w", N_BOTH, S_LLM, 4, {X_TWO, X_EK, X_EW, X_EHD}, OP_HEADS, 0, {EX "layers.%d.self_attn.k_proj.weight", EX "layers.%d.self_attn.v_proj.weight"}, 2, {X_EKV, X_EW}},
     {LAY "attn/attn_vec_einsum_1/w", N_BOTH, S_LLM, 3, {X_EH, X_EHD, X_EW}, OP_T, 2, {EX "layers.%d.self_attn.o_proj.weight"}, 2, {X_EW, X_EQ}},
@@ -277,15 +277,23 @@ static void expected(const jrow *r, const dimset *ds, int64_t *s) {
 }
 
 /* Every dimension from the shapes of a few parameters; each parameter is then checked against them. */
-static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *pi05) {
+/* kind: 0 π0, 1 π0.5, 2 π0-FAST (PaliGemma alone: none of the action expert's parameters) */
+static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *kind) {
     static const char *const need[] = {
         "PaliGemma/img/embedding/kernel", "PaliGemma/img/pos_embedding", ENC "LayerNorm_0/scale", ENC "MlpBlock_0/Dense_0/kernel",
         ATT "query/kernel", "PaliGemma/llm/embedder/input_embedding", LAY "attn/q_einsum/w", LAY "attn/kv_einsum/w",
         LAY "mlp/gating_einsum", LAY "attn/q_einsum_1/w", LAY "attn/kv_einsum_1/w", LAY "mlp_1/gating_einsum", "action_in_proj/kernel"};
     const int64_t *s[13];
-    for (int i = 0; i < 13; i++) {
+    int fast = !find_leaf(lv, n, need[9]) && !find_leaf(lv, n, need[12]);   /* no q_einsum_1, no action_in_proj */
+    for (int i = 0; i < (fast ? 9 : 13); i++) {
         leaf *l = find_leaf(lv, n, need[i]);
-        if (!l) return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every π0 / π0.5 checkpoint has it)", label, need[i]);
+        if (!l && i < 9)
+            return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every π0, π0.5 and π0-FAST checkpoint has it)", label,
+                            need[i]);
+        if (!l)   /* name what made it π0 / π0.5: on a π0-FAST checkpoint, one stray parameter of the expert */
+            return pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (every π0 and π0.5 checkpoint has it; '%s' is present, "
+                            "so this is not π0-FAST's PaliGemma alone)", label, need[i],
+                            find_leaf(lv, n, need[12]) ? need[12] : need[9]);
         for (int d = 0; d < l->z.ndim; d++)   /* before any product (an empty array may name any other sizes) */
             if (l->z.shape[d] < 1 || l->z.shape[d] > (1 << 24))
                 return pi0_fail(PI0_ERR_SHAPE, "%s: parameter '%s': dimension %d is %lld (expected 1..16777216)", label, need[i],
@@ -298,14 +306,20 @@ static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *pi0
     v[X_V] = s[5][0]; v[X_LW] = s[5][1];
     ds->depth[S_LLM] = s[6][0]; v[X_LH] = s[6][1]; v[X_LHD] = s[6][3]; v[X_LK] = s[7][2]; v[X_LF] = s[8][3];
     v[X_LQ] = v[X_LH] * v[X_LHD]; v[X_LKV] = v[X_LK] * v[X_LHD];
-    v[X_EW] = s[9][2]; v[X_EH] = s[9][1]; v[X_EHD] = s[9][3]; v[X_EK] = s[10][2]; v[X_EF] = s[11][3];
-    v[X_EQ] = v[X_EH] * v[X_EHD]; v[X_EKV] = v[X_EK] * v[X_EHD]; v[X_E2] = 2 * v[X_EW]; v[X_E3] = 3 * v[X_EW];
-    v[X_A] = s[12][0];
     int has05 = find_leaf(lv, n, "time_mlp_in/kernel") != NULL, has0 = find_leaf(lv, n, "state_proj/kernel") != NULL;
-    if (has05 == has0)
-        return pi0_fail(PI0_ERR_SHAPE, "%s: %s 'time_mlp_in/kernel' (π0.5) and 'state_proj/kernel' (π0): expected exactly one",
-                        label, has05 ? "both" : "neither");
-    *pi05 = has05;
+    if (fast) {   /* no expert: its sizes mirror PaliGemma's so the shared checks hold; the action size is openpi's default */
+        v[X_EW] = v[X_LW]; v[X_EH] = v[X_LH]; v[X_EHD] = v[X_LHD]; v[X_EK] = v[X_LK]; v[X_EF] = v[X_LF]; v[X_A] = 32;
+        if (has05 || has0)
+            return pi0_fail(PI0_ERR_SHAPE, "%s: '%s' but no action expert ('%s' and '%s' missing)", label,
+                            has05 ? "time_mlp_in/kernel" : "state_proj/kernel", need[9], need[12]);
+    } else {
+        v[X_EW] = s[9][2]; v[X_EH] = s[9][1]; v[X_EHD] = s[9][3]; v[X_EK] = s[10][2]; v[X_EF] = s[11][3]; v[X_A] = s[12][0];
+        if (has05 == has0)
+            return pi0_fail(PI0_ERR_SHAPE, "%s: %s 'time_mlp_in/kernel' (π0.5) and 'state_proj/kernel' (π0): expected exactly one",
+                            label, has05 ? "both" : "neither");
+    }
+    v[X_EQ] = v[X_EH] * v[X_EHD]; v[X_EKV] = v[X_EK] * v[X_EHD]; v[X_E2] = 2 * v[X_EW]; v[X_E3] = 3 * v[X_EW];
+    *kind = fast ? 2 : has05;
     int64_t g = 0;
     while ((g + 1) * (g + 1) <= v[X_T]) g++;
     ds->grid = g;
@@ -315,8 +329,8 @@ static pi0_status infer(leaf *lv, int n, const char *label, dimset *ds, int *pi0
     return PI0_OK;
 }
 
-static pi0_status to_config(const dimset *ds, int pi05, pi0_config *c, const char *label) {
-    pi0_status st = config_from_variant(c, pi05 ? "pi05" : "pi0");
+static pi0_status to_config(const dimset *ds, int kind, pi0_config *c, const char *label) {
+    pi0_status st = config_from_variant(c, kind == 2 ? "pi0-fast" : kind ? "pi05" : "pi0");
     if (st != PI0_OK) return st;
     const int64_t *v = ds->v;
     int64_t all[] = {v[X_VW], ds->depth[S_VIS], v[X_VF], v[X_VH], v[X_P], v[X_LW], ds->depth[S_LLM], v[X_LF], v[X_LH], v[X_LK],
@@ -546,7 +560,7 @@ pi0_status orbax_load(st_file **out, pi0_config *cfg, orbax_info *info, const ch
     memset(info, 0, sizeof *info);
     double t0 = omp_get_wtime();
     leaf *lv = NULL;
-    int n = 0, pi05 = 0;
+    int n = 0, kind = 0;
     ocdbt *db = NULL;
     st_file *f = NULL;
     task *tasks = NULL;
@@ -588,19 +602,19 @@ pi0_status orbax_load(st_file **out, pi0_config *cfg, orbax_info *info, const ch
         goto done;
     }
     dimset ds = {0};
-    if ((st = infer(lv, n, params, &ds, &pi05)) != PI0_OK || (st = to_config(&ds, pi05, cfg, params)) != PI0_OK) goto done;
+    if ((st = infer(lv, n, params, &ds, &kind)) != PI0_OK || (st = to_config(&ds, kind, cfg, params)) != PI0_OK) goto done;
     /* every used parameter against the inferred dims; its place in the tensor buffer */
     size_t total = 0;
     int n_tensors = 0;
     for (int k = 0; k < N_ROWS; k++) {
         const jrow *r = &rows[k];
-        int needed = r->need == N_BOTH || (r->need == N_PI05) == pi05;
+        int needed = r->need == N_ALL || (kind != 2 && (r->need == N_BOTH || (r->need == N_PI05) == (kind == 1)));
         leaf *l = find_leaf(lv, n, r->path);
         if (!needed) {
             if (l && l->row) { l->row = NULL; n_unknown++; if (!unknown) unknown = l->path; }
             continue;
         }
-        if (!l) { st = pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (a %s checkpoint has it)", params, r->path, pi05 ? "π0.5" : "π0"); goto done; }
+        if (!l) { st = pi0_fail(PI0_ERR_SHAPE, "%s: missing parameter '%s' (a %s checkpoint has it)", params, r->path, cfg_model_name(cfg)); goto done; }
         int64_t want[6];
         expected(r, &ds, want);
         for (int i = 0; i < l->z.ndim; i++)

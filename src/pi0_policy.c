@@ -191,6 +191,11 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     if ((st = pi0_model_load(&p->model, dir, &mp)) != PI0_OK) goto fail;
     pi0_model_info mi;
     pi0_model_get_info(p->model, &mi);
+    if (mi.fast) {   /* its prompt (src/fast_prompt.c) and action decoding (src/fast_tokenizer.c) are not wired in yet */
+        st = pi0_fail(PI0_ERR_UNSUPPORTED, "policy %s: a π0-FAST checkpoint: the policy layer serves π0 and π0.5 so far; "
+                      "`pi0 infer` (pi0_generate) runs the model and writes its action tokens", dir);
+        goto fail;
+    }
     p->pi05 = mi.pi05; p->quantile = mi.pi05;   /* openpi: quantile norm whenever the model is not plain π0 */
     p->H = mi.action_horizon; p->A = mi.action_dim; p->N = mi.n_cameras; p->R = mi.image_size; p->L = mi.max_token_len;
     p->T = mi.vision.patch_size > 0 ? (mi.image_size / mi.vision.patch_size) * (mi.image_size / mi.vision.patch_size) : 0;

@@ -18,7 +18,9 @@
 #define TIED_NAME "paligemma_with_expert.paligemma.lm_head.weight"
 
 enum scope { SC_GLOBAL, SC_VIS, SC_LM, SC_EX };
-enum need { ND_BOTH, ND_PI0, ND_PI05, ND_ORPHAN };   /* ND_ORPHAN: written by gen, ignored at load */
+/* ND_ALL: PaliGemma, which all three model families have; ND_BOTH: π0 and π0.5 (the action expert and its
+ * projections, absent from π0-FAST); ND_ORPHAN: written by gen for π0 / π0.5, ignored at load */
+enum need { ND_ALL, ND_BOTH, ND_PI0, ND_PI05, ND_ORPHAN };
 enum dim {
     D_1, D_3, D_PATCH, D_VT, D_VW, D_VF, D_LW, D_LF, D_LQ, D_LKV, D_EW, D_EF, D_EQ, D_EKV, D_E2, D_E3, D_A, D_VOCAB
 };
@@ -40,40 +42,40 @@ typedef struct {
 #define L(f) offsetof(pi0_gemma_layer, f)
 
 static const wdesc table[] = {
-    {VM "embeddings.patch_embedding.weight", SC_GLOBAL, ND_BOTH, G(patch_w), 4, {D_VW, D_3, D_PATCH, D_PATCH}, IN_LINEAR},
-    {VM "embeddings.patch_embedding.bias", SC_GLOBAL, ND_BOTH, G(patch_b), 1, {D_VW}, IN_BIAS},
-    {VM "embeddings.position_embedding.weight", SC_GLOBAL, ND_BOTH, G(pos), 2, {D_VT, D_VW}, IN_POS},
-    {VM "encoder.layers.%d.layer_norm1.weight", SC_VIS, ND_BOTH, V(ln1_w), 1, {D_VW}, IN_LN},
-    {VM "encoder.layers.%d.layer_norm1.bias", SC_VIS, ND_BOTH, V(ln1_b), 1, {D_VW}, IN_BIAS},
-    {VM "encoder.layers.%d.self_attn.q_proj.weight", SC_VIS, ND_BOTH, V(q_w), 2, {D_VW, D_VW}, IN_LINEAR},
-    {VM "encoder.layers.%d.self_attn.q_proj.bias", SC_VIS, ND_BOTH, V(q_b), 1, {D_VW}, IN_BIAS},
-    {VM "encoder.layers.%d.self_attn.k_proj.weight", SC_VIS, ND_BOTH, V(k_w), 2, {D_VW, D_VW}, IN_LINEAR},
-    {VM "encoder.layers.%d.self_attn.k_proj.bias", SC_VIS, ND_BOTH, V(k_b), 1, {D_VW}, IN_BIAS},
-    {VM "encoder.layers.%d.self_attn.v_proj.weight", SC_VIS, ND_BOTH, V(v_w), 2, {D_VW, D_VW}, IN_LINEAR},
-    {VM "encoder.layers.%d.self_attn.v_proj.bias", SC_VIS, ND_BOTH, V(v_b), 1, {D_VW}, IN_BIAS},
-    {VM "encoder.layers.%d.self_attn.out_proj.weight", SC_VIS, ND_BOTH, V(o_w), 2, {D_VW, D_VW}, IN_LINEAR},
-    {VM "encoder.layers.%d.self_attn.out_proj.bias", SC_VIS, ND_BOTH, V(o_b), 1, {D_VW}, IN_BIAS},
-    {VM "encoder.layers.%d.layer_norm2.weight", SC_VIS, ND_BOTH, V(ln2_w), 1, {D_VW}, IN_LN},
-    {VM "encoder.layers.%d.layer_norm2.bias", SC_VIS, ND_BOTH, V(ln2_b), 1, {D_VW}, IN_BIAS},
-    {VM "encoder.layers.%d.mlp.fc1.weight", SC_VIS, ND_BOTH, V(fc1_w), 2, {D_VF, D_VW}, IN_LINEAR},
-    {VM "encoder.layers.%d.mlp.fc1.bias", SC_VIS, ND_BOTH, V(fc1_b), 1, {D_VF}, IN_BIAS},
-    {VM "encoder.layers.%d.mlp.fc2.weight", SC_VIS, ND_BOTH, V(fc2_w), 2, {D_VW, D_VF}, IN_LINEAR},
-    {VM "encoder.layers.%d.mlp.fc2.bias", SC_VIS, ND_BOTH, V(fc2_b), 1, {D_VW}, IN_BIAS},
-    {VM "post_layernorm.weight", SC_GLOBAL, ND_BOTH, G(vis_norm_w), 1, {D_VW}, IN_LN},
-    {VM "post_layernorm.bias", SC_GLOBAL, ND_BOTH, G(vis_norm_b), 1, {D_VW}, IN_BIAS},
-    {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.weight", SC_GLOBAL, ND_BOTH, G(proj_w), 2, {D_LW, D_VW}, IN_LINEAR},
-    {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.bias", SC_GLOBAL, ND_BOTH, G(proj_b), 1, {D_LW}, IN_BIAS},
-    {EMBED_NAME, SC_GLOBAL, ND_BOTH, G(embed), 2, {D_VOCAB, D_LW}, IN_EMBED},
-    {LM "layers.%d.input_layernorm.weight", SC_LM, ND_BOTH, L(attn_norm), 1, {D_LW}, IN_RMS},
-    {LM "layers.%d.self_attn.q_proj.weight", SC_LM, ND_BOTH, L(q), 2, {D_LQ, D_LW}, IN_LINEAR},
-    {LM "layers.%d.self_attn.k_proj.weight", SC_LM, ND_BOTH, L(k), 2, {D_LKV, D_LW}, IN_LINEAR},
-    {LM "layers.%d.self_attn.v_proj.weight", SC_LM, ND_BOTH, L(v), 2, {D_LKV, D_LW}, IN_LINEAR},
-    {LM "layers.%d.self_attn.o_proj.weight", SC_LM, ND_BOTH, L(o), 2, {D_LW, D_LQ}, IN_LINEAR},
-    {LM "layers.%d.post_attention_layernorm.weight", SC_LM, ND_BOTH, L(mlp_norm), 1, {D_LW}, IN_RMS},
-    {LM "layers.%d.mlp.gate_proj.weight", SC_LM, ND_BOTH, L(gate), 2, {D_LF, D_LW}, IN_LINEAR},
-    {LM "layers.%d.mlp.up_proj.weight", SC_LM, ND_BOTH, L(up), 2, {D_LF, D_LW}, IN_LINEAR},
-    {LM "layers.%d.mlp.down_proj.weight", SC_LM, ND_BOTH, L(down), 2, {D_LW, D_LF}, IN_LINEAR},
-    {LM "norm.weight", SC_GLOBAL, ND_BOTH, G(lm_norm), 1, {D_LW}, IN_RMS},
+    {VM "embeddings.patch_embedding.weight", SC_GLOBAL, ND_ALL, G(patch_w), 4, {D_VW, D_3, D_PATCH, D_PATCH}, IN_LINEAR},
+    {VM "embeddings.patch_embedding.bias", SC_GLOBAL, ND_ALL, G(patch_b), 1, {D_VW}, IN_BIAS},
+    {VM "embeddings.position_embedding.weight", SC_GLOBAL, ND_ALL, G(pos), 2, {D_VT, D_VW}, IN_POS},
+    {VM "encoder.layers.%d.layer_norm1.weight", SC_VIS, ND_ALL, V(ln1_w), 1, {D_VW}, IN_LN},
+    {VM "encoder.layers.%d.layer_norm1.bias", SC_VIS, ND_ALL, V(ln1_b), 1, {D_VW}, IN_BIAS},
+    {VM "encoder.layers.%d.self_attn.q_proj.weight", SC_VIS, ND_ALL, V(q_w), 2, {D_VW, D_VW}, IN_LINEAR},
+    {VM "encoder.layers.%d.self_attn.q_proj.bias", SC_VIS, ND_ALL, V(q_b), 1, {D_VW}, IN_BIAS},
+    {VM "encoder.layers.%d.self_attn.k_proj.weight", SC_VIS, ND_ALL, V(k_w), 2, {D_VW, D_VW}, IN_LINEAR},
+    {VM "encoder.layers.%d.self_attn.k_proj.bias", SC_VIS, ND_ALL, V(k_b), 1, {D_VW}, IN_BIAS},
+    {VM "encoder.layers.%d.self_attn.v_proj.weight", SC_VIS, ND_ALL, V(v_w), 2, {D_VW, D_VW}, IN_LINEAR},
+    {VM "encoder.layers.%d.self_attn.v_proj.bias", SC_VIS, ND_ALL, V(v_b), 1, {D_VW}, IN_BIAS},
+    {VM "encoder.layers.%d.self_attn.out_proj.weight", SC_VIS, ND_ALL, V(o_w), 2, {D_VW, D_VW}, IN_LINEAR},
+    {VM "encoder.layers.%d.self_attn.out_proj.bias", SC_VIS, ND_ALL, V(o_b), 1, {D_VW}, IN_BIAS},
+    {VM "encoder.layers.%d.layer_norm2.weight", SC_VIS, ND_ALL, V(ln2_w), 1, {D_VW}, IN_LN},
+    {VM "encoder.layers.%d.layer_norm2.bias", SC_VIS, ND_ALL, V(ln2_b), 1, {D_VW}, IN_BIAS},
+    {VM "encoder.layers.%d.mlp.fc1.weight", SC_VIS, ND_ALL, V(fc1_w), 2, {D_VF, D_VW}, IN_LINEAR},
+    {VM "encoder.layers.%d.mlp.fc1.bias", SC_VIS, ND_ALL, V(fc1_b), 1, {D_VF}, IN_BIAS},
+    {VM "encoder.layers.%d.mlp.fc2.weight", SC_VIS, ND_ALL, V(fc2_w), 2, {D_VW, D_VF}, IN_LINEAR},
+    {VM "encoder.layers.%d.mlp.fc2.bias", SC_VIS, ND_ALL, V(fc2_b), 1, {D_VW}, IN_BIAS},
+    {VM "post_layernorm.weight", SC_GLOBAL, ND_ALL, G(vis_norm_w), 1, {D_VW}, IN_LN},
+    {VM "post_layernorm.bias", SC_GLOBAL, ND_ALL, G(vis_norm_b), 1, {D_VW}, IN_BIAS},
+    {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.weight", SC_GLOBAL, ND_ALL, G(proj_w), 2, {D_LW, D_VW}, IN_LINEAR},
+    {"paligemma_with_expert.paligemma.model.multi_modal_projector.linear.bias", SC_GLOBAL, ND_ALL, G(proj_b), 1, {D_LW}, IN_BIAS},
+    {EMBED_NAME, SC_GLOBAL, ND_ALL, G(embed), 2, {D_VOCAB, D_LW}, IN_EMBED},
+    {LM "layers.%d.input_layernorm.weight", SC_LM, ND_ALL, L(attn_norm), 1, {D_LW}, IN_RMS},
+    {LM "layers.%d.self_attn.q_proj.weight", SC_LM, ND_ALL, L(q), 2, {D_LQ, D_LW}, IN_LINEAR},
+    {LM "layers.%d.self_attn.k_proj.weight", SC_LM, ND_ALL, L(k), 2, {D_LKV, D_LW}, IN_LINEAR},
+    {LM "layers.%d.self_attn.v_proj.weight", SC_LM, ND_ALL, L(v), 2, {D_LKV, D_LW}, IN_LINEAR},
+    {LM "layers.%d.self_attn.o_proj.weight", SC_LM, ND_ALL, L(o), 2, {D_LW, D_LQ}, IN_LINEAR},
+    {LM "layers.%d.post_attention_layernorm.weight", SC_LM, ND_ALL, L(mlp_norm), 1, {D_LW}, IN_RMS},
+    {LM "layers.%d.mlp.gate_proj.weight", SC_LM, ND_ALL, L(gate), 2, {D_LF, D_LW}, IN_LINEAR},
+    {LM "layers.%d.mlp.up_proj.weight", SC_LM, ND_ALL, L(up), 2, {D_LF, D_LW}, IN_LINEAR},
+    {LM "layers.%d.mlp.down_proj.weight", SC_LM, ND_ALL, L(down), 2, {D_LW, D_LF}, IN_LINEAR},
+    {LM "norm.weight", SC_GLOBAL, ND_ALL, G(lm_norm), 1, {D_LW}, IN_RMS},
     {EX "model.layers.%d.input_layernorm.weight", SC_EX, ND_PI0, L(attn_norm), 1, {D_EW}, IN_RMS},
     {EX "model.layers.%d.input_layernorm.dense.weight", SC_EX, ND_PI05, L(attn_norm_dw), 2, {D_E3, D_EW}, IN_LINEAR},
     {EX "model.layers.%d.input_layernorm.dense.bias", SC_EX, ND_PI05, L(attn_norm_db), 1, {D_E3}, IN_BIAS},
@@ -133,7 +135,14 @@ static int64_t dim_value(const pi0_config *c, enum dim d) {
 }
 
 static int needed(const wdesc *d, const pi0_config *c) {
+    if (d->need == ND_ALL) return 1;
+    if (c->fast > 0) return 0;
     return d->need == ND_BOTH || (d->need == ND_PI0 && !c->pi05) || (d->need == ND_PI05 && c->pi05);
+}
+
+/* written by weights_generate: the used tensors, and π0 / π0.5's orphan lm_head as openpi's conversion leaves it */
+static int written(const wdesc *d, const pi0_config *c) {
+    return needed(d, c) || (d->need == ND_ORPHAN && c->fast <= 0);
 }
 
 static int n_layers(const wdesc *d, const pi0_config *c) {
@@ -306,7 +315,7 @@ pi0_status weights_bind(pi0_weights *w, const pi0_config *c, const st_file *f, i
             fprintf(stderr, "pi0: warning: %s: %d unknown tensor(s) ignored (first: '%s')\n", f->path, unknown, first);
     }
     free(used);
-    if (st == PI0_OK && !c->pi05) st = compose_action_mlp(w);
+    if (st == PI0_OK && !c->pi05 && c->fast <= 0) st = compose_action_mlp(w);
     if (st == PI0_OK) st = weights_foreach(w, c, number, &w->n_ids);
     if (st != PI0_OK) weights_free(w);
     return st;
@@ -364,7 +373,7 @@ uint64_t weights_file_bytes(const pi0_config *c, pi0_dtype dtype) {
     int64_t shape[4];
     for (int i = 0; i < N_TABLE; i++) {
         const wdesc *d = &table[i];
-        if (!needed(d, c) && d->need != ND_ORPHAN) continue;
+        if (!written(d, c)) continue;
         expected_shape(d, c, shape);
         int64_t e = 1;
         for (int k = 0; k < d->ndim; k++) e *= shape[k];
@@ -375,7 +384,7 @@ uint64_t weights_file_bytes(const pi0_config *c, pi0_dtype dtype) {
 
 pi0_status weights_generate(const pi0_config *c, const char *path, uint64_t seed, pi0_dtype dtype) {
     int n = 0;
-    for (int i = 0; i < N_TABLE; i++) if (needed(&table[i], c) || table[i].need == ND_ORPHAN) n += n_layers(&table[i], c);
+    for (int i = 0; i < N_TABLE; i++) if (written(&table[i], c)) n += n_layers(&table[i], c);
     st_entry *e = calloc((size_t)n, sizeof *e);
     char **names = calloc((size_t)n, sizeof *names);
     const wdesc **desc = calloc((size_t)n, sizeof *desc);
@@ -385,7 +394,7 @@ pi0_status weights_generate(const pi0_config *c, const char *path, uint64_t seed
     char name[256];
     for (int i = 0; i < N_TABLE; i++) {
         const wdesc *d = &table[i];
-        if (!needed(d, c) && d->need != ND_ORPHAN) continue;
+        if (!written(d, c)) continue;
         for (int l = 0; l < n_layers(d, c); l++, k++) {
             key_name(name, sizeof name, d, l);
             /* safetensors.torch.save_model keeps one name per shared tensor: the tied embedding lands

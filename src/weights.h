@@ -61,6 +61,8 @@ typedef struct {
 
 /* The π0.5 marker tensor (docs/model.md 2.1). */
 #define PI0_PI05_MARKER "paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm.dense.weight"
+/* A tensor every π0 and π0.5 checkpoint has and π0-FAST's lacks (it has no action expert). */
+#define PI0_EXPERT_MARKER "action_in_proj.weight"
 
 /* Validates every tensor of f against cfg (presence, shape, float dtype, finite values) and fills w.
  * Unknown tensors: one warning line unless quiet. */

@@ -11,7 +11,7 @@ pol="$BUILD/tests/policy"
 ${PY:-/usr/bin/python3} tests/policy_check.py "$pol" || echo "policy_check.py failed (test_policy will report it)"
 tok="$BUILD/tests/tok.model"
 ${PY:-/usr/bin/python3} tests/make_tokenizer.py "$tok" || echo "make_tokenizer.py failed (test_policy_api will report it)"
-for t in test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast; do
+for t in test_unit test_golden test_errors test_image test_policy test_policy_api test_grad test_fast test_fast_model; do
     echo "== $t"
     case $t in
         test_policy) set -- "$pol" ;;

@@ -17,7 +17,7 @@ case $(file -b "$BUILD/pi0") in *aarch64*) ;; *) fail "$BUILD/pi0 is not an aarc
 root=$(cd "$BUILD" && pwd)
 emu="$BUILD/emu"
 bins="pi0 pi0-server tests/test_unit tests/test_golden tests/test_errors tests/test_image tests/test_policy
-      tests/test_policy_api tests/test_grad tests/test_server tests/test_fast"
+      tests/test_policy_api tests/test_grad tests/test_server tests/test_fast tests/test_fast_model"
 rm -rf "$emu" && mkdir -p "$emu/tests" "$emu/lib"
 for b in $bins; do [ -x "$root/$b" ] || fail "$BUILD/$b is missing"; done
 

@@ -6,13 +6,15 @@
  *     out-of-memory error and the model stays usable; a broken checkpoint and a missing device are refused;
  *     what pi0_session_memory_info reports; the weight store in a slab per group;
  *  3. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions at B = 2 and B = 1; the
- *     host view released once the weights are on the device.
+ *     host view released once the weights are on the device;
+ *  4. π0-FAST's tokens against the CPU's (tiny fixture, and with --fast DIR a full-size random checkpoint).
  * Seeded RNG (seed printed). Tolerances and the worst values seen: tests/README.md. Op tests: test_cuda_ops.c. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "backend.h"
 #include "cuda/testing.h"
 #include "pi0.h"
@@ -709,6 +711,96 @@ static void e2e_full(const char *dir) {
     pi0_model_free(mg);
 }
 
+/* ---- π0-FAST: the GPU's tokens against the CPU's ---- */
+
+/* One decode on m (internal entry: the logits' top two per step come back too). */
+static int fast_run(pi0_model *m, const pi0_inputs *in, int n, int32_t *tok, float *top2, int *run) {
+    pi0_session *s = NULL;
+    int ok = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in->batch, .max_decoding_steps = n}) == PI0_OK &&
+             api_check_inputs(s, in) == PI0_OK && fast_generate(s->fs, in, n, 0, tok, run, top2, NULL) == PI0_OK;
+    if (!ok) printf("  fast decode: %s\n", pi0_last_error());
+    pi0_session_free(s);
+    return ok;
+}
+
+/* Tokens equal for the first `want` steps (or all that ran) of every sample; where a sample's tokens part, the CPU's
+ * margin at that step must be a near-tie: within 4x the largest difference between the two backends' top logits seen
+ * while the tokens agreed. */
+static void fast_compare(const char *what, pi0_model *mc, pi0_model *mg, const pi0_inputs *in, int n, int want) {
+    int B = in->batch, rc = 0, rg = 0;
+    int32_t *tc = calloc((size_t)B * n, 4), *tg = calloc((size_t)B * n, 4);
+    float *pc = calloc((size_t)B * n * 2, 4), *pg = calloc((size_t)B * n * 2, 4);
+    int ok = fast_run(mc, in, n, tc, pc, &rc) && fast_run(mg, in, n, tg, pg, &rg);
+    CHECK(ok, "π0-FAST %s: decoding failed", what);
+    for (int b = 0; ok && b < B; b++) {
+        int first = -1, upto = want < rc ? want : rc;
+        double err = 0, top = 0;
+        for (int k = 0; k < upto && first < 0; k++) {
+            const float *c2 = pc + 2 * ((size_t)b * n + k), *g2 = pg + 2 * ((size_t)b * n + k);
+            if (tc[(size_t)b * n + k] != tg[(size_t)b * n + k]) first = k;
+            else if (fabs(c2[0] - g2[0]) > err) err = fabs(c2[0] - g2[0]);
+            if (fabs(c2[0]) > top) top = fabs(c2[0]);
+        }
+        if (first < 0) {
+            printf("π0-FAST %-34s sample %d: %d of %d tokens equal (CPU %d steps, GPU %d), top logit |GPU - CPU| <= %.2e "
+                   "(top logits up to %.2e) OK\n", what, b, upto, upto, rc, rg, err, top);
+            continue;
+        }
+        const float *c2 = pc + 2 * ((size_t)b * n + first);
+        double margin = c2[0] - c2[1];
+        int tie = margin <= 4 * err;
+        printf("π0-FAST %-34s sample %d: tokens part at step %d (CPU %d, GPU %d); the CPU's margin there %.2e, the logits' "
+               "error before %.2e: %s\n", what, b, first, tc[(size_t)b * n + first], tg[(size_t)b * n + first], margin, err,
+               tie ? "a near-tie, OK" : "FAIL");
+        CHECK(tie, "π0-FAST %s sample %d: tokens part at step %d with a margin of %.3e (error scale %.3e)", what, b, first,
+              margin, err);
+    }
+    free(tc); free(tg); free(pc); free(pg);
+}
+
+/* Inputs for a π0-FAST model: sample 0 every camera and L0 prompt tokens; sample 1 a masked middle camera and fewer
+ * tokens (the decode window holds masked rows); ar_tail tokens at the end of each prompt start causal blocks. */
+static void e2e_fast(const char *dir, int n, int want) {
+    pi0_model *mc = NULL, *mg = NULL;
+    if (pi0_model_load(&mc, dir, &(pi0_model_params){.quiet = 1}) != PI0_OK ||
+        pi0_model_load(&mg, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) != PI0_OK) {
+        CHECK(0, "load %s: %s", dir, pi0_last_error());
+        pi0_model_free(mc);
+        return;
+    }
+    pi0_model_info info;
+    pi0_model_get_info(mc, &info);
+    int B = 2, N = info.n_cameras, R = info.image_size, L = info.max_token_len < 48 ? info.max_token_len : 48;
+    size_t ni = (size_t)B * N * R * R * 3;
+    float *img = malloc(ni * 4);
+    int32_t *tok = calloc((size_t)B * L, 4), *ar = calloc((size_t)B * L, 4);
+    uint8_t *tm = calloc((size_t)B * L, 1), im[6] = {1, 1, 1, 1, 0, 1};
+    for (size_t i = 0; i < ni; i++) img[i] = (float)(2 * pi0_rng_uniform(&rng) - 1);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < L; j++) {
+            int len = b ? L / 2 : L - 2;
+            tm[b * L + j] = j < len;
+            tok[b * L + j] = j < len ? (int32_t)(2 + pi0_rng_next(&rng) % (uint64_t)(info.vocab_size - 2)) : 0;
+        }
+    pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .tokens = tok, .token_mask = tm, .n_tokens = L,
+                     .token_ar_mask = ar};
+    char what[96];
+    snprintf(what, sizeof what, "%s B=2", info.vocab_size > 1000 ? "full-size" : "tiny");
+    fast_compare(what, mc, mg, &in, n, want);
+    if (info.vocab_size > 1000) goto done;   /* full size: the CPU's prefill is slow; the B = 2 case holds both layouts */
+    in.batch = 1;
+    snprintf(what, sizeof what, "%s B=1", info.vocab_size > 1000 ? "full-size" : "tiny");
+    fast_compare(what, mc, mg, &in, n, want);
+    for (int b = 0; b < B; b++) ar[b * L + 3] = ar[b * L + 4] = 1;   /* two causal blocks inside the prompt */
+    in.batch = B;
+    snprintf(what, sizeof what, "%s B=2 prefix-LM blocks", info.vocab_size > 1000 ? "full-size" : "tiny");
+    fast_compare(what, mc, mg, &in, n, want);
+done:
+    free(img); free(tok); free(ar); free(tm);
+    pi0_model_free(mc);
+    pi0_model_free(mg);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);   /* a crash log ends at the last line printed */
     pi0_rng_seed(&rng, SEED);
@@ -726,6 +818,7 @@ int main(int argc, char **argv) {
     e2e_bad_image();
     e2e_zero_copy();
     e2e_memory_info();
+    e2e_fast("tests/fixtures/tiny-pi0-fast", 40, 32);
     resources("tests/fixtures/tiny-pi05", 0);
     /* a broken checkpoint on the GPU path: refused before anything reaches the device */
     pi0_model *bad = NULL;
@@ -734,6 +827,8 @@ int main(int argc, char **argv) {
           pi0_last_error());
     st = pi0_model_load(&bad, "tests/fixtures/tiny-pi0", &(pi0_model_params){.backend = PI0_BACKEND_CUDA, .device = 9});
     CHECK(st == PI0_ERR_ARG && !bad && strstr(pi0_last_error(), "CUDA device 9"), "bad device: %s", pi0_last_error());
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--fast")) e2e_fast(argv[i + 1], 33, 32);   /* a π0-FAST checkpoint (gen-checkpoint) */
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--full")) {
             for (int j = i + 1; j < argc; j++) {

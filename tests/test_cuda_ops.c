@@ -581,6 +581,78 @@ static void t_attention_mma(void) {
     g1->destroy(g1);
 }
 
+/* π0-FAST's attention: segments over key ranges that overlap (k_end), the prefix-LM blocks of one sample, the all-masked
+ * rows at scale 0 (a uniform average), and one decoded row per sample over a cache of its own. */
+static void t_attention_ranges(int heads, int hd) {
+    int32_t qo[] = {0, 30, 40, 50, 75, 80, 81, 82, 83}, ko[] = {0, 0, 0, 64, 64, 0, 64, 128, 192};
+    int32_t ke[] = {30, 40, 50, 89, 64 + 100, 1, 64 + 57, 128 + 64, 0};
+    int nseg = 8, Mq = qo[nseg], Mk = 192;
+    dbuf q = mk((size_t)Mq * heads * hd, PT_ACT), o = mk((size_t)Mq * heads * hd, PT_ACT);
+    dbuf k = mk((size_t)Mk * hd, PT_ACT), v = mk((size_t)Mk * hd, PT_ACT);
+    set_rand(&q, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); poison(&o);
+    cpu->reserve(cpu, (size_t)Mq + Mk, (size_t)Mk, (size_t)Mq * heads * (Mk + 8), 0);
+    gpu->reserve(gpu, (size_t)Mq + Mk, (size_t)Mk, (size_t)Mq * heads * (Mk + 8), 0);
+    for (int uniform = 0; uniform < 2; uniform++) {   /* segment 4 (rows 75..79) at scale 0: the masked rows */
+        int lo = uniform ? 4 : 0, hi = uniform ? 5 : 4;
+        pi0_attn a = {.nseg = hi - lo, .heads = heads, .kv_heads = 1, .head_dim = hd,
+                      .scale = uniform ? 0.0f : 1.0f / sqrtf((float)hd), .q_off = qo + lo, .k_off = ko + lo, .k_end = ke + lo};
+        a.k1 = k.c; a.v1 = v.c;
+        cpu->attention(cpu, o.c, q.c, &a);
+        a.k1 = k.g; a.v1 = v.g;
+        gpu->attention(gpu, o.g, q.g, &a);
+    }
+    pi0_attn d = {.nseg = 3, .heads = heads, .kv_heads = 1, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                  .q_off = qo + 5, .k_off = ko + 5, .k_end = ke + 5};   /* decoded rows 80..82 */
+    d.k1 = k.c; d.v1 = v.c;
+    cpu->attention(cpu, o.c, q.c, &d);
+    d.k1 = k.g; d.v1 = v.g;
+    gpu->attention(gpu, o.g, q.g, &d);
+    char shape[64];
+    snprintf(shape, sizeof shape, "key ranges h=%d hd=%d (prefix-LM, uniform, decode)", heads, hd);
+    compare_ex("attention", shape, &o, (size_t)hd, 1e-2, 5e-2);
+    float *hc = malloc(o.n * sizeof(float)), *hg = malloc(o.n * sizeof(float));   /* which segment, where it fails */
+    if (cpu->download(cpu, hc, o.c, o.n) == PI0_OK && gpu->download(gpu, hg, o.g, o.n) == PI0_OK)
+        for (int sg = 0; sg < nseg; sg++) {
+            size_t a0 = (size_t)qo[sg] * heads * hd, n = (size_t)(qo[sg + 1] - qo[sg]) * heads * hd;
+            double e = rel_l2(hg + a0, hc + a0, n, NULL);
+            if (!(e <= 1e-2)) printf("  segment %d (rows %d..%d, keys %d..%d): rel_l2 %.2e\n", sg, qo[sg], qo[sg + 1], ko[sg], ke[sg], e);
+        }
+    free(hc); free(hg);
+    rel(&q); rel(&o); rel(&k); rel(&v);
+}
+
+/* next_token against its CPU twin: the token of every row (greedy or sampled) and the two largest logits. A greedy
+ * token may differ only where the CPU's margin is a near-tie. */
+static void t_next_token(int M, int V, int K, float temperature) {
+    hwt tab = mkw(V, K, 1.0f / sqrtf((float)K), 0);
+    hwt *ws[1] = {&tab};
+    void *store = upload_wts(ws, 1);
+    dbuf x = mk((size_t)M * K, PT_ACT), ids = mk((size_t)M, PT_I32), top = mk(2 * (size_t)M, PT_F32);
+    set_rand(&x, 1.0f);
+    uint64_t seed = 77;
+    cpu->next_token(cpu, ids.c, top.c, x.c, &tab.w, M, V, K, temperature, seed);
+    gpu->next_token(gpu, ids.g, top.g, x.g, &tab.w, M, V, K, temperature, seed);
+    int32_t *ic = malloc((size_t)M * 4), *ig = malloc((size_t)M * 4);
+    float *tc = malloc((size_t)M * 8);
+    CHECK(cpu->download(cpu, (float *)(void *)ic, ids.c, (size_t)M) == PI0_OK &&
+          gpu->download(gpu, (float *)(void *)ig, ids.g, (size_t)M) == PI0_OK &&
+          cpu->download(cpu, tc, top.c, 2 * (size_t)M) == PI0_OK, "next_token download: %s", pi0_last_error());
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d V=%d K=%d T=%g", M, V, K, (double)temperature);
+    int bad = 0;
+    for (int r = 0; r < M; r++) {
+        double margin = tc[2 * r] - tc[2 * r + 1];
+        if (ic[r] != ig[r] && (temperature > 0 || margin > 1e-3 * fabs(tc[2 * r]))) bad++;
+        CHECK(ic[r] >= 0 && ic[r] < V, "next_token %s: row %d: token %d outside the vocabulary", shape, r, ic[r]);
+    }
+    CHECK(!bad, "next_token %s: %d of %d rows chose another token than the CPU, with no near-tie", shape, bad, M);
+    printf("%-12s %-44s tokens %s\n", "next_token", shape, bad ? "FAIL" : "OK");
+    compare("next_token", shape, &top, 2, 1e-3);
+    free(ic); free(ig); free(tc);
+    rel(&x); rel(&ids); rel(&top);
+    free_wts(store, ws, 1);
+}
+
 static void t_misc(void) {
     /* gelu_mul */
     int M = 788, F = 4096;
@@ -1376,6 +1448,12 @@ static void op_tests(void) {
     }
     if (hopper) t_attention_mma();   /* the portable path has no flash kernel: its attention is the GEMM path above */
     t_misc();
+    t_attention_ranges(8, 256);
+    t_attention_ranges(4, 16);
+    t_next_token(1, 1000, 2048, 0);
+    t_next_token(3, 257, 64, 0);
+    t_next_token(9, 600, 72, 0);     /* two passes of 8 rows; K not a multiple of 8: the scalar loads */
+    t_next_token(2, 300, 2048, 0.7f);
     for (size_t i = 0; i < N_OF(LINEAR_T); i++) {
         const linear_t_case *c = &LINEAR_T[i];
         printf("-- linear_t: %s\n", c->why);

@@ -20,7 +20,8 @@
 
 typedef struct {
     const char *name;
-    int pi05, batch, cams_valid, tok_valid, tok_padded, horizon;
+    int pi05;   /* the model: 0 π0, 1 π0.5, 2 π0-FAST (horizon: its decoding steps) */
+    int batch, cams_valid, tok_valid, tok_padded, horizon;
     int rtc;   /* pi0_rtc_mode: real-time chunking's guidance towards a random leftover (delay 3, linear to row 8) */
 } workload;
 
@@ -35,6 +36,8 @@ static const workload workloads[] = {
     {"pi0-3cam-rtc-exact", 0, 1, 3, 20, 20, 10, PI0_RTC_EXACT},
     {"pi05-3cam-rtc-exact", 1, 1, 3, 64, 200, 10, PI0_RTC_EXACT},
     {"pi0-3cam-b8-rtc-exact", 0, 8, 3, 20, 20, 10, PI0_RTC_EXACT},
+    {"pi0fast-3cam", 2, 1, 3, 40, 48, 50, PI0_RTC_OFF},
+    {"pi0fast-3cam-b8", 2, 8, 3, 40, 48, 50, PI0_RTC_OFF},
 };
 #define N_WORKLOADS ((int)(sizeof workloads / sizeof *workloads))
 
@@ -70,8 +73,8 @@ static double pct(const double *sorted, int n, double p) {   /* nearest rank */
 
 /* The generated checkpoints' paths (files first, then folders), made before generation so that SIGINT / SIGTERM can
  * remove a half-written 7 GB file with async-signal-safe calls only. */
-static char g_paths[2][6][300];
-static volatile sig_atomic_t g_armed[2];
+static char g_paths[3][6][300];
+static volatile sig_atomic_t g_armed[3];
 
 static void remove_tree(int t) {   /* only what gen-checkpoint writes */
     for (int i = 0; i < 3; i++) unlink(g_paths[t][i]);
@@ -80,7 +83,7 @@ static void remove_tree(int t) {   /* only what gen-checkpoint writes */
 }
 
 static void on_signal(int sig) {
-    for (int t = 0; t < 2; t++) if (g_armed[t]) remove_tree(t);
+    for (int t = 0; t < 3; t++) if (g_armed[t]) remove_tree(t);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -112,7 +115,7 @@ typedef struct {
     const char *checkpoint;
     FILE *csv, *trace;
     int trace_events;
-    char tmp[2][256];   /* generated checkpoints per model type, "" until made */
+    char tmp[3][256];   /* generated checkpoints per model type, "" until made */
 } bench_opts;
 
 /* Chrome/Perfetto trace: one complete event ("ph": "X") per stage, microseconds. */
@@ -120,6 +123,54 @@ static void trace_event(bench_opts *o, const char *wl, const char *stage, double
     if (!o->trace) return;
     fprintf(o->trace, "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, "
             "\"pid\": 1, \"tid\": 1}", o->trace_events++ ? ",\n" : "", stage, wl, start_ms * 1e3, dur_ms * 1e3);
+}
+
+/* π0-FAST: w->horizon decoding steps (greedy; random weights rarely end early: the steps run are printed), the prefill
+ * (vision included) and the time per decoded token apart. */
+static int run_fast(bench_opts *o, const workload *w, pi0_model *m, const pi0_model_info *info) {
+    int B = w->batch, N = info->n_cameras, R = info->image_size, L = w->tok_padded, n = w->horizon, rc = 1;
+    pi0_session *s = NULL;
+    if (pi0_session_create(&s, m, &(pi0_session_params){.max_batch = B, .max_decoding_steps = n}) != PI0_OK)
+        return cli_fail("creating a session");
+    size_t nimg = (size_t)B * N * R * R * 3;
+    float *img = pi0_session_host_alloc(s, nimg * sizeof(float));
+    int32_t *tok = malloc((size_t)B * L * 4), *ar = calloc((size_t)B * L, 4), *out = malloc((size_t)B * n * 4);
+    uint8_t *tm = malloc((size_t)B * L), *im = malloc((size_t)B * N);
+    double *lat = malloc((size_t)o->iters * 3 * sizeof(double)), *pre = lat + o->iters, *per = pre + o->iters;
+    if (!img || !tok || !ar || !out || !tm || !im || !lat) { fprintf(stderr, "pi0 bench: out of memory\n"); goto done; }
+    srand(7);
+    for (size_t i = 0; i < nimg; i++) img[i] = 2.0f * rand() / (float)RAND_MAX - 1.0f;
+    for (int i = 0; i < B * L; i++) { tm[i] = i % L < w->tok_valid; tok[i] = tm[i] ? 2 + rand() % (info->vocab_size - 2) : 0; }
+    for (int i = 0; i < B * N; i++) im[i] = i % N < w->cams_valid;
+    pi0_inputs in = {.batch = B, .images = img, .image_masks = im, .tokens = tok, .token_mask = tm, .n_tokens = L,
+                     .token_ar_mask = ar};
+    int steps = 0;
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        double t0 = now_ms();
+        if (pi0_generate(s, &in, NULL, out, &steps) != PI0_OK) { rc = cli_fail("decoding"); goto done; }
+        double dt = now_ms() - t0;
+        pi0_timing tt;
+        pi0_session_get_timing(s, &tt);
+        if (i < o->warmup) continue;
+        lat[i - o->warmup] = dt;
+        pre[i - o->warmup] = tt.prefill_ms;
+        per[i - o->warmup] = steps > 1 ? tt.denoise_ms / (steps - 1) : 0;
+    }
+    qsort(lat, (size_t)o->iters, sizeof *lat, cmp_d);
+    qsort(pre, (size_t)o->iters, sizeof *pre, cmp_d);
+    qsort(per, (size_t)o->iters, sizeof *per, cmp_d);
+    printf("%-16s %-4s B=%-3d %4d  p50 %9.2f ms  p90 %9.2f ms  prefill p50 %8.2f ms  per token p50 %7.3f ms  (%d tokens, "
+           "%d prompt tokens, %d cameras)\n", w->name, pi0_session_backend(s), B, o->iters, pct(lat, o->iters, 50),
+           pct(lat, o->iters, 90), pct(pre, o->iters, 50), pct(per, o->iters, 50), steps, w->tok_valid, w->cams_valid);
+    if (o->csv)
+        fprintf(o->csv, "pi0fast,%s,%s,%s,%d,%d,%.3f,%.3f,%.3f,%d\n", PI0_COMMIT, pi0_session_device(s), w->name, B,
+                o->iters, pct(lat, o->iters, 50), pct(pre, o->iters, 50), pct(per, o->iters, 50), steps);
+    rc = 0;
+done:
+    pi0_host_free(img);
+    free(tok); free(ar); free(out); free(tm); free(im); free(lat);
+    pi0_session_free(s);
+    return rc;
 }
 
 static int run_workload(bench_opts *o, const workload *w) {
@@ -131,7 +182,8 @@ static int run_workload(bench_opts *o, const workload *w) {
             if (!mkdtemp(o->tmp[t])) { perror("pi0 bench: mkdtemp"); o->tmp[t][0] = 0; return 1; }
             arm(t, o->tmp[t]);
             int full = o->full || o->backend == PI0_BACKEND_CUDA;
-            const char *variant = full ? (t ? "pi05" : "pi0") : (t ? "tiny-pi05" : "tiny-pi0");
+            static const char *const variants[2][3] = {{"tiny-pi0", "tiny-pi05", "tiny-pi0-fast"}, {"pi0", "pi05", "pi0-fast"}};
+            const char *variant = variants[full][t];
             fprintf(stderr, "pi0 bench: generating a random %s checkpoint in %s%s\n", variant, o->tmp[t],
                     full ? " (full size, about 7 GB)" : "");
             if (pi0_checkpoint_generate(o->tmp[t], &(pi0_gen_params){.variant = variant, .seed = 1}) != PI0_OK)
@@ -152,9 +204,14 @@ static int run_workload(bench_opts *o, const workload *w) {
     if (pi0_model_load(&m, dir, &mp) != PI0_OK) { rc = cli_fail("loading the checkpoint"); goto done; }
     pi0_model_info info;
     pi0_model_get_info(m, &info);
-    if (info.pi05 != w->pi05) {
-        fprintf(stderr, "pi0 bench: %s needs a %s checkpoint; skipped\n", w->name, w->pi05 ? "pi05" : "pi0");
+    if ((info.fast ? 2 : info.pi05) != w->pi05) {
+        static const char *const kinds[] = {"pi0", "pi05", "pi0_fast"};
+        fprintf(stderr, "pi0 bench: %s needs a %s checkpoint; skipped\n", w->name, kinds[w->pi05]);
         rc = 0;
+        goto done;
+    }
+    if (info.fast) {
+        rc = run_fast(o, w, m, &info);
         goto done;
     }
     if (pi0_session_create(&s, m, &(pi0_session_params){.max_batch = w->batch}) != PI0_OK) {
@@ -294,7 +351,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--list")) {
             printf("%-14s %-5s %3s %12s %18s %8s\n", "workload", "model", "B", "cams(valid)", "tokens(valid/pad)", "horizon");
             for (int k = 0; k < N_WORKLOADS; k++)
-                printf("%-14s %-5s %3d %10d(%d) %12d/%-5d %8d\n", workloads[k].name, workloads[k].pi05 ? "pi05" : "pi0",
+                printf("%-14s %-5s %3d %10d(%d) %12d/%-5d %8d\n", workloads[k].name, workloads[k].pi05 == 2 ? "fast" : workloads[k].pi05 ? "pi05" : "pi0",
                        workloads[k].batch, 3, workloads[k].cams_valid, workloads[k].tok_valid, workloads[k].tok_padded,
                        workloads[k].horizon);
             printf("pi0-3cam-bN    any batch N\n");
@@ -333,7 +390,7 @@ int cmd_bench(int argc, char **argv) {
             rc = run_workload(&o, &w);
         }
     }
-    for (int t = 0; t < 2; t++) if (o.tmp[t][0]) remove_tree(t);
+    for (int t = 0; t < 3; t++) if (o.tmp[t][0]) remove_tree(t);
     if (g_header)
         printf("(times in ms; vision/prefill/denoise: the mean of up to 3 separate runs that synchronise between stages,\n"
                " without a CUDA graph, so their sum can exceed p50)\n");

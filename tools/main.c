@@ -2,7 +2,8 @@
  * commands (infer, gen-checkpoint, info, convert, tokenize); run.c and bench.c hold the large ones, cli.c the helpers.
  *   pi0 run --checkpoint DIR --config NAME|--robot R --tokenizer FILE --image KEY=FILE ... --state .. --prompt ..
  *   pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors [--steps N] [--seed S] [--dump]
- *   pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR
+ *   pi0 gen-checkpoint --variant pi0|pi05|pi0-fast|tiny-pi0|tiny-pi05|tiny-pi0-fast --seed S [--dtype bf16|f32]
+ *                      [--force] DIR
  *   pi0 bench [--workload NAME|all] [--full] [--checkpoint DIR] [--iters N] [--warmup N] [--csv FILE]
  *   pi0 info --checkpoint DIR
  *   pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N] [--force]
@@ -25,13 +26,15 @@ static const struct { const char *name, *usage; } CMDS[] = {
               "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
               "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]   (default bf16; int8: every stage\n"
               "           unless --quant-stages names some; docs/precision.md)\n"
+              "          [--max-decoding-steps N (256)] [--temperature T (0: greedy)]   (π0-FAST: output_tokens [B, N])\n"
               "          [--action-horizon N] [--max-token-len N]   (default: the inputs' noise [B, H, A] and tokens\n"
               "           [B, L] when present, else the checkpoint's; Orbax checkpoints store neither)\n"
               "          [--rtc exact|lerobot --rtc-delay D --rtc-horizon S [--rtc-leftover N] --rtc-schedule zeros|ones|linear|exp\n"
               "           --rtc-max-weight W]   (real-time chunking towards the inputs' rtc_prev [B, H, A]; defaults 0, 10,\n"
               "           H, linear, 10 as LeRobot's RTCConfig)\n"
               "  runs the model on model-level inputs (images in [-1, 1], tokens, masks, state, optional noise)\n"},
-    {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|tiny-pi0|tiny-pi05 --seed S [--dtype bf16|f32] [--force] DIR\n"
+    {"gen-checkpoint", "pi0 gen-checkpoint --variant pi0|pi05|pi0-fast|tiny-pi0|tiny-pi05|tiny-pi0-fast --seed S\n"
+                       "                   [--dtype bf16|f32] [--force] DIR\n"
                        "  writes a random-weight checkpoint (full size: about 7 GB); refuses to overwrite one unless --force\n"},
     {"bench", "pi0 bench [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
               "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]\n"
@@ -76,11 +79,45 @@ static void dump_cb(void *user, const char *name, const float *data, int ndim, c
         fprintf(stderr, "pi0: warning: dropping dump '%s': %s\n", name, pi0_last_error());
 }
 
+/* π0-FAST: the action tokens as openpi's sample_actions returns them, output_tokens I32 [B, N]. */
+static int infer_fast(const pi0_model *m, const pi0_inputs *in, int n, float temperature, const char *outp) {
+    pi0_session *s = NULL;
+    pi0_tensors *out_t = NULL;
+    int32_t *tokens = NULL;
+    int rc = 1, run = 0;
+    if (!n) n = 256;   /* openpi's default */
+    pi0_session_params sp = {.max_batch = in->batch, .max_decoding_steps = n};
+    if (pi0_session_create(&s, m, &sp) != PI0_OK) { rc = cli_fail("creating a session"); goto done; }
+    if (!(tokens = malloc((size_t)in->batch * n * sizeof *tokens))) { fprintf(stderr, "pi0: out of memory\n"); goto done; }
+    if (pi0_generate(s, in, &(pi0_decode_params){.max_decoding_steps = n, .temperature = temperature}, tokens, &run) !=
+        PI0_OK) {
+        rc = cli_fail("decoding");
+        goto done;
+    }
+    int64_t shape[2] = {in->batch, n};
+    if (pi0_tensors_new(&out_t) != PI0_OK || pi0_tensors_add(out_t, "output_tokens", PI0_DT_I32, 2, shape, tokens) != PI0_OK ||
+        pi0_tensors_save(out_t, outp) != PI0_OK) {
+        rc = cli_fail("writing the output");
+        goto done;
+    }
+    pi0_timing tm;
+    pi0_session_get_timing(s, &tm);
+    fprintf(stderr, "pi0: pi0-fast, B=%d, %d of %d decoding steps on %s: %.1f ms (prefill %.1f, decoding %.1f) -> %s\n",
+            in->batch, run, n, pi0_session_backend(s), tm.total_ms, tm.prefill_ms, tm.denoise_ms, outp);
+    rc = 0;
+done:
+    free(tokens);
+    pi0_tensors_free(out_t);
+    pi0_session_free(s);
+    return rc;
+}
+
 static int cmd_infer(int argc, char **argv) {
     const char *ckpt = NULL, *inp = NULL, *outp = NULL;
     long long steps = 10, seed = 0, threads = 0, device = 0, horizon = 0, max_len = 0;
-    long long rtc_delay = 0, rtc_horizon = 10, rtc_leftover = -1;
+    long long rtc_delay = 0, rtc_horizon = 10, rtc_leftover = -1, dec_steps = 0;
     int dump = 0;
+    const char *temp = "0";
     const char *rtc = NULL, *rtc_schedule = "linear", *rtc_max = "10";
     pi0_backend_kind backend = PI0_BACKEND_CPU;
     pi0_precision prec = PI0_PRECISION_BF16;
@@ -100,6 +137,8 @@ static int cmd_infer(int argc, char **argv) {
         else if (!strcmp(a, "--action-horizon")) { if (!cli_parse_int(a, v, 1, 4096, &horizon)) return 2; i++; }
         else if (!strcmp(a, "--max-token-len")) { if (!cli_parse_int(a, v, 1, 4096, &max_len)) return 2; i++; }
         else if (!strcmp(a, "--dump")) dump = 1;
+        else if (!strcmp(a, "--max-decoding-steps")) { if (!cli_parse_int(a, v, 1, 65536, &dec_steps)) return 2; i++; }
+        else if (!strcmp(a, "--temperature") && v) temp = argv[++i];
         else if (!strcmp(a, "--rtc") && v) rtc = argv[++i];
         else if (!strcmp(a, "--rtc-delay")) { if (!cli_parse_int(a, v, 0, 4096, &rtc_delay)) return 2; i++; }
         else if (!strcmp(a, "--rtc-horizon")) { if (!cli_parse_int(a, v, 0, 4096, &rtc_horizon)) return 2; i++; }
@@ -120,6 +159,11 @@ static int cmd_infer(int argc, char **argv) {
     int sched = -1;
     for (int k = 0; k < 4; k++) if (!strcmp(rtc_schedule, schedules[k])) sched = k;
     char *end;
+    double temperature = strtod(temp, &end);
+    if (*end || !(temperature >= 0) || !isfinite(temperature)) {
+        fprintf(stderr, "pi0 infer: --temperature %s: expected a finite number >= 0\n", temp);
+        return 2;
+    }
     double maxw = strtod(rtc_max, &end);
     if ((rtc && strcmp(rtc, "lerobot") && strcmp(rtc, "exact")) || sched < 0 || *end || !(maxw > 0) || !isfinite(maxw)) {
         fprintf(stderr, "pi0 infer: --rtc exact|lerobot, --rtc-schedule zeros|ones|linear|exp, --rtc-max-weight > 0 (got %s, %s, %s)\n",
@@ -160,6 +204,19 @@ static int cmd_infer(int argc, char **argv) {
         goto done;
     }
     if (!in.noise) in.seed = (uint64_t)seed;
+    if (info.fast) {
+        if (rtc || dump) {
+            fprintf(stderr, "pi0 infer: %s is a π0-FAST model: --rtc and --dump are for π0 / π0.5\n", ckpt);
+            goto done;
+        }
+        rc = infer_fast(m, &in, (int)dec_steps, (float)temperature, outp);
+        goto done;
+    }
+    if (dec_steps || temperature > 0) {
+        fprintf(stderr, "pi0 infer: --max-decoding-steps and --temperature are for π0-FAST models; %s is a %s model\n", ckpt,
+                info.pi05 ? "π0.5" : "π0");
+        goto done;
+    }
     if (rtc) {   /* real-time chunking: the inputs' rtc_prev, prefix weights from the options (every sample alike) */
         int H = info.action_horizon;
         if (!in.rtc_prev) { fprintf(stderr, "pi0 infer: --rtc needs an rtc_prev tensor [B, H, A] in %s\n", inp); goto done; }
@@ -378,13 +435,14 @@ static int cmd_info(int argc, char **argv) {
     pi0_model_get_info(m, &i);
 
     printf("format: %s\nmodel: %s\nparameters: %lld\naction_dim: %d\naction_horizon: %d\nmax_token_len: %d\ncameras: %d\n"
-           "image_size: %d\nvocab_size: %d\n", i.format, i.pi05 ? "pi05" : "pi0", (long long)i.n_params, i.action_dim,
+           "image_size: %d\nvocab_size: %d\n", i.format, i.fast ? "pi0_fast" : i.pi05 ? "pi05" : "pi0", (long long)i.n_params, i.action_dim,
            i.action_horizon, i.max_token_len, i.n_cameras, i.image_size, i.vocab_size);
     printf("vision: width %d, depth %d, mlp_dim %d, num_heads %d, patch_size %d\n", i.vision.width, i.vision.depth,
            i.vision.mlp_dim, i.vision.num_heads, i.vision.patch_size);
     printf("paligemma: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n", i.paligemma.width,
            i.paligemma.depth, i.paligemma.mlp_dim, i.paligemma.num_heads, i.paligemma.num_kv_heads, i.paligemma.head_dim);
-    printf("action_expert: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n",
+    if (i.fast) printf("action_expert: none (π0-FAST decodes action tokens: pi0 infer writes output_tokens)\n");
+    else printf("action_expert: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n",
            i.action_expert.width, i.action_expert.depth, i.action_expert.mlp_dim, i.action_expert.num_heads,
            i.action_expert.num_kv_heads, i.action_expert.head_dim);
     char pn[32];   /* "int8:vpe": int8 for vision, prefix, expert (docs/precision.md) */

@@ -9,7 +9,7 @@ import os
 from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint64, c_void_p
 
 LIBRARY_ENV = "PI0_LIBRARY"
-ABI_VERSION = 2   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
+ABI_VERSION = 3   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
 
 
 class ModelParams(Structure):
@@ -31,18 +31,19 @@ class ModelInfo(Structure):
                 ("n_cameras", c_int), ("image_size", c_int), ("vocab_size", c_int), ("n_params", c_int64),
                 ("format", c_char_p), ("root", c_char_p), ("load_s", c_double), ("precision", c_int),
                 ("quant_stages", c_uint), ("vision", _Vision),
-                ("paligemma", _Llm), ("action_expert", _Llm)]
+                ("paligemma", _Llm), ("action_expert", _Llm), ("fast", c_int)]
 
 
 class SessionParams(Structure):
-    _fields_ = [("max_batch", c_int), ("num_steps", c_int), ("dump", c_void_p), ("dump_user", c_void_p)]
+    _fields_ = [("max_batch", c_int), ("num_steps", c_int), ("dump", c_void_p), ("dump_user", c_void_p),
+                ("max_decoding_steps", c_int)]
 
 
 class Inputs(Structure):
     _fields_ = [("batch", c_int), ("images", c_void_p), ("image_masks", c_void_p), ("state", c_void_p),
                 ("tokens", c_void_p), ("token_mask", c_void_p), ("n_tokens", c_int), ("noise", c_void_p),
                 ("seed", c_uint64), ("rtc", c_int), ("rtc_prev", c_void_p), ("rtc_weights", c_void_p),
-                ("rtc_max_weights", c_void_p), ("rtc_exact", c_void_p)]
+                ("rtc_max_weights", c_void_p), ("rtc_exact", c_void_p), ("token_ar_mask", c_void_p)]
 
 
 class Timing(Structure):

@@ -11,6 +11,7 @@
 
 #include "../backend.h"
 #include "../util.h"
+#include "cpu_decode.h"
 #include "cpu_weights.h"
 
 typedef struct {
@@ -301,14 +302,14 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     cpu_ctx *c = CTX(be);
     int H = a->heads, hd = a->head_dim, group = a->heads / a->kv_heads, kvw = a->kv_heads * hd;
     const int32_t *qo = a->q_off, *ko = a->k_off;
-    int total_q = qo[a->nseg];
+    int q_end = qo[a->nseg];
     #pragma omp parallel for num_threads(NT) collapse(2) schedule(dynamic, 8)
-    for (int r = 0; r < total_q; r++)
+    for (int r = qo[0]; r < q_end; r++)   /* rows before q_off[0] are not this call's */
         for (int h = 0; h < H; h++) {
             float *sc = c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
             int s = 0;
             while (qo[s + 1] <= r) s++;
-            int j = r - qo[s], nq = qo[s + 1] - qo[s], n1 = ko[s + 1] - ko[s];
+            int j = r - qo[s], nq = qo[s + 1] - qo[s], n1 = attn_k1_end(a, s) - ko[s];
             int n2 = a->k2.p ? (j < a->block0 ? a->block0 : nq) : 0;
             if (a->tail) n1 -= a->tail - (j < a->block0 ? a->block0 : a->tail);   /* hide the unseen tail keys */
             int kvh = h / group;
@@ -374,6 +375,11 @@ static void cpu_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0
         wrow(o, table, (int64_t)I(ids)[i] * D, D);
         for (int d = 0; d < D; d++) o[d] *= scale;
     }
+}
+
+static void cpu_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, int M, int V, int K, float temperature,
+                           uint64_t seed) {
+    cpu_next_token_rows(I(ids), top2.p ? F(top2) : NULL, F(x), W, M, V, K, temperature, seed, NT);
 }
 
 static void cpu_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D) {
@@ -745,6 +751,7 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads, const void *weig
     be->mlp_up = cpu_mlp_up;
     be->embed = cpu_embed;
     be->copy_rows = cpu_copy_rows;
+    be->next_token = cpu_next_token;
     be->linear_gated = cpu_linear_gated;
     be->add_rows = cpu_add_rows;
     be->axpy = cpu_axpy;

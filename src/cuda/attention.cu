@@ -7,6 +7,8 @@
 
 #include "attention.cuh"
 
+// Segments batched into one launch must be packed (keys of segment s + i at k_off[s] + i x n1): always so without
+// k_end, checked with it.
 // Three paths, tried in this order: decode attention (few query rows, below), flash attention (below), and the
 // generic one for what neither takes (other head sizes, unaligned rows, PI0_CUDA_FLASH=0):
 // per segment: logits = scale * Q.K^T by cuBLASLt into fp32 (`scores`), a masked softmax in fp32 that
@@ -89,13 +91,13 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
     const bf16 *K2 = (const bf16 *)a->k2.p, *V2 = (const bf16 *)a->v2.p;
     bf16 *O = (bf16 *)out.p;
     for (int s = 0; s < a->nseg;) {
-        int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = a->k_off[s + 1] - k0;
+        int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = attn_k1_end(a, s) - k0;
         int n2 = K2 ? nq : 0, nk = n1 + n2, ld = (nk + 7) & ~7;   // rows padded to 16-byte multiples
         int rows = nq * H;
         if (nq) {   // decode attention over this and the following equal, consecutively packed segments
             int g = 1;
             while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
-                   a->k_off[s + g + 1] - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1)
+                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1)
                 g++;
             if (cuda_decode_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
                                  K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, g, nq, a, n1)) {
@@ -106,7 +108,7 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         if (nq) {   // flash attention over this and the following equal segments
             int g = 1;
             while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
-                   a->k_off[s + g + 1] - a->k_off[s + g] == n1)   // grid.z <= 65535
+                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1)   // grid.z <= 65535
                 g++;
             if (flash_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
                                 K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, a, g, nq, n1)) {
@@ -127,7 +129,8 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         int g = 1;
         if (a->kv_heads == 1)
             while (s + g < a->nseg && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
-                   a->k_off[s + g + 1] - a->k_off[s + g] == n1 && (size_t)(g + 1) * rows * ld <= c->scores_cap &&
+                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1 &&
+                   (size_t)(g + 1) * rows * ld <= c->scores_cap &&
                    (size_t)(g + 1) * rows * hd <= c->att_cap)
                 g++;
         if (nq == 0) { s += g; continue; }
@@ -158,7 +161,8 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             // many equal segments (SigLIP over a batch of images): loop over heads, batch over segments
             int gi = 1;
             while (s + gi < a->nseg && a->q_off[s + gi + 1] - a->q_off[s + gi] == nq &&
-                   a->k_off[s + gi + 1] - a->k_off[s + gi] == n1 && (size_t)(gi + 1) * nq * ld <= c->scores_cap)
+                   attn_k1_end(a, s + gi) - a->k_off[s + gi] == n1 && a->k_off[s + gi] == k0 + gi * n1 &&
+                   (size_t)(gi + 1) * nq * ld <= c->scores_cap)
                 gi++;
             long long sx = (long long)nq * qw, sw = (long long)n1 * kvw, sl = (long long)nq * ld;
             for (int h = 0; h < H; h++) {

@@ -385,6 +385,7 @@ static void cuda_destroy(pi0_backend *be) {
         }
         gemm_cache_free(c->gemms);
         cudaFree(c->scores);
+        cudaFree(c->tok_part);
         cudaFree(c->probs);
         cudaFree(c->att32);
         cudaFree(c->tune_buf);
@@ -507,6 +508,7 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     be->mlp_up = cuda_mlp_up;
     be->embed = cuda_embed;
     be->copy_rows = cuda_copy_rows;
+    be->next_token = cuda_next_token;
     be->linear_gated = cuda_linear_gated;
     be->add_rows = cuda_add_rows;
     be->axpy = cuda_axpy;

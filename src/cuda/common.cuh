@@ -144,6 +144,8 @@ struct cuda_ctx {
     int32_t *acc;              // the int32 products of xq_rows rows (cuBLASLt), xq_rows x the store's q8_n
     size_t xq_rows;
     int64_t xq_k, acc_n;       // the columns xq and acc were sized for
+    void *tok_part;            // next_token's per-block picks (decode.cu), tok_cap bytes
+    size_t tok_cap;
     pi0_status err;            // first asynchronous failure (sticky)
     char errmsg[512];
 };
@@ -396,6 +398,8 @@ void cuda_gelu_mul(pi0_backend *be, pt out, pt g, pt u, int M, int F);
 void cuda_gelu_mul_bwd(pi0_backend *be, pt dg, pt du, pt dy, pt g, pt u, int M, int F, int ld);
 void cuda_embed(pi0_backend *be, pt out, pt rows, pt ids, int n, const pi0_wt *table, float scale);
 void cuda_copy_rows(pi0_backend *be, pt dst, pt di, pt src, pt si, int n, int D);
+void cuda_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, int M, int V, int K, float temperature,
+                     uint64_t seed);
 void cuda_gated_add(pi0_backend *be, pt x, pt y, pt gate, int gate_stride, int rows_per_gate, int M, int D);
 void cuda_scale_rows(pi0_backend *be, pt out, pt x, pt v, int stride, int rows_per_vec, int M, int D);
 void cuda_add_rows(pi0_backend *be, pt x, pt v, int rows_per_vec, int M, int D, enum pi0_act act);

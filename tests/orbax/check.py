@@ -8,6 +8,8 @@ tensorstore. Checks:
 - `pi0 infer` on the Orbax directory gives the actions of the converted directory, and of the source fixture
   whenever the stored dtype loses nothing (bit for bit);
 - `pi0 run` (the policy) takes its horizon from --config, and equals the fixture's actions;
+- pi0-FAST (a tiny checkpoint from `pi0 gen-checkpoint --variant tiny-pi0-fast`): info names it, convert gives the
+  source's tensors, `pi0 infer` gives the source's output_tokens; a stray action-expert parameter is refused;
 - training-run layouts (run dir, step dir, params dir), nnx "value" leaves, bf16 / f32 / mixed, OCDBT or not;
 - bad input: a clear error naming the file or parameter, never a crash or a hang.
 Prints one line per check and "orbax-NAME: N passed, M failed".
@@ -70,7 +72,7 @@ def tensors(path):
 
 
 def save_st(path, arrays):
-    names = {np.dtype(np.uint8): "U8", np.dtype(np.float32): "F32"}
+    names = {np.dtype(np.uint8): "U8", np.dtype(np.float32): "F32", np.dtype(np.bool_): "BOOL", np.dtype(np.int32): "I32"}
     header, off, blobs = {}, 0, []
     for k, a in arrays.items():
         header[k] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
@@ -135,6 +137,72 @@ def policy_checks(tmp, d0, d5):
         r3 = pi0(*base, "--checkpoint", d)
         rows = r3[0] == 0 and len(json.loads(r3[1])["actions"])
         check(f"pi0 run {cfg} on Orbax: horizon {H} from the config", rows == H, f"{rows} rows; {r3[2][-200:]}")
+
+
+def fast_tokens(ckpt, inputs, out):
+    """(output_tokens as (dtype, shape, bytes), stderr's tail) of 8 decoding steps, sampled at temperature 1, seed 3:
+    greedy decoding of a tiny random model repeats the last prompt token whatever the weights (the tied embedding reads
+    back a residual stream that stays near its input), while sampling reads every logit."""
+    rc, _, err = pi0("infer", "--checkpoint", ckpt, "--inputs", inputs, "--output", out, "--max-decoding-steps", "8",
+                     "--temperature", "1", "--seed", "3")
+    return rc == 0 and tensors(out).get("output_tokens"), err.strip()[-300:]
+
+
+def fast_case(tmp, label, src, inputs, want, **kw):
+    """A pi0-FAST Orbax checkpoint of `src` (the engine's safetensors) against `src` itself, whose tokens are `want`."""
+    d, expect, conv = (os.path.join(tmp, label + sfx) for sfx in ("", ".expect.safetensors", ".conv"))
+    write(src, d, expect=expect, **kw)
+    rc, out, err = pi0("info", "--checkpoint", d)
+    fmt = "orbax-ocdbt" if kw.get("ocdbt", 1) else "orbax-zarr"
+    want_info = [f"format: {fmt}", "model: pi0_fast", "action_expert: none", "vision: width 32, depth 2, mlp_dim 48, num_heads 4",
+                 "paligemma: width 64, depth 2, mlp_dim 128, num_heads 4, num_kv_heads 1, head_dim 16"]
+    check(f"{label}: info names {fmt}, pi0_fast and every dim", rc == 0 and all(w in out for w in want_info),
+          f"rc {rc} {out}{err}")
+    rc, _, err = pi0("convert", "--checkpoint", d, "--out", conv)
+    got = rc == 0 and tensors(os.path.join(conv, "model.safetensors"))
+    src_t = oc.source_tensors(src)                      # the tied lm_head under the embedding's name
+    same = lambda k: (k in got and k in src_t and got[k][1] == list(src_t[k].shape) and  # noqa: E731
+                      got[k][2] == src_t[k].astype(oc.ST_DTYPES[got[k][0]]).tobytes())
+    diff = sorted(k for k in set(src_t) | set(got or {}) if not got or not same(k))
+    check(f"{label}: convert == the source's {len(src_t)} tensors (bit for bit) == orbax restore + openpi mapping",
+          got and not diff and got == tensors(expect), f"rc {rc} {err[-200:]} differing: {diff[:4]}")
+    t_ox, e1 = fast_tokens(d, inputs, os.path.join(tmp, label + ".tok"))
+    t_cv, e2 = fast_tokens(conv, inputs, os.path.join(tmp, label + ".conv.tok"))
+    check(f"{label}: output_tokens == the source's == of its conversion", want and t_ox == want and t_cv == want, e1 + e2)
+    return d
+
+
+def fast_checks(tmp):
+    """pi0-FAST: PaliGemma alone. The stray-parameter checks read only the engine, so the pinned venv runs them."""
+    src, inputs = os.path.join(tmp, "tiny-pi0-fast"), os.path.join(tmp, "fast.in.safetensors")
+    rc, _, err = pi0("gen-checkpoint", "--variant", "tiny-pi0-fast", "--seed", "7", src)
+    if not check("pi0 gen-checkpoint --variant tiny-pi0-fast", rc == 0, err[-300:]):
+        return
+    rng = np.random.default_rng(11)
+    tm = np.arange(12) < np.array([[8], [5]])           # prompts of 8 and 5 tokens
+    ar = np.zeros((2, 12), np.int32)
+    ar[0, 6:8] = 1                                       # a causal tail in sample 0, as openpi marks its postfix
+    save_st(inputs, {"images": rng.uniform(-1, 1, (2, 3, 56, 56, 3)).astype(np.float32),
+                     "image_masks": np.array([[1, 1, 1], [1, 0, 1]], bool),
+                     "tokens": np.where(tm, rng.integers(2, 512, (2, 12)), 0).astype(np.int32), "token_mask": tm,
+                     "token_ar_mask": ar})
+    want, err = fast_tokens(src, inputs, os.path.join(tmp, "fast.tok"))
+    n = want and len(set(np.frombuffer(want[2], np.int32).tolist()))
+    check(f"tiny-pi0-fast (safetensors): output_tokens {want and want[1]}, {n} distinct", want and n > 4, err)
+    fast_case(tmp, "pi0-fast-ocdbt-source", src, inputs, want)
+    if NAME != "pinned":
+        return
+    z = fast_case(tmp, "pi0-fast-zarr-f32-nnx", src, inputs, want, ocdbt=0, dtype="f32", nnx_value=True)
+    # one parameter of the action expert makes it a pi0 / pi0.5 checkpoint, which then lacks the rest of the expert
+    for leaf, shape, needles in (
+            ("action_in_proj/kernel", (32, 32), ("missing parameter 'PaliGemma/llm/layers/attn/q_einsum_1/w'",
+                                                 "'action_in_proj/kernel' is present")),
+            ("PaliGemma/llm/layers/attn/q_einsum_1/w", (2, 4, 32, 16),
+             ("missing parameter 'PaliGemma/llm/layers/attn/kv_einsum_1/w'", "'PaliGemma/llm/layers/attn/q_einsum_1/w' is present")),
+            ("state_proj/kernel", (32, 32), ("'state_proj/kernel' but no action expert",))):
+        d = fresh(z, tmp, "fast-" + leaf.replace("/", "."))
+        add_leaf(d, leaf, np.ones(shape, np.float32))
+        expect_error(f"pi0-FAST with a stray '{leaf}'", d, *needles)
 
 
 def expect_error(label, ckpt, *needles, rc_want=1, args=()):
@@ -294,6 +362,7 @@ def main():
         d0, _ = model_case(tmp, "pi0-ocdbt-source", "tiny-pi0", True)
         d5, _ = model_case(tmp, "pi05-ocdbt-source", "tiny-pi05", True)
         model_case(tmp, "pi05-zarr-mixed-nnx", "tiny-pi05", False, ocdbt=0, dtype="mixed", nnx_value=True)
+        fast_checks(tmp)
         if NAME != "pinned":
             return
         zarr, _ = model_case(tmp, "pi0-zarr-f32-nnx", "tiny-pi0", True, ocdbt=0, dtype="f32", nnx_value=True)

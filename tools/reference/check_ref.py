@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Self-checks of the float64 reference (pi0_ref.py) and of the fixtures it wrote (make_fixtures.py).
+"""Self-checks of the float64 references (pi0_ref.py, pi0_fast_ref.py) and of the fixtures they wrote
+(make_fixtures.py, make_fast_fixtures.py).
 
 Each check prints one line `name  detail  OK|FAIL`; the exit status is non-zero if any check fails.
 These checks can fail: they compare the reference against a second formulation of the same math (torch
 library ops, compacted prefix, joint two-expert sequence without KV cache, a mask built from the spec's
-prose) and check the invariances and sensitivities the spec implies (docs/model.md 3.3, 3.8, 3.13).
-Usage: /usr/bin/python3 tools/reference/check_ref.py   (after make_fixtures.py)
+prose) and check the invariances and sensitivities the spec implies (docs/model.md 3.3, 3.8, 3.13). The π0-FAST
+part compares openpi's cached decoding loop with a full recomputation over the valid tokens only: equal where no
+camera is masked, different where one is (the window quirk is exercised), and checks the end-token stop.
+Usage: /usr/bin/python3 tools/reference/check_ref.py   (after make_fixtures.py and make_fast_fixtures.py)
 """
 import json
 import math
@@ -22,6 +25,7 @@ import torch.nn.functional as Fn
 
 sys.dont_write_bytecode = True   # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pi0_fast_ref as fr  # noqa: E402
 import pi0_ref as ref  # noqa: E402
 
 F64 = torch.float64
@@ -29,6 +33,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 FIX = os.path.join(ROOT, "tests", "fixtures")
 MODELS = ("tiny-pi0", "tiny-pi05")
 CASES = ("b1", "b1-masked", "b2")
+FAST = os.path.join(FIX, "tiny-pi0-fast")
+FAST_CASES = ("b1", "b1-masked", "b2", "b1-ar", "b2-eos")
 failures = []
 
 
@@ -426,15 +432,208 @@ def check_loader():
         shutil.rmtree(tmp)
 
 
+# ---- π0-FAST (pi0_fast_ref.py): a second formulation of the decoding loop, the quirks, the stop rule ----
+
+def fast_case(case):
+    return ref.load_inputs(os.path.join(FAST, f"{case}.in.safetensors"))
+
+
+def fast_recompute(m, inputs, steps, skip=1):
+    """Greedy decoding written without openpi's machinery: per sample, only the valid prefix tokens (positions
+    0..n-1, the prefix-LM mask of their ar flags), then the decoded tokens at positions n + skip + j, each seeing
+    every valid prefix token and the decoded ones up to itself; the whole sequence recomputed at every step, no KV
+    cache, no alignment, no window. Runs exactly `steps` steps. -> (tokens [B,steps], logits [B,steps,V])."""
+    g = {k: torch.as_tensor(np.asarray(v)) for k, v in inputs.items()}
+    emb, valid, ar = m.embed_inputs(g["images"], g["image_masks"], g["tokens"], g["token_mask"], g["token_ar_mask"])
+    toks, logits = [], []
+    for b in range(emb.shape[0]):
+        e, a = emb[b, valid[b]], ar[b, valid[b]]
+        n = e.shape[0]
+        row, lrow = [], []
+        for _ in range(steps):
+            t = torch.tensor(row, dtype=torch.int64)
+            x = torch.cat([e, m.embed(t)])[None]
+            flags = torch.cat([a, torch.ones(len(row), dtype=torch.int64)])[None]
+            pos = torch.cat([torch.arange(n), n + skip + torch.arange(len(row))])[None]
+            seen = fr.make_attn_mask(torch.ones_like(flags, dtype=torch.bool), flags)
+            lg, _ = m.llm(x, pos, seen, num_slots=x.shape[1])
+            row.append(int(np.argmax(lg[0].numpy())))
+            lrow.append(lg[0])
+        toks.append(row)
+        logits.append(torch.stack(lrow))
+    return torch.tensor(toks, dtype=torch.int64), torch.stack(logits)
+
+
+def check_fast():
+    m = fr.Pi0FastReference(FAST)
+    tag = "[tiny-pi0-fast]"
+    outs = {}
+    for case in FAST_CASES:
+        inp = fast_case(case)
+        stored, _ = ref.read_safetensors(os.path.join(FAST, f"{case}.out.safetensors"))
+        N = stored["output_tokens"].shape[1]
+        out = m.sample_tokens(inp, N)
+        outs[case] = out
+        new = {k: v.numpy() for k, (_, v) in fr.output_tensors(out).items()}
+        same = sorted(new) == sorted(stored) and all(np.array_equal(new[k], stored[k]) for k in new)
+        tail_zero = not stored["output_tokens"][:, out["steps"]:].any()
+        report(f"{tag} fixture {case} reproduces bit for bit", same and tail_zero,
+               f"{out['steps']} of {N} steps, min margin {float(out['logit_margin'][:, :out['steps']].min()):.3f}")
+
+    # the prefix-LM rule against the docstring's prose; the alignment against an index formula
+    inp = fast_case("b1-ar")
+    valid = torch.as_tensor(inp["token_mask"])
+    ar = torch.as_tensor(inp["token_ar_mask"])
+    L = valid.shape[1]
+    want = torch.zeros(1, L, L, dtype=torch.bool)
+    for i in range(L):
+        for j in range(L):   # a bidirectional block up to the causal tail, each tail token a block of its own
+            want[0, i, j] = bool(valid[0, i] and valid[0, j]) and (j <= i or not bool(ar[0, i + 1:j + 1].any()))
+    report(f"{tag} make_attn_mask == prose (prefix-LM, causal tail)",
+           bool((fr.make_attn_mask(valid, ar) == want).all()))
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 9, 3, generator=g, dtype=F64)
+    mask = torch.tensor([[1, 1, 0, 1, 1, 0, 0, 0, 0], [0, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    am = torch.rand(2, 9, 9, generator=g) > 0.5
+    xa, ma, ama = fr.left_to_right_align(x, mask, am)
+    ok = True
+    for b, last in enumerate((4, 8)):
+        idx = [(i + last + 1) % 9 for i in range(9)]   # new slot i holds old slot (i + last valid + 1) mod 9
+        ok &= torch.equal(xa[b], x[b, idx]) and torch.equal(ma[b], mask[b, idx]) \
+            and torch.equal(ama[b], am[b][idx][:, idx])
+    report(f"{tag} left_to_right_align == index formula", ok)
+
+    # cached decoding == full recomputation on the valid tokens where no camera is masked; with the prefix's valid
+    # slots as the window it is equal everywhere; openpi's window changes the tokens where a camera is masked
+    for case in FAST_CASES:
+        inp = fast_case(case)
+        out = outs[case]
+        steps = out["steps"]
+        toks, logits = fast_recompute(m, inp, steps)
+        alt = m.sample_tokens(inp, out["output_tokens"].shape[1], window="valid", early_stop=False)
+        d_alt = maxdiff(alt["step_logits"][:, :steps], logits)
+        alt_ok = torch.equal(alt["output_tokens"][:, :steps], toks) and d_alt < 1e-10
+        for b in range(toks.shape[0]):
+            masked = not inp["image_masks"][b].all()
+            same = torch.equal(out["output_tokens"][b, :steps], toks[b])
+            d = maxdiff(out["step_logits"][b, :steps], logits[b])
+            if masked:
+                report(f"{tag} {case}[{b}] masked camera: openpi's window changes tokens", not same and alt_ok,
+                       f"first differing step {int(np.argmax((out['output_tokens'][b, :steps] != toks[b]).numpy()))}; "
+                       f"valid-slot window == recompute {d_alt:.1e}")
+            else:
+                report(f"{tag} {case}[{b}] cached decoding == full recompute", same and d < 1e-10 and alt_ok,
+                       f"max|d logits| {d:.1e}")
+    inp = fast_case("b1")
+    _, logits = fast_recompute(m, inp, 4, skip=0)
+    d = maxdiff(logits, outs["b1"]["step_logits"][:, :4])
+    report(f"{tag} decode position n + s + 1 (not n + s) matters", d > 1e-3, f"max|d logits| {d:.1e}")
+
+    # what the quirk lets in: pad ids and masked pixels reach the outputs only through a masked camera
+    rs = np.random.RandomState(5)
+    for case, want_change in (("b1", False), ("b1-masked", True)):
+        inp = fast_case(case)
+        alt = {k: v.copy() for k, v in inp.items()}
+        pads = ~alt["token_mask"]
+        alt["tokens"][pads] = rs.randint(4, 512, int(pads.sum()))
+        o = m.sample_tokens(alt, 16, early_stop=False)
+        d = maxdiff(o["step_logits"], m.sample_tokens(inp, 16, early_stop=False)["step_logits"])
+        report(f"{tag} {case}: pad ids " + ("change" if want_change else "do not change") + " the logits",
+               d > 1e-6 if want_change else d == 0.0, f"max|d|={d:.1e}")
+    inp = fast_case("b1-masked")
+    alt = {k: v.copy() for k, v in inp.items()}
+    alt["images"][0, 2] = rs.uniform(-1, 1, alt["images"][0, 2].shape)
+    d = maxdiff(m.sample_tokens(alt, 16)["step_logits"], outs["b1-masked"]["step_logits"])
+    report(f"{tag} b1-masked: the masked camera's pixels change the logits", d > 1e-6, f"max|d|={d:.1e}")
+
+    # the stop rule: one sample writes EOS first and goes on; the loop stops at the first step where both do
+    out = outs["b2-eos"]
+    t, steps = out["output_tokens"], out["steps"]
+    first = [int(np.argmax((row == fr.EOS_TOKEN).numpy())) for row in t]
+    ok = bool((t[:, steps - 1] == fr.EOS_TOKEN).all()) and min(first) < steps - 1 and max(first) == steps - 1 \
+        and not t[:, steps:].any()
+    full = m.sample_tokens(fast_case("b2-eos"), t.shape[1], early_stop=False)["output_tokens"]
+    ok &= torch.equal(full[:, :steps], t[:, :steps]) and bool(full[:, steps:].all())
+    early = first.index(min(first))
+    alone = m.sample_tokens({k: v[early:early + 1] for k, v in fast_case("b2-eos").items()}, t.shape[1])
+    ok &= alone["steps"] == min(first) + 1
+    report(f"{tag} b2-eos stops when every row writes EOS", ok,
+           f"first EOS at steps {first}, stop after {steps}; alone: {alone['steps']}")
+
+    # batch of 2 == 2 x batch of 1 (no EOS in b2); float32 mode gives the same tokens
+    inp = fast_case("b2")
+    d, same = 0.0, True
+    for b in range(2):
+        one = m.sample_tokens({k: v[b:b + 1] for k, v in inp.items()}, 16)
+        d = max(d, maxdiff(one["step_logits"], outs["b2"]["step_logits"][b:b + 1]))
+        same &= torch.equal(one["output_tokens"], outs["b2"]["output_tokens"][b:b + 1])
+    report(f"{tag} batch 2 == 2 x batch 1", same and d < 1e-12, f"max|d|={d:.1e}")
+    m32 = fr.Pi0FastReference(FAST, dtype=torch.float32)
+    d, same = 0.0, True
+    for case in FAST_CASES:
+        o = m32.sample_tokens(fast_case(case), outs[case]["output_tokens"].shape[1])
+        same &= torch.equal(o["output_tokens"], outs[case]["output_tokens"])
+        d = max(d, maxdiff(o["step_logits"], outs[case]["step_logits"]))
+    report(f"{tag} float32 mode: same tokens, logits near float64", same and d < 1e-4, f"max|d logits| {d:.1e}")
+
+    # every tensor moves the first logits, except SigLIP's k_proj bias (softmax shift invariance)
+    inp = fast_case("b1")
+    base = outs["b1"]["prefill_logits"]
+    g = torch.Generator().manual_seed(11)
+    bad, least = [], float("inf")
+    for k in sorted(m.w):
+        orig = m.w[k]
+        m.w[k] = orig + 0.1 * torch.randn(orig.shape, generator=g, dtype=F64)
+        d = maxdiff(m.sample_tokens(inp, 1)["prefill_logits"], base)
+        m.w[k] = orig
+        if k.endswith("self_attn.k_proj.bias"):
+            bad += [k] if d > 1e-12 else []
+        else:
+            least = min(least, d)
+            bad += [k] if d < 1e-6 else []
+    report(f"{tag} each of {len(m.w)} tensors matters (but k bias)", not bad,
+           bad[0] if bad else f"min max|d|={least:.1e}")
+
+    # the loader: the lm_head alias, refusals
+    tmp = tempfile.mkdtemp(prefix="fastref_")
+    try:
+        arrays, _ = ref.read_safetensors(os.path.join(FAST, "model.safetensors"))
+        shutil.copy(os.path.join(FAST, "config.json"), tmp)
+        st = os.path.join(tmp, "model.safetensors")
+        moved = dict(arrays)
+        moved[ref.LM_HEAD] = moved.pop(ref.EMBED)
+        ref.write_safetensors(st, {k: ("BF16", v) for k, v in moved.items()}, metadata={ref.EMBED: ref.LM_HEAD})
+        d = maxdiff(fr.Pi0FastReference(tmp).sample_tokens(inp, 16)["step_logits"], outs["b1"]["step_logits"])
+        report(f"{tag} loader: lm_head alias", d == 0.0, f"max|d|={d:.1e}")
+        refusals = {"action expert tensor": dict(arrays, **{"action_in_proj.weight": np.zeros((32, 7), np.float32)}),
+                    "missing final norm": {k: v for k, v in arrays.items() if k != ref.LM + ".norm.weight"}}
+        for what, tensors in refusals.items():
+            ref.write_safetensors(st, {k: ("BF16", v) for k, v in tensors.items()})
+            try:
+                fr.Pi0FastReference(tmp)
+                report(f"{tag} loader: {what} refused", False)
+            except ValueError as e:
+                report(f"{tag} loader: {what} refused", "action_in_proj" in str(e) or "norm" in str(e))
+        try:
+            fr.Pi0FastReference(os.path.join(FIX, "tiny-pi0"))
+            report(f"{tag} loader: a pi0 checkpoint refused", False)
+        except ValueError as e:
+            report(f"{tag} loader: a pi0 checkpoint refused", "model_type" in str(e))
+    finally:
+        shutil.rmtree(tmp)
+
+
 def main():
-    if not all(os.path.exists(os.path.join(FIX, n, "model.safetensors")) for n in MODELS):
-        sys.exit(f"fixtures missing in {FIX}: run /usr/bin/python3 tools/reference/make_fixtures.py first")
+    if not all(os.path.exists(os.path.join(FIX, n, "model.safetensors")) for n in MODELS + ("tiny-pi0-fast",)):
+        sys.exit(f"fixtures missing in {FIX}: run /usr/bin/python3 tools/reference/make_fixtures.py and "
+                 "make_fast_fixtures.py first")
     torch.set_num_threads(1)
     check_blocks()
     check_quant()
     for name in MODELS:
         check_model(name)
     check_loader()
+    check_fast()
     print(f"{len(failures)} failed" if failures else "all checks passed")
     sys.exit(1 if failures else 0)
 

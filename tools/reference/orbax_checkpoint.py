@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Write and check real Orbax checkpoints of openpi's pi0 / pi0.5 JAX params whose weights are known.
+"""Write and check real Orbax checkpoints of openpi's pi0 / pi0.5 / pi0-FAST JAX params whose weights are known.
 
 `write` inverts openpi's examples/convert_jax_model_to_pytorch.py: from a checkpoint in openpi's PyTorch layout
 (model.safetensors + config.json) it rebuilds openpi's JAX params tree (scanned layer stacks, einsum layouts, the
 `_1` action-expert copies) that the converter turns back into exactly the source tensors, and saves it with
 orbax-checkpoint as openpi's training code does (CheckpointManager, item "params" = {"params": tree}).
+A source without the action expert (no gemma_expert tensors, no action_in_proj) is pi0-FAST: openpi's Pi0FAST
+params are PaliGemma/img and PaliGemma/llm alone, under the names of pi0's PaliGemma part (gemma_fast.py names its
+parameters as gemma.py names the first expert's), and the mapping back is the converter's PaliGemma part.
 `--expect FILE` restores what was saved as openpi's restore_params does, applies this script's own forward mapping
 (written from that converter) and writes the result (PyTorch names, dtypes as saved) to a safetensors file that a
 native reader of the Orbax files must reproduce bit for bit. `verify` restores the same way and compares with SRC.
@@ -144,7 +147,8 @@ def to_jax(src, cfg):
     put(LLM + "embedder/input_embedding", g(EMBED))
 
     pi05 = ADARMS in src
-    for sfx, pt, blk in (("", LM, "paligemma"), ("_1", EX, "action_expert")):
+    fast = "action_in_proj.weight" not in src and not any(k.startswith(EX + ".") for k in src)
+    for sfx, pt, blk in (("", LM, "paligemma"), ("_1", EX, "action_expert"))[:1 if fast else 2]:
         H = (cfg.get(blk) or {}).get("head_dim") or GEMMA_HEAD_DIM[cfg[blk + "_variant"].removesuffix("_lora")]
         L = pt + ".layers.{}."
         W = src[L.format(0) + "mlp.down_proj.weight"].shape[0]
@@ -170,7 +174,7 @@ def to_jax(src, cfg):
             put(LLM + f"final_norm{sfx}/Dense_0/bias", g(pt + ".norm.dense.bias"))
         else:
             put(LLM + f"final_norm{sfx}/scale", g(pt + ".norm.weight"))
-    for name in HEADS[pi05]:
+    for name in () if fast else HEADS[pi05]:
         put(name + "/kernel", g(name + ".weight").T)
         put(name + "/bias", g(name + ".bias"))
     if left:
@@ -211,7 +215,8 @@ def to_pytorch(flat):
     out[EMBED] = t(LLM + "embedder/input_embedding")
 
     pi05 = LAY + "pre_attention_norm_1/Dense_0/kernel" in flat      # the converter tests "pi05" in its path
-    for sfx, pt in (("", LM), ("_1", EX)):
+    fast = LAY + "attn/q_einsum_1/w" not in flat and "action_in_proj/kernel" not in flat   # Pi0FAST: PaliGemma alone
+    for sfx, pt in (("", LM), ("_1", EX))[:1 if fast else 2]:
         q, kv, o = (t(LAY + f"attn/{e}{sfx}/w") for e in ("q_einsum", "kv_einsum", "attn_vec_einsum"))
         gating, linear = t(LAY + f"mlp{sfx}/gating_einsum"), t(LAY + f"mlp{sfx}/linear")
         ada = pi05 and sfx
@@ -238,7 +243,7 @@ def to_pytorch(flat):
             out[pt + ".norm.dense.bias"] = t(LLM + f"final_norm{sfx}/Dense_0/bias")
         else:
             out[pt + ".norm.weight"] = t(LLM + f"final_norm{sfx}/scale")
-    for name in HEADS[pi05]:
+    for name in () if fast else HEADS[pi05]:
         out[name + ".weight"] = t(name + "/kernel").T
         out[name + ".bias"] = t(name + "/bias")
     return out

@@ -1,0 +1,136 @@
+// decode.cu — backend.h next_token (CPU twin: cpu_decode.c): π0-FAST's next token over the whole vocabulary, the logits
+// never stored. Pass 1: each block takes NT_VPB vocabulary rows, each warp one row at a time, and every row of x (up to
+// NT_ROWS per pass, held in shared memory as fp32) against it; the block keeps per row its best (score, token) and its
+// two largest logits. Pass 2: one block per row merges the blocks' picks. Ties go to the lower token, as the CPU's
+// first-index rule. The table is read once per NT_ROWS rows: one 16-byte load per lane where the rows allow it.
+#include <math.h>
+
+#include "common.cuh"
+
+enum { NT_ROWS = 8, NT_VPB = 64, NT_THREADS = 256 };
+
+struct tok_pick {
+    float score, best, second;
+    int id;
+};
+
+__device__ __forceinline__ bool better(float s, int id, const tok_pick &p) {
+    return p.id < 0 || s > p.score || (s == p.score && id < p.id);
+}
+
+__device__ __forceinline__ void merge(tok_pick &a, const tok_pick &b) {
+    if (b.id >= 0 && better(b.score, b.id, a)) { a.score = b.score; a.id = b.id; }
+    float lo = fminf(a.best, b.best);
+    a.second = fmaxf(lo, fmaxf(a.second, b.second));
+    a.best = fmaxf(a.best, b.best);
+}
+
+__global__ void next_token_part(tok_pick *part, const bf16 *x, const bf16 *W, int m, int V, int K, float temperature,
+                                unsigned long long seed, int r0, int vec) {
+    extern __shared__ float xs[];   // [m][K]
+    __shared__ tok_pick red[NT_THREADS / 32][NT_ROWS];
+    pdl_wait();   // programmatic dependent launch: see common.cuh
+    pdl_trigger();
+    for (int i = threadIdx.x; i < m * K; i += blockDim.x) xs[i] = __bfloat162float(x[i]);
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    tok_pick p[NT_ROWS];
+#pragma unroll
+    for (int i = 0; i < NT_ROWS; i++) p[i] = {-INFINITY, -INFINITY, -INFINITY, -1};
+    int j1 = min(V, (blockIdx.x + 1) * NT_VPB);
+    for (int j = blockIdx.x * NT_VPB + warp; j < j1; j += nw) {
+        const bf16 *w = W + (size_t)j * K;
+        float acc[NT_ROWS] = {0};
+        if (vec) {
+            for (int k = lane * 8; k < K; k += 256) {
+                float wv[8];
+                ldv<8>(wv, w + k);
+#pragma unroll
+                for (int i = 0; i < NT_ROWS; i++)
+                    if (i < m)
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[i] = fmaf(wv[e], xs[i * K + k + e], acc[i]);
+            }
+        } else {
+            for (int k = lane; k < K; k += 32) {
+                float wk = __bfloat162float(w[k]);
+#pragma unroll
+                for (int i = 0; i < NT_ROWS; i++)
+                    if (i < m) acc[i] = fmaf(wk, xs[i * K + k], acc[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < NT_ROWS; i++) {
+            if (i >= m) break;
+            float l = warp_sum(acc[i]);
+            float s = temperature > 0.0f ? l / temperature + pi0_gumbel(seed, (uint32_t)(r0 + i), (uint32_t)j) : l;
+            if (better(s, j, p[i])) { p[i].score = s; p[i].id = j; }
+            if (l > p[i].best) { p[i].second = p[i].best; p[i].best = l; }
+            else if (l > p[i].second) p[i].second = l;
+        }
+    }
+    if (lane == 0)
+        for (int i = 0; i < m; i++) red[warp][i] = p[i];
+    __syncthreads();
+    if (threadIdx.x < m) {
+        tok_pick q = red[0][threadIdx.x];
+        for (int w2 = 1; w2 < nw; w2++) merge(q, red[w2][threadIdx.x]);
+        part[(size_t)threadIdx.x * gridDim.x + blockIdx.x] = q;
+    }
+}
+
+__global__ void next_token_final(int32_t *ids, float *top2, const tok_pick *part, int nblk, int r0) {
+    __shared__ tok_pick red[NT_THREADS];
+    pdl_wait();
+    pdl_trigger();
+    int r = blockIdx.x;
+    tok_pick q = {-INFINITY, -INFINITY, -INFINITY, -1};
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) merge(q, part[(size_t)r * nblk + b]);
+    red[threadIdx.x] = q;
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) merge(red[threadIdx.x], red[threadIdx.x + h]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        ids[r0 + r] = red[0].id;
+        if (top2) { top2[2 * (r0 + r)] = red[0].best; top2[2 * (r0 + r) + 1] = red[0].second; }
+    }
+}
+
+void cuda_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, int M, int V, int K, float temperature,
+                     uint64_t seed) {
+    cuda_ctx *c = CTX(be);
+    if (c->err || M <= 0) return;
+    int nblk = cdiv(V, NT_VPB);
+    size_t need = (size_t)NT_ROWS * nblk * sizeof(tok_pick), smem = (size_t)NT_ROWS * K * sizeof(float);
+    if (smem > (size_t)c->smem_optin) {
+        c->err = PI0_ERR_UNSUPPORTED;
+        snprintf(c->errmsg, sizeof c->errmsg, "next_token: width %d needs %zu bytes of shared memory, the GPU allows %d", K,
+                 smem, c->smem_optin);
+        return;
+    }
+    if (need > c->tok_cap) {   // grown outside graph capture only: π0-FAST's decoding runs no graph
+        if (c->capturing) {
+            c->err = PI0_ERR_ARG;
+            snprintf(c->errmsg, sizeof c->errmsg, "next_token: first call inside a graph capture");
+            return;
+        }
+        cudaFree(c->tok_part);
+        c->tok_part = NULL;
+        c->tok_cap = 0;
+        if (CUDA_NOTE(c, cudaMalloc(&c->tok_part, need))) return;
+        c->tok_cap = need;
+    }
+    if (smem > 48 * 1024)
+        CUDA_NOTE(c, cudaFuncSetAttribute(next_token_part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const bf16 *w = wbf(c, W), *xp = (const bf16 *)x.p;
+    int vec = K % 8 == 0 && aligned16(w);
+    for (int r0 = 0; r0 < M; r0 += NT_ROWS) {
+        int m = M - r0 < NT_ROWS ? M - r0 : NT_ROWS;
+        cuda_launch(c, next_token_part, dim3(nblk), dim3(NT_THREADS), smem, (tok_pick *)c->tok_part, xp + (size_t)r0 * K, w,
+                    m, V, K, temperature, (unsigned long long)seed, r0, vec);
+        cuda_launch(c, next_token_final, dim3(m), dim3(NT_THREADS), 0, (int32_t *)ids.p, (float *)top2.p,
+                    (const tok_pick *)c->tok_part, nblk, r0);
+    }
+}
