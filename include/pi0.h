@@ -181,8 +181,9 @@ typedef struct {
 pi0_status pi0_generate(pi0_session *s, const pi0_inputs *in, const pi0_decode_params *p, int32_t *tokens, int *steps);
 /* Host memory for pi0_inputs (above all the images): page-locked when a CUDA device is present, so that
  * pi0_infer's copies to the GPU run at bus speed without a staging copy (the driver stages pageable memory
- * first: bench/RESULTS.md L28); plain malloc otherwise. NULL when out of memory. Free with pi0_host_free
- * (NULL is a no-op). Thread-safe. */
+ * first: bench/RESULTS.md L28), and mapped for the GPU, whose kernels read the images from it in place where the GPU
+ * shares the host's memory (a Jetson: docs/jetson.md); plain malloc otherwise. NULL when out of memory. Free with
+ * pi0_host_free (NULL is a no-op). Thread-safe. */
 void *pi0_host_alloc(size_t bytes);
 /* The same for the backend of session s: page-locked for a CUDA session, plain for a CPU one (no GPU context is
  * made for it). Free with pi0_host_free. */
@@ -201,6 +202,18 @@ void pi0_session_set_stage_timing(pi0_session *s, int on);
 const char *pi0_session_backend(const pi0_session *s);
 /* The session's device memory in use (by every process) and in all; PI0_ERR_UNSUPPORTED on the CPU backend. */
 pi0_status pi0_session_memory(const pi0_session *s, size_t *used, size_t *total);
+/* What a session holds in the device's memory, in bytes (docs/jetson.md, Memory): its model's weights, which every
+ * session of the model shares, and the session's own buffers; whether the GPU shares the host's memory (a Jetson: then
+ * all of it comes out of the host's RAM). PI0_ERR_UNSUPPORTED on the CPU backend. */
+typedef struct {
+    size_t weights_bf16;   /* the weights kept in bf16 */
+    size_t weights_f32;    /* the fp32 copies of those the kernels read in fp32 (norms, biases, patch, action, time) */
+    size_t weights_8bit;   /* the weights --precision int8 selects: int8 values and their fp32 row scales */
+    size_t session;        /* activations, the prefix KV cache and scratch made at create, and what calls added since
+                              (the GEMM timing scratch at the first call, exact real-time chunking's transposes) */
+    int integrated;        /* 1: the GPU shares the host's memory (cudaDevAttrIntegrated) */
+} pi0_memory_info;
+pi0_status pi0_session_memory_info(const pi0_session *s, pi0_memory_info *info);
 /* The processor it runs on ("NVIDIA H100 80GB HBM3, 132 SMs" / the CPU model) and the driver
  * ("CUDA driver 13.0", or "-" on the CPU); static strings owned by the session. */
 const char *pi0_session_device(const pi0_session *s);

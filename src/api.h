@@ -26,7 +26,7 @@ struct pi0_model {
     const pi0_backend_provider *prov;   /* the backend sessions of this model run on (backends.c) */
     int n_threads, device;
     double load_s;         /* Orbax: reading and re-laying out the parameters */
-    void *store;           /* the weights in a store the backend owns (one device allocation on CUDA), or NULL */
+    void *store;           /* the weights in a store the backend owns (device memory on CUDA), or NULL */
     pi0_quant quant;       /* the 8-bit precision and its stages (stages 0: bf16 throughout) */
 };
 

@@ -105,6 +105,12 @@ static pi0_status load_orbax(pi0_model *m, const char *params, int quiet) {
     return PI0_OK;
 }
 
+/* weights_upload's done: the backend's store holds its own copy of t, and nothing reads t's host view again (the
+ * model runs on that backend alone), so its pages leave this process (backend.h weights_upload). */
+static void release_view(void *file, const pi0_wt *t) {
+    st_release(file, t->data, (size_t)(t->rows * t->cols) * pi0_dtype_size(t->dtype));
+}
+
 pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_params *p) {
     if (!out || !dir) return pi0_fail(PI0_ERR_ARG, "pi0_model_load: NULL argument");
     *out = NULL;
@@ -140,7 +146,8 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
     if ((st = config_finish(&m->cfg, dir)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
-    if (prov->weights_upload && (st = prov->weights_upload(&m->store, &m->w, &m->cfg, &m->quant, m->device)) != PI0_OK) {
+    if (prov->weights_upload &&
+        (st = prov->weights_upload(&m->store, &m->w, &m->cfg, &m->quant, m->device, release_view, m->file)) != PI0_OK) {
         pi0_error_prefix("%s", dir);
         goto fail;
     }

@@ -84,6 +84,11 @@ pi0_status pi0_session_memory(const pi0_session *s, size_t *used, size_t *total)
     if (!s->be->memory) return pi0_fail(PI0_ERR_UNSUPPORTED, "the %s backend has no device memory", s->be->name);
     return s->be->memory(s->be, used, total);
 }
+pi0_status pi0_session_memory_info(const pi0_session *s, pi0_memory_info *info) {
+    if (!s || !info) return pi0_fail(PI0_ERR_ARG, "pi0_session_memory_info: NULL argument");
+    if (!s->be->footprint) return pi0_fail(PI0_ERR_UNSUPPORTED, "the %s backend has no device memory", s->be->name);
+    return s->be->footprint(s->be, info);
+}
 const char *pi0_session_device(const pi0_session *s) { return s->be->device; }
 const char *pi0_session_driver(const pi0_session *s) { return s->be->driver; }
 

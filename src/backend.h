@@ -94,10 +94,11 @@ struct pi0_backend {
      * (max_fused = rows x (q + k + v or gate + up widths)); called at session create. */
     pi0_status (*reserve)(pi0_backend *be, size_t max_rows, size_t max_keys, size_t max_scores, size_t max_fused);
     pi0_status (*sync)(pi0_backend *be);                /* waits for queued work; reports async errors */
-    /* Runs fn(arg) as a CUDA graph per key (the host-side sizes the launches depend on); NULL = the backend has
-     * no graphs (fn is called directly). On a new key fn is called twice: once run directly (its result is the
-     * call's), once captured; the graph replays from the next call with that key on. So fn only enqueues work on
-     * the backend's stream and may be called repeatedly with the same effect. */
+    /* Runs fn(arg) as a CUDA graph per key (the host-side sizes the launches depend on, and the address of any input
+     * read in place: host_view); NULL = the backend has no graphs (fn is called directly). On a new key fn is called
+     * twice: once run directly (its result is the call's), once captured; the graph replays from the next call with
+     * that key on. So fn only enqueues work on the backend's stream and may be called repeatedly with the same
+     * effect. */
     pi0_status (*run_graph)(pi0_backend *be, const int32_t *key, int keylen, void (*fn)(void *), void *arg);
     void (*destroy)(pi0_backend *be);
     /* Profiling annotation (NVTX ranges on CUDA): opens a range `name`, or closes the innermost open one for
@@ -114,7 +115,17 @@ struct pi0_backend {
     int (*cat_ld)(pi0_backend *be, int width);
     /* The device's memory in use and in all (for reports); NULL = the backend has no device memory (the CPU). */
     pi0_status (*memory)(pi0_backend *be, size_t *used, size_t *total);
+    /* What this session and its model's weight store hold in the device's memory (pi0.h pi0_memory_info); NULL = the
+     * backend has no device memory. */
+    pi0_status (*footprint)(pi0_backend *be, pi0_memory_info *out);
     pi0_status (*upload)(pi0_backend *be, pt dst, const void *src, size_t n);    /* n elements, host kind = dst kind */
+    /* An input read in place instead of uploaded: a pt through which the ops read the caller's host memory src (of
+     * `kind`), or p == NULL where the backend cannot (then upload). For page-locked memory the device can address (the
+     * provider's host_alloc) on a GPU that shares the host's memory, where a copy would be one more pass over the same
+     * DRAM. The caller keeps src unchanged until the inference is synchronised (download, sync), as for an upload,
+     * whose copy is asynchronous too; a captured graph bakes the address in, so the run_graph key must carry it. NULL =
+     * the backend has none. */
+    pt (*host_view)(pi0_backend *be, const void *src, int kind);
     pi0_status (*download)(pi0_backend *be, float *dst, pt src, size_t n);       /* any float kind -> fp32, syncs */
     size_t (*elem_size)(int kind);
 
@@ -233,7 +244,8 @@ struct pi0_backend {
 
 /* The CPU reference; weights: the store of cpu_weights_upload (the 8-bit weights), or NULL. */
 pi0_status cpu_backend_create(pi0_backend **out, int n_threads, const void *weights);
-pi0_status cpu_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
+pi0_status cpu_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
+                              void (*done)(void *user, const pi0_wt *t), void *user);
 void cpu_weights_free(void *store);
 /* The op tests' stores: ts[i] in int8 where i8[i] (ids 1 .. max_id), and the store a backend's ops read from now on. */
 pi0_status cpu_weights_list(void **store, const pi0_wt *const *ts, const int *i8, int n, int max_id);
@@ -251,9 +263,13 @@ typedef struct {
     /* Copies the bound weights into a store the backend owns, keyed by each pi0_wt's id (weights.h), laid out as the
      * backend plans (its fused ops' groups placed together, the copies in the formats its kernels read); the ops of
      * every session created with the store find each weight there. The weights q selects are kept in q's 8-bit format
-     * (quant.h) instead, and the ops read them so. w is not changed. NULL: the backend reads the host mapping in place
-     * (and has no 8-bit path). */
-    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device);
+     * (quant.h) instead, and the ops read them so. w is not changed. A store that never reads the host view again calls
+     * done(user, t) (done may be NULL) once it has read tensor t for the last time, so that the caller can release its
+     * pages while the rest uploads: where the device's memory is the host's (a Jetson) a checkpoint's host view and
+     * its copy would otherwise both hold the model. NULL: the backend reads the host mapping in place (and has no 8-bit
+     * path). */
+    pi0_status (*weights_upload)(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q,
+                                 int device, void (*done)(void *user, const pi0_wt *t), void *user);
     void (*weights_free)(void *store);
     void *(*host_alloc)(size_t bytes);                                  /* NULL: plain host memory serves */
     void (*host_free)(void *p);

@@ -453,8 +453,12 @@ static pi0_status upload_inputs(model_sess *s, const pi0_inputs *in, int *nimg_o
     s->h_voff[nimg] = nimg * T;
     size_t R3 = (size_t)s->R * s->R * 3;
     pi0_status st = PI0_OK;
-    if (nimg) {
-        st = be->upload(be, s->vis.img, in->images, (size_t)B * N * R3);
+    if (nimg) {   /* the images are read where the caller put them if the backend can (backend.h host_view) */
+        s->img_in = be->host_view ? be->host_view(be, in->images, PT_F32) : (pt){0};
+        if (!s->img_in.p) {
+            s->img_in = s->vis.img;
+            st = be->upload(be, s->vis.img, in->images, (size_t)B * N * R3);
+        }
         if (st == PI0_OK) st = be->upload(be, s->vis.sel, s->h_sel, (size_t)nimg);
         if (st == PI0_OK) st = be->upload(be, s->img_rows, s->h_imgrows, (size_t)nimg * T);
     }
@@ -505,7 +509,11 @@ static void compute(void *arg) {
     pi0_backend *be = s->be;
     int B = r->B, nimg = r->nimg, Mp = r->Mp, ntext = Mp - nimg * s->T;
     range(s, "vision");
-    if (nimg) vision_tower(be, s->w, s->c, &s->vis, nimg);
+    if (nimg) {
+        pi0_vision_bufs v = s->vis;
+        v.img = s->img_in;   /* the session's copy, or the caller's buffer read in place */
+        vision_tower(be, s->w, s->c, &v, nimg);
+    }
     range(s, NULL);
     r->t[0] = stage_mark(s);
     if (r->dump && nimg) {
@@ -554,12 +562,15 @@ pi0_status model_start(model_sess *s, const pi0_inputs *in, pi0_dump_fn dump, vo
         return PI0_OK;
     }
     /* the launches depend on B, the image count and every segment's length: the graph key */
-    int32_t key[5 + 4096 + 1];
+    int32_t key[7 + 4096 + 1];
     int n = 0;
     key[n++] = in->batch;
     key[n++] = r->nimg;
     key[n++] = r->Mp;
     key[n++] = s->rtc;   /* guidance adds a launch per step */
+    uint64_t img = r->nimg ? (uint64_t)(uintptr_t)s->img_in.p : 0;   /* images read in place: their address */
+    key[n++] = (int32_t)(uint32_t)img;
+    key[n++] = (int32_t)(uint32_t)(img >> 32);
     for (int b = 0; b <= in->batch && n < (int)(sizeof key / sizeof *key); b++) key[n++] = s->h_poff[b];
     st = be->run_graph(be, key, n, compute, r);
     if (st != PI0_OK) be->sync(be);

@@ -34,6 +34,7 @@ struct model_sess {
     pt bufs[MAX_BUFS];
     int n_bufs, alloc_failed;        /* alloc_failed: some buf() returned NULL (message already set) */
     pi0_vision_bufs vis;             /* vision (voff: h_voff) */
+    pt img_in;                       /* this inference's images: vis.img, or the caller's buffer read in place */
     /* prefix */
     pt ids, id_rows, img_rows, pos, h, y, q, att, g, u;
     pt *kc, *vc;                     /* [depth] prefix KV cache, rows of Kv*Dh */

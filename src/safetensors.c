@@ -244,6 +244,14 @@ pi0_status st_open(st_file **out, const char *path) {
     return PI0_OK;
 }
 
+void st_release(const st_file *f, const void *p, size_t n) {
+    if (!f || !f->map || !p) return;
+    const uintptr_t lo = (uintptr_t)f->map, a0 = (uintptr_t)p, pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (a0 < lo || n > f->map_len || a0 - lo > f->map_len - n) return;   /* an aligned copy, derived data: not mapped */
+    const uintptr_t a = (a0 + pg - 1) / pg * pg, b = (a0 + n) / pg * pg;   /* whole pages: the neighbours keep theirs */
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 const st_tensor *st_find(const st_file *f, const char *name) {
     st_tensor key = {.name = (char *)name};
     return bsearch(&key, f->tensors, (size_t)f->n_tensors, sizeof key, cmp_name);

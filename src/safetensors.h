@@ -40,6 +40,10 @@ pi0_status st_open(st_file **out, const char *path);
 /* Validates an in-memory buffer (used by st_open and the fuzz target); takes no ownership of buf. */
 pi0_status st_parse(st_file **out, const char *label, const uint8_t *buf, size_t len);
 void st_close(st_file *f);
+/* Hands the pages of [p, p + n) that lie wholly inside f's mapping back to the system (others: nothing): a file
+ * mapping's pages are read from the file again if touched, an anonymous one's (Orbax's decoded tensors) read as zeros,
+ * so only for data that nothing reads any more (a backend's store has its own copy: api_model.c). */
+void st_release(const st_file *f, const void *p, size_t n);
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_meta(const st_file *f, const char *key);
 int64_t st_numel(const st_tensor *t);

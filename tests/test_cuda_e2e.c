@@ -1,15 +1,18 @@
 /* test_cuda_e2e.c — the GPU end-to-end tests (`make test-cuda`, on the device machine):
  *  1. the tiny fixtures on the GPU against the CPU reference and the PyTorch fixtures, graph replay against the
  *     un-captured run, repeat runs bit for bit; new prompt lengths; a graph that cannot be captured; bad pixels on
- *     the graph path;
+ *     the graph path; images read in place (PI0_CUDA_ZERO_COPY, an integrated GPU's default) against copied ones;
  *  2. resources: session create/free cycles leak no device memory; an impossible session fails with a clear
  *     out-of-memory error and the model stays usable; a broken checkpoint and a missing device are refused;
- *  3. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions at B = 2 and B = 1;
+ *     what pi0_session_memory_info reports; the weight store in a slab per group;
+ *  3. with --full DIR_PI0 DIR_PI05: full-size random checkpoints, GPU bf16 vs CPU fp32 actions at B = 2 and B = 1; the
+ *     host view released once the weights are on the device;
  *  4. π0-FAST's tokens against the CPU's (tiny fixture, and with --fast DIR a full-size random checkpoint).
  * Seeded RNG (seed printed). Tolerances and the worst values seen: tests/README.md. Op tests: test_cuda_ops.c. */
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "backend.h"
@@ -397,11 +400,188 @@ static void e2e_bad_image(void) {
     tiny_close(&x);
 }
 
+/* Images read in place (backend.h host_view), as an integrated GPU (a Jetson) does by default and PI0_CUDA_ZERO_COPY=1
+ * forces here: in one session (its GEMM algorithms are timed once), pageable images (copied) and page-locked ones (read
+ * where they lie: the host-view counter) give the same actions bit for bit, on two noises, first run and replay. A
+ * replay reads the buffer's images as they are now (new images give the copied run's actions for them), and a second
+ * buffer gets a graph of its own (the key carries the address: the first buffer's graph would read the first buffer,
+ * which holds other images by then). Without the variable a discrete GPU copies; a value but 0 or 1 is refused. */
+static void e2e_zero_copy(void) {
+    setenv("PI0_CUDA_ZERO_COPY", "1", 1);
+    tiny_cuda x;
+    int ok = tiny_open(&x);   /* (the session reads the variable at create) */
+    unsetenv("PI0_CUDA_ZERO_COPY");
+    CHECK(ok, "zero copy: setup: %s", pi0_last_error());
+    pi0_model_info info;
+    if (ok) pi0_model_get_info(x.m, &info);
+    size_t ni = ok ? (size_t)info.n_cameras * info.image_size * info.image_size * 3 : 1, na = x.n_act;
+    float *pa = pi0_host_alloc(ni * 4), *pb = pi0_host_alloc(ni * 4), *qx = malloc(ni * 4), *qy = malloc(ni * 4);
+    float *r[8];
+    for (int i = 0; i < 8; i++) r[i] = malloc(na * 4);
+    ok = ok && pa && pb && qx && qy;
+    if (ok) {
+        memcpy(qx, x.in.images, ni * 4);
+        for (size_t i = 0; i < ni; i++) qy[i] = -qx[i];   /* other images, still in [-1, 1] */
+        memcpy(pa, qx, ni * 4);
+        memcpy(pb, qx, ni * 4);
+    }
+    /* (images, seed) per call: copied X, in place X (buffer a), again on seed 2, copied X on seed 2, buffer a now
+     * holding Y, copied Y, buffer b holding X (a new key), again on seed 2 */
+    const float *img[8] = {qx, pa, pa, qx, pa, qy, pb, pb};
+    const int seed[8] = {1, 1, 2, 2, 1, 1, 1, 2};
+    long views = cuda_host_views(), replays = cuda_graph_replays();
+    for (int i = 0; ok && i < 8; i++) {
+        if (i == 4) memcpy(pa, qy, ni * 4);
+        pi0_inputs in = x.in;
+        in.images = img[i];
+        in.noise = NULL;
+        in.seed = x.in.seed + (uint64_t)seed[i];
+        ok = pi0_infer(x.s, &in, r[i]) == PI0_OK;
+    }
+    CHECK(ok, "zero copy: inference: %s", pi0_last_error());
+    if (ok) {
+        long v = cuda_host_views() - views, rp = cuda_graph_replays() - replays;
+        int same = !memcmp(r[1], r[0], na * 4) && !memcmp(r[2], r[3], na * 4) && !memcmp(r[4], r[5], na * 4) &&
+                   !memcmp(r[6], r[0], na * 4) && !memcmp(r[7], r[3], na * 4);
+        int differ = memcmp(r[5], r[0], na * 4) && memcmp(r[3], r[0], na * 4);
+        printf("e2e zero copy (PI0_CUDA_ZERO_COPY=1): %ld in-place reads, %ld replays; in place == copied bit for bit: %s\n",
+               v, rp, same && differ && v == 5 && rp == 5 ? "OK" : "FAIL");
+        CHECK(v == 5, "zero copy: %ld of the 5 page-locked calls read in place", v);
+        CHECK(rp == 5, "zero copy: %ld graph replays, expected 5", rp);
+        CHECK(same, "zero copy: in-place images give the copied images' actions (first run, replay, new images, "
+                    "second buffer)");
+        CHECK(differ, "zero copy: other images and other noise change the actions");
+    }
+    tiny_close(&x);
+    /* the default: in place only on an integrated GPU */
+    int integrated = 0;
+    cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, 0);
+    ok = tiny_open(&x) && pa;
+    long views0 = cuda_host_views();
+    pi0_inputs in = x.in;
+    in.images = pa;
+    ok = ok && pi0_infer(x.s, &in, r[0]) == PI0_OK;
+    CHECK(ok && (cuda_host_views() - views0 == 1) == integrated, "zero copy: by default %s (integrated %d): %s",
+          integrated ? "in place" : "copied", integrated, pi0_last_error());
+    tiny_close(&x);
+    setenv("PI0_CUDA_ZERO_COPY", "yes", 1);
+    ok = tiny_open(&x);
+    unsetenv("PI0_CUDA_ZERO_COPY");
+    CHECK(!ok && strstr(pi0_last_error(), "PI0_CUDA_ZERO_COPY=yes: expected 0 or 1"), "zero copy: a bad value: %s",
+          pi0_last_error());
+    tiny_close(&x);
+    for (int i = 0; i < 8; i++) free(r[i]);
+    pi0_host_free(pa);
+    pi0_host_free(pb);
+    free(qx);
+    free(qy);
+}
+
 static size_t free_mem(void) {
     size_t fr = 0, tot = 0;
     cudaDeviceSynchronize();
     cudaMemGetInfo(&fr, &tot);
     return fr;
+}
+
+/* What pi0_session_memory_info reports (pi0 info prints it) on tiny-pi0 at B = 2: the weights by format (bf16 with its
+ * fp32 copies; int8 on every stage), the session's own bytes, and whether the GPU is integrated. Slabs only place the
+ * copies: with a slab per group (cuda_weights_slab) the store holds the same bytes, the ops find the groups linked as
+ * before (as many few-row product launches per inference) and the actions are the CPU's within the e2e bound. */
+static void e2e_memory_info(void) {
+    const char *dir = "tests/fixtures/tiny-pi0", *in_path = "tests/fixtures/tiny-pi0/b2.in.safetensors";
+    pi0_model *mc = NULL, *mg[3] = {NULL, NULL, NULL};   /* default slabs, a slab per group, int8 */
+    pi0_tensors *t = NULL;
+    pi0_inputs_buf *ib = NULL;
+    pi0_inputs in;
+    int ok = pi0_model_load(&mc, dir, &(pi0_model_params){.quiet = 1}) == PI0_OK &&
+             pi0_tensors_open(&t, in_path) == PI0_OK && pi0_inputs_from_tensors(mc, t, in_path, &in, &ib) == PI0_OK;
+    for (int i = 0; ok && i < 3; i++) {
+        cuda_weights_slab(i == 1 ? 1 : 0);
+        ok = pi0_model_load(&mg[i], dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA,
+                                                             .precision = i == 2 ? PI0_PRECISION_INT8 : PI0_PRECISION_BF16})
+             == PI0_OK;
+    }
+    cuda_weights_slab(0);
+    CHECK(ok, "memory info: setup: %s", pi0_last_error());
+    result rc = {0};
+    float *act[3] = {NULL, NULL, NULL};
+    pi0_memory_info mi[3];
+    long launches[3] = {0, 0, 0};
+    ok = ok && infer(mc, &in, 0, &rc);
+    for (int i = 0; ok && i < 3; i++) {
+        pi0_session *s = NULL;
+        act[i] = malloc(rc.n * sizeof(float));
+        ok = pi0_session_create(&s, mg[i], &(pi0_session_params){.max_batch = in.batch}) == PI0_OK &&
+             pi0_session_memory_info(s, &mi[i]) == PI0_OK;
+        long before = cuda_gemv_launches() + cuda_gemv_wg_launches();
+        ok = ok && pi0_infer(s, &in, act[i]) == PI0_OK;
+        launches[i] = cuda_gemv_launches() + cuda_gemv_wg_launches() - before;
+        pi0_session_free(s);
+    }
+    CHECK(ok, "memory info: inference: %s", pi0_last_error());
+    if (ok) {
+        int integrated = 0;
+        cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, 0);
+        printf("e2e memory info tiny-pi0 B=2: weights bf16 %zu + fp32 %zu bytes, int8 on every stage: bf16 %zu + fp32 %zu "
+               "+ 8-bit %zu; session %zu (int8: %zu); integrated %d\n", mi[0].weights_bf16, mi[0].weights_f32,
+               mi[2].weights_bf16, mi[2].weights_f32, mi[2].weights_8bit, mi[0].session, mi[2].session, mi[0].integrated);
+        CHECK(mi[0].weights_bf16 && mi[0].weights_f32 && !mi[0].weights_8bit && mi[0].session && mi[0].integrated == integrated,
+              "memory info: bf16 weights, fp32 copies, no 8-bit, a session, integrated %d", integrated);
+        CHECK(mi[2].weights_8bit && mi[2].weights_bf16 < mi[0].weights_bf16 && mi[2].weights_f32 == mi[0].weights_f32 &&
+              mi[2].session > mi[0].session, "memory info: int8 weights replace bf16 ones and add the 8-bit scratch");
+        CHECK(mi[1].weights_bf16 == mi[0].weights_bf16 && mi[1].weights_f32 == mi[0].weights_f32 &&
+              mi[1].session == mi[0].session, "memory info: a slab per group holds the same bytes");
+        double r0 = rel_l2(act[0], rc.act, rc.n, NULL), r1 = rel_l2(act[1], rc.act, rc.n, NULL);
+        printf("e2e weight slabs: a slab per group gpu-vs-cpu rel_l2=%.2e (default %.2e), few-row launches %ld / %ld %s\n",
+               r1, r0, launches[1], launches[0], r1 < 2e-2 && launches[1] == launches[0] ? "OK" : "FAIL");
+        CHECK(r1 < 2e-2 && r0 < 2e-2, "weight slabs: gpu-vs-cpu %.3e (default slabs %.3e)", r1, r0);
+        CHECK(launches[1] == launches[0], "weight slabs: %ld few-row launches, %ld with one slab (groups unlinked?)",
+              launches[1], launches[0]);
+    }
+    for (int i = 0; i < 3; i++) { free(act[i]); pi0_model_free(mg[i]); }
+    free(rc.act);
+    pi0_inputs_buf_free(ib);
+    pi0_tensors_free(t);
+    pi0_model_free(mc);
+}
+
+static long resident_bytes(void) {
+    long size = 0, pages = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &size, &pages) != 2) pages = -1;
+    if (f) fclose(f);
+    return pages * sysconf(_SC_PAGESIZE);
+}
+
+/* A full-size checkpoint's host view leaves the process as the CUDA store takes its copy (backend.h weights_upload's
+ * done): the load adds far less than the weights to the resident size, where it added all of them (the file's pages,
+ * or Orbax's decoded tensors); the device memory it takes is what the store counts. Prints a session's bytes at B = 1
+ * (docs/jetson.md, Memory). */
+static void e2e_host_memory(const char *dir) {
+    size_t dev0 = free_mem();
+    long rss0 = resident_bytes();
+    pi0_model *m = NULL;
+    pi0_session *s = NULL;
+    int ok = pi0_model_load(&m, dir, &(pi0_model_params){.quiet = 1, .backend = PI0_BACKEND_CUDA}) == PI0_OK;
+    long rss1 = resident_bytes();
+    size_t dev1 = free_mem();
+    pi0_memory_info mi;
+    ok = ok && pi0_session_create(&s, m, NULL) == PI0_OK && pi0_session_memory_info(s, &mi) == PI0_OK;
+    CHECK(ok, "host memory %s: %s", dir, pi0_last_error());
+    if (ok) {
+        size_t w = mi.weights_bf16 + mi.weights_f32 + mi.weights_8bit, took = dev0 - dev1;
+        printf("full-size %s on CUDA: the load added %.3f GB to the resident size; weights %.3f GB on the device (bf16 %.3f, "
+               "fp32 %.3f), the load took %.3f GB of device memory; a session at B = 1 %.3f GB %s\n", dir,
+               (rss1 - rss0) / 1e9, w / 1e9, mi.weights_bf16 / 1e9, mi.weights_f32 / 1e9, took / 1e9, mi.session / 1e9,
+               rss1 - rss0 < (long)(w / 4) && took + (64u << 20) >= w && took <= w + w / 50 + (64u << 20) ? "OK" : "FAIL");
+        CHECK(rss1 - rss0 < (long)(w / 4), "host memory: the load added %.3f GB to the resident size, the weights are %.3f GB",
+              (rss1 - rss0) / 1e9, w / 1e9);
+        CHECK(took + (64u << 20) >= w && took <= w + w / 50 + (64u << 20),
+              "host memory: the load took %.3f GB of device memory, the store counts %.3f GB", took / 1e9, w / 1e9);
+    }
+    pi0_session_free(s);
+    pi0_model_free(m);
 }
 
 static void resources(const char *dir, int expect_oom) {
@@ -636,6 +816,8 @@ int main(int argc, char **argv) {
     e2e_prompt_lengths();
     e2e_graph_fault();
     e2e_bad_image();
+    e2e_zero_copy();
+    e2e_memory_info();
     e2e_fast("tests/fixtures/tiny-pi0-fast", 40, 32);
     resources("tests/fixtures/tiny-pi05", 0);
     /* a broken checkpoint on the GPU path: refused before anything reaches the device */
@@ -649,7 +831,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--fast")) e2e_fast(argv[i + 1], 33, 32);   /* a π0-FAST checkpoint (gen-checkpoint) */
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--full")) {
-            for (int j = i + 1; j < argc; j++) e2e_full(argv[j]);
+            for (int j = i + 1; j < argc; j++) {
+                e2e_host_memory(argv[j]);
+                e2e_full(argv[j]);
+            }
             if (i + 1 < argc) resources(argv[i + 1], 1);
             break;
         }

@@ -358,6 +358,9 @@ static void test_inputs(void) {
     memset(im, 0, sizeof im);
     memset(tm, 0, sizeof tm);
     CHECK(pi0_infer(s, &ok_in, act) == PI0_OK, "all cameras and tokens masked: %s", pi0_last_error());
+    pi0_memory_info mi;   /* a CPU session holds no device memory */
+    EXPECT_ERR(pi0_session_memory_info(s, &mi), PI0_ERR_UNSUPPORTED, "the cpu backend has no device memory");
+    EXPECT_ERR(pi0_session_memory_info(s, NULL), PI0_ERR_ARG, "pi0_session_memory_info: NULL argument");
     pi0_session_free(s);
     EXPECT_ERR(pi0_session_create(&s, m, &(pi0_session_params){.max_batch = -3}), PI0_ERR_ARG, "max_batch");
     pi0_model_free(m);

@@ -1,5 +1,5 @@
 /* test_unit.c — unit checks of the pieces below the model: bf16/f16 conversion, RNG, safetensors
- * round trip, config variants and consistency rules, gen-checkpoint output (openpi key layout,
+ * round trip and page release, config variants and consistency rules, gen-checkpoint output (openpi key layout,
  * tied-embedding alias, orphan lm_head), and engine properties the fixtures cannot show alone:
  * determinism across thread counts, batch = concatenation of single runs, seeded noise. */
 #include <omp.h>
@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -100,6 +101,60 @@ static void test_safetensors_roundtrip(void) {
     CHECK(x && x->dtype == PI0_DT_BOOL && !memcmp(x->data, c, sizeof c), "c back");
     CHECK(((8 + *(const uint64_t *)f->map) % 8) == 0, "data block 8-aligned");
     st_close(f);
+}
+
+/* Resident pages of this process (/proc/self/statm), or -1. */
+static long resident_pages(void) {
+    long size = 0, rss = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &size, &rss) != 2) rss = -1;
+    if (f) fclose(f);
+    return rss;
+}
+
+/* Whether madvise(MADV_DONTNEED) drops pages here: qemu-user (the emulated suite) ignores it. */
+static int madvise_drops(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    volatile char *p = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    p[0] = 1;
+    madvise((void *)p, (size_t)pg, MADV_DONTNEED);
+    int dropped = p[0] == 0;
+    munmap((void *)p, (size_t)pg);
+    return dropped;
+}
+
+/* st_release (what a GPU's weight store calls once it has its copy): the tensor's pages leave the process, its data
+ * reads back the same from the file, and memory outside the mapping is left alone. */
+static void test_st_release(void) {
+    size_t n = (size_t)4 << 20;   /* 16 MB of f32 */
+    float *x = malloc(n * sizeof(float));
+    if (!x) { CHECK(0, "st_release: out of memory"); return; }
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1000);
+    char path[300];
+    snprintf(path, sizeof path, "%s/release.safetensors", tmpdir);
+    st_entry e = {.name = "t", .dtype = PI0_DT_F32, .ndim = 1, .shape = {(int64_t)n}};
+    st_writer w;
+    st_file *f = NULL;
+    int ok = st_writer_open(&w, path, &e, 1, NULL, 0) == PI0_OK && st_writer_write(&w, x, n * sizeof(float)) == PI0_OK &&
+             st_writer_close(&w) == PI0_OK && st_open(&f, path) == PI0_OK;
+    CHECK(ok, "st_release: write and open %s: %s", path, pi0_last_error());
+    const st_tensor *t = ok ? st_find(f, "t") : NULL;
+    if (t) {
+        CHECK(!memcmp(t->data, x, n * sizeof(float)), "st_release: the tensor as written");   /* every page touched */
+        long pg = sysconf(_SC_PAGESIZE), before = resident_pages();
+        st_release(f, t->data, n * sizeof(float));
+        long after = resident_pages(), want = (long)(n * sizeof(float)) / pg * 9 / 10;   /* (other pages come and go) */
+        if (madvise_drops())
+            CHECK(before - after >= want, "st_release: %ld resident pages -> %ld, expected at least %ld fewer", before,
+                  after, want);
+        else printf("st_release: madvise(MADV_DONTNEED) drops nothing here (qemu-user): resident size not checked\n");
+        CHECK(!memcmp(t->data, x, n * sizeof(float)), "st_release: the data reads back from the file");
+        st_release(f, x, n * sizeof(float));   /* not in the mapping: untouched */
+        CHECK(x[n - 1] == (float)((n - 1) % 1000), "st_release: memory outside the mapping is left alone");
+    }
+    st_close(f);
+    free(x);
 }
 
 static void test_config(void) {
@@ -311,6 +366,7 @@ int main(void) {
     test_conversions();
     test_safetensors_roundtrip();
     test_safetensors_hostile();
+    test_st_release();
     test_config();
     test_gen_checkpoint();
     test_engine_properties();

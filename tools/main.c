@@ -43,7 +43,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
               "          [--list]  (the workloads)\n"},
     {"info", "pi0 info --checkpoint DIR [--backend cuda [--device N] [--max-batch B]] [--precision int8 [--quant-stages L]]\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
              "  policy also its cameras, state and action features, normalisation modes and prompt format; with\n"
-             "  --backend cuda the device memory in use with a session for B observations (default 1)\n"},
+             "  --backend cuda the device memory a session for B observations (default 1) takes: its weights (bf16,\n"
+             "  8-bit), its activations and scratch, all in use, and whether the GPU shares the host's memory\n"},
     {"convert", "pi0 convert --checkpoint SRC --out DIR [--dtype bf16|f32|keep] [--config NAME] [--action-horizon N]\n"
                 "            [--max-token-len N] [--force]\n"
                 "  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"},
@@ -477,10 +478,20 @@ static int cmd_info(int argc, char **argv) {
             pi0_model_free(m);
             return cli_fail("creating a session");
         }
+        pi0_memory_info mi;
         pi0_status ms = pi0_session_memory(s, &used, &total);
+        if (ms == PI0_OK) ms = pi0_session_memory_info(s, &mi);
         if (ms == PI0_OK)
-            printf("device: %s\ndevice memory in use with a session for batch %lld: %.2f GB of %.2f GB (every process on "
-                   "the device, this one's CUDA context included)\n", pi0_session_device(s), batch, used / 1e9, total / 1e9);
+            printf("device: %s\nintegrated GPU (shares the host's memory): %s\n"
+                   "weights on the device: %.3f GB (bf16 %.3f, fp32 copies %.3f, 8-bit %.3f)\n"
+                   "session for batch %lld on the device: %.3f GB (activations, KV cache and scratch; the first inference "
+                   "may add GEMM timing scratch)\n"
+                   "device memory in use with a session for batch %lld: %.2f GB of %.2f GB (every process on the device, "
+                   "this one's CUDA context included%s)\n",
+                   pi0_session_device(s), mi.integrated ? "yes" : "no",
+                   (mi.weights_bf16 + mi.weights_f32 + mi.weights_8bit) / 1e9, mi.weights_bf16 / 1e9, mi.weights_f32 / 1e9,
+                   mi.weights_8bit / 1e9, batch, mi.session / 1e9, batch, used / 1e9, total / 1e9,
+                   mi.integrated ? "; integrated: the system's memory, the OS's included" : "");
         pi0_session_free(s);
         if (ms != PI0_OK) {
             pi0_model_free(m);

@@ -54,8 +54,12 @@ pi0_status cpu_weights_list(void **out, const pi0_wt *const *ts, const int *i8, 
     return PI0_OK;
 }
 
-pi0_status cpu_weights_upload(void **out, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device) {
+/* done is never called: the CPU backend reads its other weights from the host view for as long as the model lives. */
+pi0_status cpu_weights_upload(void **out, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
+                              void (*done)(void *user, const pi0_wt *t), void *user) {
     (void)device;
+    (void)done;
+    (void)user;
     *out = NULL;
     if (!q || q->precision == PI0_PRECISION_BF16) return PI0_OK;   /* everything read in place */
     cpu_wstore *s = calloc(1, sizeof *s);

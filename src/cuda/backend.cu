@@ -1,8 +1,7 @@
-// backend.cu — the CUDA backend's lifecycle and plumbing: device weight arena (one cudaMalloc per
-// model; bf16 matrices, fp32 + bf16 copies of 1-D tensors), per-session stream / cuBLASLt handle /
-// workspace / attention scratch, buffer allocation, uploads and downloads, CUDA-graph capture and
-// replay keyed by the launch shapes, and the op table. The ops themselves live in gemm.cu,
-// attention.cu, norm.cu and elementwise.cu. Nothing here allocates during an inference.
+// backend.cu — the CUDA backend's lifecycle and plumbing: per-session stream / cuBLASLt handle / workspace /
+// attention scratch, buffer allocation, uploads and downloads, CUDA-graph capture and replay keyed by the launch
+// shapes, page-locked host memory, and the op table. The model's weights are wstore.cu's; the ops themselves live in
+// gemm.cu, attention.cu, norm.cu and elementwise.cu. Nothing here allocates during an inference.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +33,7 @@ static pi0_status report(cuda_ctx *c) {
     return c->err ? pi0_fail(c->err, "CUDA device %d: %s", c->device, c->errmsg) : PI0_OK;
 }
 
-static pi0_status check_device(int device) {
+pi0_status cuda_select_device(int device) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "no usable CUDA device: %s", cudaGetErrorString(e));
@@ -93,246 +92,17 @@ PI0_TEST_HOOK(extern "C" void cuda_use_weights(pi0_backend *be, const void *weig
 })
 
 extern "C" pi0_status cuda_device_check(int device) {
-    pi0_status st = check_device(device);
+    pi0_status st = cuda_select_device(device);
     int hopper, major;
     return st != PI0_OK ? st : device_path(device, &hopper, &major);
 }
 
-// ---- weights ----
-// The model's weights in one device allocation, owned here and keyed by tensor id (weights.h): a bf16 copy of every
-// tensor, and an fp32 copy of those the kernels read in fp32. The layout is this backend's plan: the members of a group
-// (one attention layer's q, k, v; one MLP's gate, up; SigLIP's three biases) are placed in order, each right after the
-// previous one when its byte size is a multiple of 256 (so every start stays 256-byte aligned), and the store records
-// that link (cuda_wentry.next), which lets the ops run a group as one product.
-
-static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
-
-static const size_t STAGE = (size_t)1 << 24;   // elements converted per host chunk
-
-static pi0_status upload_bf16(cuda_wstore *s, const pi0_wt *t, char *dst, uint16_t *stage, const char *name) {
-    size_t n = (size_t)(t->rows * t->cols), esz = pi0_dtype_size(t->dtype);
-    for (size_t i = 0; i < n; i += STAGE) {
-        size_t m = n - i < STAGE ? n - i : STAGE;
-        const char *src = (const char *)t->data + i * esz;
-        const void *h = src;
-        if (t->dtype != PI0_DT_BF16) {   // F32 / F16 file: round to bf16 on the host
-            float tmp[256];
-            for (size_t j = 0; j < m; j += 256) {
-                size_t k = m - j < 256 ? m - j : 256;
-                pi0_to_f32(tmp, src + j * esz, t->dtype, k);
-                for (size_t q = 0; q < k; q++) stage[j + q] = pi0_f32_to_bf16(tmp[q]);
-            }
-            h = stage;
-        }
-        cudaError_t e = cudaMemcpy(dst + i * 2, h, m * 2, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
-    }
-    (void)s;
-    return PI0_OK;
-}
-
-static pi0_status upload_f32(const pi0_wt *t, char *dst, const char *name) {
-    size_t n = (size_t)(t->rows * t->cols);
-    float *f = (float *)malloc(n * sizeof(float));
-    if (!f) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    pi0_to_f32(f, t->data, t->dtype, n);   // the file's values, widened
-    cudaError_t e = cudaMemcpy(dst, f, n * 4, cudaMemcpyHostToDevice);
-    free(f);
-    return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
-}
-
-extern "C" void cuda_weights_free(void *store) {
-    cuda_wstore *s = (cuda_wstore *)store;
-    if (!s) return;
-    cudaSetDevice(s->device);
-    cudaFree(s->base);
-    free(s->e);
-    free(s);
-}
-
-// Uploads n tensors: ts[i] in bf16, or in int8 with its row scales where fmt[i] & CUDA_W_I8, an fp32 copy too where
-// fmt[i] & CUDA_W_F32, and group[i] > 1 starting a group of that many bf16 tensors (the members follow in ts). Each
-// tensor's id must be 1 .. max_id and unique.
-extern "C" pi0_status cuda_upload_list(void **out, const pi0_wt *const *ts, const int *fmt, const int *group, int n,
-                                       int max_id, int device) {
-    *out = NULL;
-    pi0_status st = check_device(device);
-    if (st != PI0_OK) return st;
-    cuda_wstore *s = (cuda_wstore *)calloc(1, sizeof *s);
-    if (!s) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    s->device = device;
-    s->n = max_id;
-    s->e = (cuda_wentry *)calloc((size_t)max_id + 1, sizeof *s->e);
-    if (!s->e) { free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
-    size_t bytes = 0;
-    for (int i = 0; i < n; i++) {
-        size_t m = (size_t)(ts[i]->rows * ts[i]->cols);
-        PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id && !s->e[ts[i]->id].next);
-        s->e[ts[i]->id].next = -1;   // (marks the id taken until the upload below)
-        bytes += (fmt[i] & CUDA_W_I8 ? up256(m) + up256((size_t)ts[i]->rows * 4) : up256(m * 2)) +
-                 (fmt[i] & CUDA_W_F32 ? up256(m * 4) : 0);
-        if (fmt[i] & CUDA_W_I8) {
-            if (ts[i]->cols > s->q8_k) s->q8_k = ts[i]->cols;
-            if (ts[i]->rows > s->q8_n) s->q8_n = ts[i]->rows;
-        }
-    }
-    cudaError_t e = cudaMalloc((void **)&s->base, bytes ? bytes : 256);
-    if (e != cudaSuccess) {
-        size_t fr = 0, tot = 0;
-        cudaGetLastError();
-        cudaMemGetInfo(&fr, &tot);
-        cuda_weights_free(s);
-        return pi0_fail(e == cudaErrorMemoryAllocation ? PI0_ERR_NOMEM : PI0_ERR_CUDA,
-                        "weights need %.2f GB on CUDA device %d, which has %.2f GB free of %.2f GB: %s",
-                        bytes / 1e9, device, fr / 1e9, tot / 1e9, cudaGetErrorString(e));
-    }
-    s->bytes = bytes;
-    uint16_t *stage = (uint16_t *)malloc((size_t)STAGE * 2);
-    if (!stage) { cuda_weights_free(s); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
-    size_t used = 0;
-    char name[48];
-    for (int i = 0; i < n; i++) s->e[ts[i]->id].next = 0;
-    for (int i = 0; i < n && st == PI0_OK; i++) {   // bf16 copies in list order: a group's members back to back
-        const pi0_wt *t = ts[i];
-        if (fmt[i] & CUDA_W_I8) continue;
-        size_t b = (size_t)(t->rows * t->cols) * 2;
-        cuda_wentry *w = &s->e[t->id];
-        w->bf = (bf16 *)(s->base + used);
-        used += up256(b);
-        snprintf(name, sizeof name, "weight %d", t->id);
-        st = upload_bf16(s, t, (char *)w->bf, stage, name);
-        if (group[i] > 1)   // link the bf16 members whose predecessors end on a 256-byte boundary
-            for (int j = i; j + 1 < i + group[i] && j + 1 < n && ((size_t)(ts[j]->rows * ts[j]->cols) * 2) % 256 == 0 &&
-                            !(fmt[j + 1] & CUDA_W_I8) && ts[j + 1]->cols == ts[i]->cols; j++)
-                s->e[ts[j]->id].next = ts[j + 1]->id;
-    }
-    for (int i = 0; i < n && st == PI0_OK; i++) {   // int8 copies and their row scales, quantised on the host
-        if (!(fmt[i] & CUDA_W_I8)) continue;
-        const pi0_wt *t = ts[i];
-        size_t m = (size_t)(t->rows * t->cols);
-        cuda_wentry *w = &s->e[t->id];
-        w->q8 = (int8_t *)(s->base + used);
-        used += up256(m);
-        w->s8 = (float *)(s->base + used);
-        used += up256((size_t)t->rows * 4);
-        int8_t *q = (int8_t *)malloc(m);
-        float *sc = (float *)malloc((size_t)t->rows * 4);
-        if (!q || !sc) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
-        else {
-            quant_weight_i8(t, q, sc);
-            cudaError_t e = cudaMemcpy(w->q8, q, m, cudaMemcpyHostToDevice);
-            if (e == cudaSuccess) e = cudaMemcpy(w->s8, sc, (size_t)t->rows * 4, cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) st = pi0_fail(PI0_ERR_CUDA, "uploading weight %d: %s", t->id, cudaGetErrorString(e));
-        }
-        free(q);
-        free(sc);
-    }
-    for (int i = 0; i < n && st == PI0_OK; i++) {
-        if (!(fmt[i] & CUDA_W_F32)) continue;
-        cuda_wentry *w = &s->e[ts[i]->id];
-        w->f32 = (float *)(s->base + used);
-        used += up256((size_t)(ts[i]->rows * ts[i]->cols) * 4);
-        snprintf(name, sizeof name, "weight %d", ts[i]->id);
-        st = upload_f32(ts[i], (char *)w->f32, name);
-    }
-    free(stage);
-    if (st != PI0_OK) { cuda_weights_free(s); return st; }
-    *out = s;
-    return PI0_OK;
-}
-
-struct wt_plan {
-    const pi0_wt **t;
-    int *fmt, *group;
-    int n, cap;
-};
-
-static int plan_add(wt_plan *l, const pi0_wt *t, int fmt, int group) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 256;
-        const pi0_wt **nt = (const pi0_wt **)realloc(l->t, (size_t)cap * sizeof *nt);
-        if (nt) l->t = nt;
-        int *nf = (int *)realloc(l->fmt, (size_t)cap * sizeof *nf);
-        if (nf) l->fmt = nf;
-        int *ng = (int *)realloc(l->group, (size_t)cap * sizeof *ng);
-        if (ng) l->group = ng;
-        if (!nt || !nf || !ng) return 0;
-        l->cap = cap;
-    }
-    l->t[l->n] = t;
-    l->fmt[l->n] = fmt;
-    l->group[l->n++] = group;
-    return 1;
-}
-
-struct plan_ctx {
-    wt_plan *l;
-    const pi0_weights *w;
-    const pi0_config *cfg;
-    const pi0_quant *q;
-};
-
-// The groups this backend runs as one product, each listed from its first member: q, k, v and gate, up of every
-// layer (qkv, mlp_up), SigLIP's q, k, v biases (qkv's strided batch); the rest one by one. The fp32 copies: 1-D
-// tensors (norm scales, biases), the patch embedding (docs/model.md 3.4 computes it in fp32) and the fp32 products of
-// docs/model.md 1.5 (state, action and time projections: cuBLASLt in fp32 at 64 rows and more). The weights q selects:
-// int8 only (a group of them is no group: the 8-bit products run one by one).
-static pi0_status plan_one(void *user, const char *name, pi0_wt *t) {
-    plan_ctx *p = (plan_ctx *)user;
-    const pi0_weights *w = p->w;
-    (void)name;
-    const pi0_wt *grp[3] = {NULL, NULL, NULL};
-    int member = 0;
-    for (int li = 0; li < p->cfg->vis.depth && !grp[0] && !member; li++) {
-        const pi0_vis_layer *V = &w->vis[li];
-        if (t == &V->q_w) { grp[0] = &V->q_w; grp[1] = &V->k_w; grp[2] = &V->v_w; }
-        else if (t == &V->q_b) { grp[0] = &V->q_b; grp[1] = &V->k_b; grp[2] = &V->v_b; }
-        else member = t == &V->k_w || t == &V->v_w || t == &V->k_b || t == &V->v_b;
-    }
-    for (int e = 0; e < 2 && !grp[0] && !member; e++)
-        for (int li = 0; li < p->cfg->lm.depth && !grp[0] && !member; li++) {
-            const pi0_gemma_layer *L = e ? &w->ex[li] : &w->lm[li];
-            if (t == &L->q) { grp[0] = &L->q; grp[1] = &L->k; grp[2] = &L->v; }
-            else if (t == &L->gate) { grp[0] = &L->gate; grp[1] = &L->up; }
-            else member = t == &L->k || t == &L->v || t == &L->up;
-        }
-    if (member) return PI0_OK;   // placed with its group's first
-    const pi0_wt *f32w[] = {&w->patch_w, &w->action_in_w, &w->action_out_w, &w->state_w, &w->atm_in_w, &w->atm_out_w,
-                            &w->time_in_w, &w->time_out_w, &w->atm_act_w};
-    if (!grp[0]) grp[0] = t;
-    int n = grp[2] ? 3 : grp[1] ? 2 : 1;
-    for (int i = 0; i < n; i++) {
-        int f32 = grp[i]->cols == 1;
-        for (size_t j = 0; j < sizeof f32w / sizeof *f32w; j++) f32 |= grp[i] == f32w[j];
-        int fmt = (f32 ? CUDA_W_F32 : 0) | (quant_wants(p->q, w, p->cfg, grp[i]) ? CUDA_W_I8 : 0);
-        if (!plan_add(p->l, grp[i], fmt, i ? 0 : n)) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
-    }
-    return PI0_OK;
-}
-
-extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, const pi0_config *cfg, const pi0_quant *q,
-                                          int device) {
-    wt_plan l = {};
-    plan_ctx p = {&l, w, cfg, q};
-    *out = NULL;
-    pi0_status st = weights_foreach((pi0_weights *)w, cfg, plan_one, &p);
-    if (st == PI0_OK) st = cuda_upload_list(out, l.t, l.fmt, l.group, l.n, w->n_ids, device);
-    free(l.t);
-    free(l.fmt);
-    free(l.group);
-    return st;
-}
-
-extern "C" wview cuda_wv(const cuda_ctx *c, const pi0_wt *W) {
-    const cuda_wstore *s = c->ws;
-    // model.c passes only the bound tensors of the model whose store this session reads: any other is a bug
-    PI0_ASSERT(s && W->id >= 1 && W->id <= s->n && (s->e[W->id].bf || s->e[W->id].q8));
-    const cuda_wentry *e = &s->e[W->id];
-    wview v = {e->bf, e->f32, e->q8, e->s8, W->rows, W->cols, W->dtype, e->next};
-    return v;
-}
-
 // ---- buffers and transfers ----
+
+#ifdef PI0_CUDA_TESTING
+static long host_views;   // (atomic: contexts may run on several threads)
+extern "C" long cuda_host_views(void) { return __atomic_load_n(&host_views, __ATOMIC_RELAXED); }
+#endif
 
 static size_t cuda_elem_size(int kind) { return kind == PT_ACT ? 2 : 4; }
 
@@ -340,6 +110,13 @@ static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
     cuda_ctx *c = CTX(be);
     pt t = {NULL, kind};
     size_t bytes = (n ? n : 1) * cuda_elem_size(kind);
+    if (c->n_bufs == c->cap_bufs) {
+        int cap = c->cap_bufs ? 2 * c->cap_bufs : 128;
+        void *p = realloc(c->bufs, (size_t)cap * sizeof *c->bufs);
+        if (!p) { pi0_fail(PI0_ERR_NOMEM, "out of memory"); return t; }
+        c->bufs = (struct cuda_ctx::cuda_buf_t *)p;
+        c->cap_bufs = cap;
+    }
     cudaError_t e = cudaMalloc((void **)&t.p, bytes);
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
@@ -351,12 +128,38 @@ static pt cuda_alloc(pi0_backend *be, size_t n, int kind) {
         return t;
     }
     CUDA_NOTE(c, cudaMemsetAsync(t.p, 0, bytes, c->stream));
+    c->bufs[c->n_bufs].p = t.p;
+    c->bufs[c->n_bufs++].n = bytes;
     return t;
 }
 
 static void cuda_release(pi0_backend *be, pt t) {
-    (void)be;
-    if (t.p) cudaFree(t.p);
+    cuda_ctx *c = CTX(be);
+    if (!t.p) return;
+    for (int i = c->n_bufs - 1; i >= 0; i--)
+        if (c->bufs[i].p == t.p) { c->bufs[i] = c->bufs[--c->n_bufs]; break; }
+    cudaFree(t.p);
+}
+
+// backend.h host_view. An integrated GPU's copy of a page-locked input is one more pass over the DRAM both processors
+// share, so its kernels read the caller's buffer where it is: memory from cuda_host_alloc is mapped for the device, and
+// cudaPointerGetAttributes gives the device address of any byte inside such a block (pi0_host_alloc hands out an
+// address past its header). Pageable memory (malloc, numpy) gets no address: it is copied as before. On a discrete GPU
+// the kernels would read it over the bus: there only PI0_CUDA_ZERO_COPY=1 (the tests) turns this on.
+static pt cuda_host_view(pi0_backend *be, const void *src, int kind) {
+    cuda_ctx *c = CTX(be);
+    pt t = {NULL, kind};
+    cudaPointerAttributes a;
+    if (!c->zero_copy || !src) return t;
+    cudaSetDevice(c->device);
+    if (cudaPointerGetAttributes(&a, src) != cudaSuccess) {
+        cudaGetLastError();
+        return t;
+    }
+    if (a.type != cudaMemoryTypeHost || !a.devicePointer) return t;
+    t.p = (char *)a.devicePointer;
+    PI0_TEST_HOOK(__atomic_add_fetch(&host_views, 1, __ATOMIC_RELAXED));
+    return t;
 }
 
 // A copy from pageable memory is staged by the driver before cudaMemcpyAsync returns, even for a few bytes
@@ -516,9 +319,11 @@ static pi0_status cuda_run_graph(pi0_backend *be, const int32_t *key, int keylen
     return report(c);
 }
 
+// Page-locked for every device, and mapped into the devices' address space so that an integrated GPU reads inputs in
+// place (cuda_host_view; with unified addressing, which every 64-bit platform has, it is mapped anyway).
 extern "C" void *cuda_host_alloc(size_t bytes) {
     void *p = NULL;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {   // page-locked for every device
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
         cudaGetLastError();   // no device, or no page-locked memory: the caller falls back to malloc
         return NULL;
     }
@@ -545,6 +350,18 @@ static pi0_status cuda_memory(pi0_backend *be, size_t *used, size_t *total) {
     if (e != cudaSuccess) return pi0_fail(PI0_ERR_CUDA, "cudaMemGetInfo: %s", cudaGetErrorString(e));
     *used = tot - fr;
     *total = tot;
+    return PI0_OK;
+}
+
+static pi0_status cuda_footprint(pi0_backend *be, pi0_memory_info *out) {
+    const cuda_ctx *c = CTX(be);
+    size_t n = c->ws_size + c->tune_cap + c->scores_cap * (4 + 2 + 4) + c->fused_cap * 2 +
+               c->xq_rows * ((size_t)c->xq_k + 4 + (size_t)c->acc_n * 4) +
+               (c->pscratch ? CUDA_P_SCRATCH + CUDA_P_COUNTERS * sizeof(unsigned) : 0);
+    for (int i = 0; i < c->n_bufs; i++) n += c->bufs[i].n;
+    for (int i = 0; i < c->n_wts; i++) n += (size_t)c->wts[i].k * c->wts[i].ld * (c->wts[i].f32 ? 4 : 2);
+    *out = (pi0_memory_info){.weights_bf16 = c->ws ? c->ws->bytes_bf16 : 0, .weights_f32 = c->ws ? c->ws->bytes_f32 : 0,
+                             .weights_8bit = c->ws ? c->ws->bytes_i8 : 0, .session = n, .integrated = c->integrated};
     return PI0_OK;
 }
 
@@ -581,6 +398,7 @@ static void cuda_destroy(pi0_backend *be) {
         cudaFree(c->pcounters);
         for (int i = 0; i < c->n_wts; i++) cudaFree(c->wts[i].wt);
         free(c->wts);
+        free(c->bufs);
         cudaFreeHost(c->stage);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -591,10 +409,15 @@ static void cuda_destroy(pi0_backend *be) {
 
 extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const void *weights) {
     *out = NULL;
-    pi0_status st = check_device(device);
+    pi0_status st = cuda_select_device(device);
     int hopper = 0, major = 0;
     if (st == PI0_OK) st = device_path(device, &hopper, &major);
     if (st != PI0_OK) return st;
+    const char *zc = getenv("PI0_CUDA_ZERO_COPY");
+    if (zc && strcmp(zc, "0") && strcmp(zc, "1"))
+        return pi0_fail(PI0_ERR_ARG, "PI0_CUDA_ZERO_COPY=%s: expected 0 or 1", zc);
+    int integrated = 0;
+    cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device);
     pi0_backend *be = (pi0_backend *)calloc(1, sizeof *be);
     cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
     if (!be || !c) { free(be); free(c); return pi0_fail(PI0_ERR_NOMEM, "out of memory"); }
@@ -602,6 +425,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     c->device = device;
     c->ws = (const cuda_wstore *)weights;
     c->ws_size = 32u << 20;
+    c->integrated = integrated;
+    c->zero_copy = zc ? zc[0] == '1' : integrated;
     const char *g = getenv("PI0_CUDA_GRAPHS");
     c->graphs_enabled = !(g && !strcmp(g, "0"));
     const char *pdl = getenv("PI0_CUDA_PDL"), *small = getenv("PI0_CUDA_SMALL");
@@ -664,6 +489,8 @@ extern "C" pi0_status cuda_backend_create(pi0_backend **out, int device, const v
     be->destroy = cuda_destroy;
     be->range = cuda_range;
     be->memory = cuda_memory;
+    be->footprint = cuda_footprint;
+    be->host_view = cuda_host_view;
     be->early_next = cuda_early_next;
     be->cat_ld = cuda_cat_ld;
     be->upload = cuda_upload;

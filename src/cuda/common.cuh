@@ -74,8 +74,9 @@ struct cuda_wentry {
 enum { CUDA_W_F32 = 1, CUDA_W_I8 = 2 };   // cuda_upload_list's formats of a tensor: an fp32 copy too; int8, no bf16
 
 struct cuda_wstore {
-    char *base;
-    size_t bytes;
+    char **slab;       // [nslab] device allocations that hold the copies (wstore.cu)
+    int nslab;
+    size_t bytes_bf16, bytes_f32, bytes_i8;   // the copies' bytes by format (int8: with the row scales)
     int device;
     int n;             // ids 1 .. n
     cuda_wentry *e;    // [n + 1], by id
@@ -124,6 +125,10 @@ struct cuda_ctx {
     int smem_optin;            // the most shared memory a block may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin)
     struct cuda_wt_t { int w, wl; void *wt; int nw, k, ld, f32; } *wts;   // exact RTC: transposed copies of weights by id (gemm_bwd.cu)
     int n_wts, cap_wts;
+    struct cuda_buf_t { char *p; size_t n; } *bufs;   // alloc()'s buffers and their bytes (footprint)
+    int n_bufs, cap_bufs;
+    int integrated;            // the GPU shares the host's memory (cudaDevAttrIntegrated: a Jetson)
+    int zero_copy;             // host_view reads mapped inputs in place (integrated; PI0_CUDA_ZERO_COPY=1 / 0 forces)
     char *stage;               // page-locked ring for small uploads (truly asynchronous copies); reset at sync
     size_t stage_cap, stage_used;
     int flash;                 // flash attention for prefix / SigLIP segments (PI0_CUDA_FLASH=0: cuBLASLt + softmax;
@@ -154,6 +159,8 @@ static inline const float *wf32(const cuda_ctx *c, const pi0_wt *W) { return W ?
 // Records the first failure; returns 1 if `e` is an error.
 int cuda_note(cuda_ctx *c, cudaError_t e, const char *what, const char *file, int line);
 int cublas_note(cuda_ctx *c, cublasStatus_t s, const char *what, const char *file, int line);
+// The device exists and is made current (backend.cu), or an error naming it.
+pi0_status cuda_select_device(int device);
 #define CUDA_NOTE(c, call) cuda_note((c), (call), #call, __FILE__, __LINE__)
 #define CUBLAS_NOTE(c, call) cublas_note((c), (call), #call, __FILE__, __LINE__)
 

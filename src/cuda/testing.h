@@ -36,6 +36,11 @@ void cuda_forget_transposes(pi0_backend *be);
 int cuda_backend_hopper(const pi0_backend *be);
 /* Graph replays (cuda_run_graph with a cached graph) in this process: the e2e tests check that they ran. */
 long cuda_graph_replays(void);
+/* Inputs read in place (host_view gave a device address for the caller's memory) in this process. */
+long cuda_host_views(void);
+/* The e2e tests: the most bytes of one slab of the weight stores made from now on in this process (wstore.cu; a group
+ * larger than that gets a slab of its own); 0 returns to the default. */
+void cuda_weights_slab(size_t bytes);
 /* The tests: the next graph capture in this process (any context or thread) fails, through CUDA, at its capture
  * (where = 1) or at its instantiation (2; a capture with an untimed GEMM, which is not instantiated, takes the fault
  * without failing); 0 clears. Returns the fault that was pending (0 once a capture has taken it). */
