@@ -57,6 +57,10 @@ typedef struct {
      * leave gaps (π0-FAST: each block of its prefix-LM mask sees the keys up to its end; each decoded row its own
      * sample's cache). Only with no source 2 and tail 0; attention_bwd takes none. */
     const int32_t *k_end;
+    /* NULL p, or with k_end a DEVICE array [nseg] (I32) read when the op runs: segment s reads its first
+     * min(k_len[s], k_end[s] - k_off[s]) source-1 keys, k_len[s] >= 1; the host's k_end is the bound the launches are
+     * sized for. So a graph captured once replays over a cache that grows (π0-FAST's decode steps). */
+    pt k_len;
     pt k1, v1;            /* rows of kv_heads*head_dim */
     pt k2, v2;            /* optional (p == NULL): suffix keys */
     int block0;

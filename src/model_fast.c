@@ -34,13 +34,13 @@ struct fast_sess {
     int n_bufs, alloc_failed;
     pi0_vision_bufs vis;
     pt ids, id_rows, img_rows, pos, h, y, q, att, g, u, kx, vx, zero, crow, wsrc, wdst, zdst, zsrc, last, xl, tok, top2;
-    pt dpos, slot, drows;
+    pt step, drows;   /* step: a decode step's inputs, [4][B] I32 (decode_step) */
     pt *kc, *vc;   /* [depth] */
     /* host scratch, sized at create */
     int32_t *h_sel, *h_voff, *h_ids, *h_idrows, *h_imgrows, *h_pos, *h_crow, *h_wsrc, *h_wdst, *h_zdst, *h_last;
     int32_t *h_qoff, *h_koff, *h_kend;   /* the valid rows' attention segments (one per block of the prefix-LM mask) */
     int32_t *h_moff, *h_mkoff, *h_mkend; /* the masked rows' (one per full sample) */
-    int32_t *h_tok, *h_dpos, *h_slot, *h_dq, *h_dk, *h_dkend;
+    int32_t *h_tok, *h_step, *h_dq, *h_dk, *h_dkend;
     int32_t *h_plen;
     float *h_top2;
     uint8_t *h_valid;
@@ -69,7 +69,7 @@ void fast_sess_free(fast_sess *s) {
     free(s->kc); free(s->vc);
     free(s->h_sel); free(s->h_voff); free(s->h_ids); free(s->h_idrows); free(s->h_imgrows); free(s->h_pos); free(s->h_crow);
     free(s->h_wsrc); free(s->h_wdst); free(s->h_zdst); free(s->h_last); free(s->h_qoff); free(s->h_koff); free(s->h_kend);
-    free(s->h_moff); free(s->h_mkoff); free(s->h_mkend); free(s->h_tok); free(s->h_dpos); free(s->h_slot); free(s->h_dq);
+    free(s->h_moff); free(s->h_mkoff); free(s->h_mkend); free(s->h_tok); free(s->h_step); free(s->h_dq);
     free(s->h_dk); free(s->h_dkend); free(s->h_plen); free(s->h_top2); free(s->h_valid); free(s->h_order); free(s->h_cum);
     free(s->h_inv); free(s->h_vcount);
     free(s);
@@ -113,8 +113,7 @@ pi0_status fast_sess_create(fast_sess **out, pi0_backend *be, const pi0_config *
     s->xl = fbuf(s, B * s->D, PT_ACT);
     s->tok = fbuf(s, B, PT_I32);
     s->top2 = fbuf(s, 2 * B, PT_F32);
-    s->dpos = fbuf(s, B, PT_I32);
-    s->slot = fbuf(s, B, PT_I32);
+    s->step = fbuf(s, 4 * B, PT_I32);
     s->drows = fbuf(s, B, PT_I32);
     for (int l = 0; l < s->depth; l++) {
         s->kc[l] = fbuf(s, cache * kvw, PT_ACT);
@@ -127,13 +126,13 @@ pi0_status fast_sess_create(fast_sess **out, pi0_backend *be, const pi0_config *
     s->h_zdst = malloc(B * max_steps * 4); s->h_last = malloc(B * 4);
     s->h_qoff = malloc((rows + 1) * 4); s->h_koff = malloc((rows + 1) * 4); s->h_kend = malloc((rows + 1) * 4);
     s->h_moff = malloc((B + 1) * 4); s->h_mkoff = malloc((B + 1) * 4); s->h_mkend = malloc((B + 1) * 4);
-    s->h_tok = malloc(B * 4); s->h_dpos = malloc(B * 4); s->h_slot = malloc(B * 4); s->h_dq = malloc((B + 1) * 4);
+    s->h_tok = malloc(B * 4); s->h_step = malloc(4 * B * 4); s->h_dq = malloc((B + 1) * 4);
     s->h_dk = malloc((B + 1) * 4); s->h_dkend = malloc((B + 1) * 4); s->h_plen = malloc(B * 4);
     s->h_top2 = malloc(2 * B * sizeof(float)); s->h_valid = malloc((size_t)s->P); s->h_order = malloc((size_t)s->P * 4);
     s->h_cum = malloc((size_t)s->P * 4); s->h_inv = malloc((size_t)s->P * 4); s->h_vcount = malloc((size_t)s->P * 4);
     if (!s->h_sel || !s->h_voff || !s->h_ids || !s->h_idrows || !s->h_imgrows || !s->h_pos || !s->h_crow || !s->h_wsrc ||
         !s->h_wdst || !s->h_zdst || !s->h_last || !s->h_qoff || !s->h_koff || !s->h_kend || !s->h_moff || !s->h_mkoff ||
-        !s->h_mkend || !s->h_tok || !s->h_dpos || !s->h_slot || !s->h_dq || !s->h_dk || !s->h_dkend || !s->h_plen ||
+        !s->h_mkend || !s->h_tok || !s->h_step || !s->h_dq || !s->h_dk || !s->h_dkend || !s->h_plen ||
         !s->h_top2 || !s->h_valid || !s->h_order || !s->h_cum || !s->h_inv || !s->h_vcount)
         goto fail;
     /* zsrc all 0 and zero a zero row: the allocator zero-fills */
@@ -326,6 +325,30 @@ static void prefill(fast_sess *s, const plan *p) {
 /* The seed of step k's sampling noise (a SplitMix64 step of the caller's seed per step). */
 static uint64_t step_seed(uint64_t seed, int k) { return seed ^ (0x2545f4914f6cdd1dull * (uint64_t)(k + 1)); }
 
+/* Decode steps read their varying inputs from the device: s->step holds, for each of the B samples, the token to
+ * embed, its position, its cache row and its key count, uploaded by the host before each step. The launches depend
+ * only on B and on the key bound of the attention (a->k_end, the launches' size; k_len holds the counts), so a CUDA
+ * backend captures them once as a graph and replays it per token while the bound holds: the per-launch host cost
+ * was most of a token's time. */
+typedef struct {
+    fast_sess *s;
+    int B;
+    pi0_attn a;
+    float temperature;
+    uint64_t seed;
+} step_arg;
+
+static void decode_step(void *arg) {
+    step_arg *t = arg;
+    fast_sess *s = t->s;
+    pi0_backend *be = s->be;
+    int B = t->B;
+    pt tok = s->step, pos = pt_at(be, s->step, (size_t)B), slot = pt_at(be, s->step, 2 * (size_t)B);
+    be->embed(be, s->h, s->drows, tok, B, &s->w->embed, sqrtf((float)s->D));
+    for (int l = 0; l < s->depth; l++) layer(s, l, B, pos, slot, 0, &t->a, NULL);
+    next_tokens(s, B, (pt){0}, t->temperature, t->seed);
+}
+
 pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float temperature, int32_t *tokens,
                          int *n_run, float *top2, model_timing *tm) {
     pi0_backend *be = s->be;
@@ -333,7 +356,7 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
     plan p;
     plan_inputs(s, in, n_steps, &p);
     pi0_status st = upload_plan(s, in, &p);
-    int B = p.B, RS = s->RS, D = s->D;
+    int B = p.B, RS = s->RS;
     memset(tokens, 0, (size_t)B * n_steps * sizeof *tokens);
     if (top2) memset(top2, 0, 2 * (size_t)B * n_steps * sizeof *top2);
     *n_run = 0;
@@ -342,8 +365,12 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
     next_tokens(s, B, s->last, temperature, step_seed(in->seed, 0));
     if ((st = be->sync(be)) != PI0_OK) return st;
     t1 = now_ms();
-    pi0_attn a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
-                  .q_off = s->h_dq, .k_off = s->h_dk, .k_end = s->h_dkend};
+    step_arg sa = {.s = s, .B = B, .temperature = temperature,
+                   .a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
+                         .q_off = s->h_dq, .k_off = s->h_dk, .k_end = s->h_dkend,
+                         .k_len = pt_at(be, s->step, 3 * (size_t)B)}};
+    int most = 0;
+    for (int b = 0; b < B; b++) most = s->h_plen[b] > most ? s->h_plen[b] : most;
     for (int b = 0; b <= B; b++) { s->h_dq[b] = b; s->h_dk[b] = b * RS; }
     for (int k = 0;; k++) {
         if ((st = be->download(be, (float *)(void *)s->h_tok, s->tok, (size_t)B)) != PI0_OK) break;
@@ -357,18 +384,27 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
         *n_run = k + 1;
         if (all_end || k + 1 == n_steps) break;
         /* decode step k (7.3): the token at position prefill_len + k + 1 into openpi's slot P + k, which is row
-         * prefill_len + k of this cache (its window at the front) */
+         * prefill_len + k of this cache (its window at the front); it sees rows [0, prefill_len + k] */
+        int32_t *tk = s->h_step, *ps = tk + B, *sl = ps + B, *kl = sl + B;
         for (int b = 0; b < B; b++) {
-            s->h_dpos[b] = s->h_plen[b] + k + 1;
-            s->h_slot[b] = b * RS + s->h_plen[b] + k;
-            s->h_dkend[b] = s->h_slot[b] + 1;
+            tk[b] = s->h_tok[b];
+            ps[b] = s->h_plen[b] + k + 1;
+            sl[b] = b * RS + s->h_plen[b] + k;
+            kl[b] = s->h_plen[b] + k + 1;
         }
-        if ((st = be->upload(be, s->dpos, s->h_dpos, (size_t)B)) != PI0_OK) break;
-        if (B > 1 && (st = be->upload(be, s->slot, s->h_slot, (size_t)B)) != PI0_OK) break;
-        be->embed(be, s->h, s->drows, s->tok, B, &s->w->embed, sqrtf((float)D));
-        for (int l = 0; l < s->depth; l++)   /* one sample: its K / V straight into the slot */
-            layer(s, l, B, s->dpos, B == 1 ? (pt){0} : s->slot, (size_t)s->h_slot[0], &a, NULL);
-        next_tokens(s, B, (pt){0}, temperature, step_seed(in->seed, k + 1));
+        /* the bound: the longest sample's count rounded up to 128 keys (capped at the cache), so that a graph
+         * serves 128 steps */
+        int bound = (most + k + 1 + 127) / 128 * 128;
+        bound = bound < RS ? bound : RS;
+        for (int b = 0; b < B; b++) s->h_dkend[b] = b * RS + bound;
+        if ((st = be->upload(be, s->step, s->h_step, 4 * (size_t)B)) != PI0_OK) break;
+        sa.seed = step_seed(in->seed, k + 1);
+        if (temperature > 0.0f || !be->run_graph) {   /* the seed changes per step: no graph */
+            decode_step(&sa);
+            continue;
+        }
+        const int32_t key[4] = {0x46415354, B, bound, s->depth};   /* "FAST" */
+        if ((st = be->run_graph(be, key, 4, decode_step, &sa)) != PI0_OK) break;
     }
     if (st == PI0_OK) st = be->sync(be);
     t2 = now_ms();

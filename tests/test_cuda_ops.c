@@ -621,6 +621,53 @@ static void t_attention_ranges(int heads, int hd) {
     rel(&q); rel(&o); rel(&k); rel(&v);
 }
 
+/* All-masked rows (π0-FAST's masked tokens): scale 0, a uniform average over every key, for enough rows that the
+ * flash kernels take them, and a key count that leaves a partial last tile (masked keys in it). */
+static void t_attention_uniform(int nq, int nk) {
+    int heads = 8, hd = 256;
+    int32_t qo[2] = {0, nq}, ko[2] = {0, nk};
+    dbuf q = mk((size_t)nq * heads * hd, PT_ACT), o = mk((size_t)nq * heads * hd, PT_ACT);
+    dbuf k = mk((size_t)nk * hd, PT_ACT), v = mk((size_t)nk * hd, PT_ACT);
+    set_rand(&q, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); poison(&o);
+    cpu->reserve(cpu, (size_t)nq + nk, (size_t)nk, (size_t)nq * heads * (nk + 8), 0);
+    gpu->reserve(gpu, (size_t)nq + nk, (size_t)nk, (size_t)nq * heads * (nk + 8), 0);
+    pi0_attn a = {.nseg = 1, .heads = heads, .kv_heads = 1, .head_dim = hd, .scale = 0.0f, .q_off = qo, .k_off = ko,
+                  .k1 = k.c, .v1 = v.c};
+    cpu->attention(cpu, o.c, q.c, &a);
+    a.k1 = k.g; a.v1 = v.g;
+    gpu->attention(gpu, o.g, q.g, &a);
+    char shape[64];
+    snprintf(shape, sizeof shape, "uniform (scale 0) %d rows x %d keys", nq, nk);
+    compare_ex("attention", shape, &o, (size_t)hd, 1e-2, 5e-2);
+    rel(&q); rel(&o); rel(&k); rel(&v);
+}
+
+/* Decoded rows against per-sample caches whose key counts are read on the device (pi0_attn.k_len, π0-FAST's graph
+ * replays): the GPU with k_len and a bound against the CPU with the exact ranges. One query row per sample, caches
+ * RS rows apart. At head_dim 256 a bound of 1024 or less takes the decode kernel (batched), more the flash kernel on
+ * Hopper and the generic path on the portable one; head_dim 32 the generic path. */
+static void t_attention_klen(int B, int RS, int bound, const int32_t *len, int hd) {
+    int heads = 8;
+    int32_t qo[65], ko[65], ke[64], kx[64];
+    for (int b = 0; b <= B; b++) { qo[b] = b; ko[b] = b * RS; }
+    for (int b = 0; b < B; b++) { ke[b] = b * RS + bound; kx[b] = b * RS + len[b]; }
+    dbuf q = mk((size_t)B * heads * hd, PT_ACT), o = mk((size_t)B * heads * hd, PT_ACT);
+    dbuf k = mk((size_t)B * RS * hd, PT_ACT), v = mk((size_t)B * RS * hd, PT_ACT), kl = mk((size_t)B, PT_I32);
+    set_rand(&q, 1.0f); set_rand(&k, 1.0f); set_rand(&v, 1.0f); poison(&o);
+    CHECK(gpu->upload(gpu, kl.g, len, (size_t)B) == PI0_OK, "k_len upload: %s", pi0_last_error());
+    cpu->reserve(cpu, (size_t)B * RS, (size_t)RS, (size_t)heads * (RS + 8), 0);
+    gpu->reserve(gpu, (size_t)B * RS, (size_t)RS, (size_t)heads * (RS + 8), 0);
+    pi0_attn a = {.nseg = B, .heads = heads, .kv_heads = 1, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                  .q_off = qo, .k_off = ko, .k_end = kx, .k1 = k.c, .v1 = v.c};
+    cpu->attention(cpu, o.c, q.c, &a);
+    a.k_end = ke; a.k_len = kl.g; a.k1 = k.g; a.v1 = v.g;
+    gpu->attention(gpu, o.g, q.g, &a);
+    char shape[64];
+    snprintf(shape, sizeof shape, "k_len B=%d RS=%d bound=%d hd=%d", B, RS, bound, hd);
+    compare_ex("attention", shape, &o, (size_t)hd, 1e-2, 5e-2);
+    rel(&q); rel(&o); rel(&k); rel(&v); rel(&kl);
+}
+
 /* next_token against its CPU twin: the token of every row (greedy or sampled) and the two largest logits. A greedy
  * token may differ only where the CPU's margin is a near-tie. */
 static void t_next_token(int M, int V, int K, float temperature) {
@@ -1450,10 +1497,22 @@ static void op_tests(void) {
     t_misc();
     t_attention_ranges(8, 256);
     t_attention_ranges(4, 16);
+    {
+        static const int32_t l8[] = {809, 811, 860, 700, 896, 1, 833, 812}, l2[] = {1100, 1025}, l1[] = {5};
+        printf("-- attention with device key counts (k_len): decode kernel (B = 8, B = 1), flash / generic, small heads\n");
+        t_attention_klen(8, 1300, 896, l8, 256);
+        t_attention_klen(2, 1300, 1152, l2, 256);
+        t_attention_klen(1, 300, 128, l1, 256);
+        t_attention_klen(8, 1300, 896, l8, 32);
+        t_attention_uniform(300, 849);
+        t_attention_uniform(64, 128);
+    }
     t_next_token(1, 1000, 2048, 0);
     t_next_token(3, 257, 64, 0);
     t_next_token(9, 600, 72, 0);     /* two passes of 8 rows; K not a multiple of 8: the scalar loads */
     t_next_token(2, 300, 2048, 0.7f);
+    t_next_token(1, 3000, 1024, 0.7f);   /* one row: next_token_row, sampled */
+    t_next_token(1, 257, 64, 0);         /* one row, K below 256: the generic kernel */
     for (size_t i = 0; i < N_OF(LINEAR_T); i++) {
         const linear_t_case *c = &LINEAR_T[i];
         printf("-- linear_t: %s\n", c->why);

@@ -310,6 +310,7 @@ static void cpu_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             int s = 0;
             while (qo[s + 1] <= r) s++;
             int j = r - qo[s], nq = qo[s + 1] - qo[s], n1 = attn_k1_end(a, s) - ko[s];
+            if (a->k_len.p && ((const int32_t *)(void *)a->k_len.p)[s] < n1) n1 = ((const int32_t *)(void *)a->k_len.p)[s];
             int n2 = a->k2.p ? (j < a->block0 ? a->block0 : nq) : 0;
             if (a->tail) n1 -= a->tail - (j < a->block0 ? a->block0 : a->tail);   /* hide the unseen tail keys */
             int kvh = h / group;

@@ -7,8 +7,9 @@
 
 #include "attention.cuh"
 
-// Segments batched into one launch must be packed (keys of segment s + i at k_off[s] + i x n1): always so without
-// k_end, checked with it.
+// Segments batched into one launch have equal lengths and evenly spaced keys (segment s + i's at k_off[s] + i x ks,
+// ks >= n1: packed without k_end, checked with it). With k_len each segment's key count is read on the device: the
+// decode and the flash (mma.sync) kernels and the generic MQA path's softmax take it, the wgmma flash kernel not.
 // Three paths, tried in this order: decode attention (few query rows, below), flash attention (below), and the
 // generic one for what neither takes (other head sizes, unaligned rows, PI0_CUDA_FLASH=0):
 // per segment: logits = scale * Q.K^T by cuBLASLt into fp32 (`scores`), a masked softmax in fp32 that
@@ -31,24 +32,30 @@
 // Launches flash attention for segments [s, s + g) of equal lengths when it applies (returns 1): nq queries and
 // n1 source-1 keys each; with a second source (k2, v2: nq rows per segment) its keys are the tail of n1 + nq.
 static int flash_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
-                           const bf16 *v2, const pi0_attn *a, int g, int nq, int n1) {
+                           const bf16 *v2, const pi0_attn *a, int g, int nq, int n1, int ks, const int *kl) {
     int H = a->heads, hd = a->head_dim, mqa = a->kv_heads == 1, kvw = a->kv_heads * hd;
     int nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail;
-    // a tail or second source only for MQA at head_dim 256 (the suffix kernel reads query j as row / H)
-    if (!c->flash || (hd != 72 && hd != 256) || (!mqa && a->kv_heads != H) || (tail && (!mqa || hd != 256)) ||
+    // a tail or second source only for MQA at head_dim 256 (the suffix kernel reads query j as row / H); device key
+    // counts (kl) with neither
+    if (!c->flash || (kl && (k2 || tail)) || (hd != 72 && hd != 256) || (!mqa && a->kv_heads != H) || (tail && (!mqa || hd != 256)) ||
         (k2 && a->tail) || nq < 1 || n1 < 1 || tail > nk ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
     int rows = mqa ? nq * H : nq, q_rs = mqa ? hd : H * hd;
     dim3 grid(cdiv(rows, FA_BM), mqa ? 1 : H, g);
     float sl2 = a->scale * 1.4426950408889634f;
-    long long q_seg = (long long)nq * H * hd, kv_seg = (long long)n1 * kvw, k2_seg = (long long)nq * kvw;
+    long long q_seg = (long long)nq * H * hd, kv_seg = (long long)ks * kvw, k2_seg = (long long)nq * kvw;
     // head_dim 256: 64-key tiles (169 KB: one block per SM) for one wave of blocks, 32-key tiles (101 KB: two
     // blocks per SM hide each other's latency) for more (batches)
     const int many = (long long)grid.x * grid.y * grid.z > c->sms;
-    if (hd == 256 && mqa && !tail && c->flash == 1 && cuda_flash_wg(c, out, q, k, v, g, rows, nk, sl2)) return 1;
+    // the wgmma kernel's tensor maps take packed segments and host key counts; it scales the logits inside the
+    // exponent after masking the keys past nk (-inf), which scale 0 (π0-FAST's all-masked rows: a uniform softmax)
+    // would turn into NaN, so those go to the mma kernel, which scales first
+    if (hd == 256 && mqa && !tail && c->flash == 1 && ks == n1 && !kl && a->scale > 0.0f &&
+        cuda_flash_wg(c, out, q, k, v, g, rows, nk, sl2))
+        return 1;
     cuda_flash_mma(c, grid, many, tail, out, q, k, v, k2, v2, rows, nk, a->block0, H, hd, q_rs, kvw, q_seg, kv_seg, k2_seg,
-                   mqa ? 0 : hd, sl2);
+                   mqa ? 0 : hd, sl2, kl);
     return 1;
 }
 
@@ -61,14 +68,16 @@ void cuda_attention_setup(cuda_ctx *c) {
 
 // Row r (of seg_rows per segment; several equal segments may be batched): query j = (r % seg_rows) /
 // row_div sees source-1 keys [0, n1) and source-2 keys
-// [0, j < block0 ? block0 : n2). Probabilities of unseen keys are written as 0.
+// [0, j < block0 ? block0 : n2), or with nkd (k_len) keys [0, nkd[segment]). Probabilities of unseen keys are
+// written as 0.
 __global__ void softmax_kernel(bf16 *p, const float *s, int ld, int rows, int seg_rows, int n1, int n2, int block0,
-                               int row_div) {
+                               int row_div, const int *nkd) {
     pdl_wait();   // programmatic dependent launch: see common.cuh
     pdl_trigger();
     int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (r >= rows) return;
     int nk = n1 + n2, j = (r % seg_rows) / row_div, lim = n1 + (n2 ? (j < block0 ? block0 : n2) : 0);
+    if (nkd) lim = min(lim, nkd[r / seg_rows]);   // backend.h k_len (no second source then)
     const float *sr = s + (size_t)r * ld;
     bf16 *pr = p + (size_t)r * ld;
     float mx = -INFINITY;
@@ -94,27 +103,33 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         int q0 = a->q_off[s], nq = a->q_off[s + 1] - q0, k0 = a->k_off[s], n1 = attn_k1_end(a, s) - k0;
         int n2 = K2 ? nq : 0, nk = n1 + n2, ld = (nk + 7) & ~7;   // rows padded to 16-byte multiples
         int rows = nq * H;
-        if (nq) {   // decode attention over this and the following equal, consecutively packed segments
-            int g = 1;
-            while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
-                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1)
-                g++;
-            if (cuda_decode_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
-                                 K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, g, nq, a, n1)) {
-                s += g;
-                continue;
-            }
+        const int *kl = a->k_len.p ? (const int *)a->k_len.p + s : NULL;
+        // segments of equal lengths whose keys lie ks apart (ks >= n1: packed without k_end, a cache per sample
+        // with it) go to one launch
+        int ks = s + 1 < a->nseg && a->k_off[s + 1] - k0 > n1 ? a->k_off[s + 1] - k0 : n1, g = 1;
+        while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&   // grid.z <= 65535
+               attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * ks)
+            g++;
+        if (nq && cuda_decode_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw,
+                                        V1 + (size_t)k0 * kvw, K2 ? K2 + (size_t)q0 * kvw : NULL,
+                                        V2 ? V2 + (size_t)q0 * kvw : NULL, g, nq, a, n1, ks, kl)) {
+            s += g;
+            continue;
         }
-        if (nq) {   // flash attention over this and the following equal segments
-            int g = 1;
-            while (s + g < a->nseg && g < 65535 && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
-                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1)   // grid.z <= 65535
-                g++;
-            if (flash_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
-                                K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, a, g, nq, n1)) {
-                s += g;
-                continue;
+        if (nq && flash_attention(c, O + (size_t)q0 * qw, Q + (size_t)q0 * qw, K1 + (size_t)k0 * kvw, V1 + (size_t)k0 * kvw,
+                                  K2 ? K2 + (size_t)q0 * kvw : NULL, V2 ? V2 + (size_t)q0 * kvw : NULL, a, g, nq, n1, ks,
+                                  kl)) {
+            s += g;
+            continue;
+        }
+        if (kl && a->kv_heads != 1) {   // the generic MHA paths take host key counts only
+            if (!c->err) {
+                c->err = PI0_ERR_UNSUPPORTED;
+                snprintf(c->errmsg, sizeof c->errmsg, "attention: key counts read on the device (k_len) with %d kv heads "
+                         "(%d queries x %d keys, head_dim %d): only multi-query attention takes them", a->kv_heads, nq,
+                         n1, hd);
             }
+            return;
         }
         if ((size_t)rows * ld > c->scores_cap || (size_t)rows * hd > c->att_cap) {
             if (!c->err) {
@@ -126,17 +141,17 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
         }
         // MQA: the following segments of the same lengths (equal-length samples of a batch) form one
         // strided batch, as far as the scratch holds their logits
-        int g = 1;
+        g = 1;
         if (a->kv_heads == 1)
             while (s + g < a->nseg && a->q_off[s + g + 1] - a->q_off[s + g] == nq &&
-                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * n1 &&
+                   attn_k1_end(a, s + g) - a->k_off[s + g] == n1 && a->k_off[s + g] == k0 + g * ks &&
                    (size_t)(g + 1) * rows * ld <= c->scores_cap &&
                    (size_t)(g + 1) * rows * hd <= c->att_cap)
                 g++;
         if (nq == 0) { s += g; continue; }
         const bf16 *qs = Q + (size_t)q0 * qw;
         bf16 *os = O + (size_t)q0 * qw;
-        long long sq = (long long)rows * hd, sk1 = (long long)n1 * kvw, sk2 = (long long)nq * kvw, ss = (long long)rows * ld;
+        long long sq = (long long)rows * hd, sk1 = (long long)ks * kvw, sk2 = (long long)nq * kvw, ss = (long long)rows * ld;
         if (a->kv_heads == 1) {
             cuda_gemm(c, 1, rows, n1, hd, a->scale, qs, hd, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       c->scores, ld, CUDA_R_32F, NULL, g, sq, sk1, ss);
@@ -146,7 +161,7 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             // tail: the last `tail` keys of the range are suffix keys (mask of the second source)
             int m1 = n2 ? n1 : n1 - a->tail, m2 = n2 ? n2 : a->tail;
             cuda_launch(c, softmax_kernel, dim3(cdiv((long long)g * rows * 32, 256)), dim3(256), 0, c->probs, c->scores,
-                        ld, g * rows, rows, m1, m2, a->block0, H);
+                        ld, g * rows, rows, m1, m2, a->block0, H, kl);
             if (!n2) {
                 cuda_gemm(c, 0, rows, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF,
                           0.0f, os, hd, CUDA_R_16BF, NULL, g, ss, sk1, sq);
@@ -169,7 +184,7 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
                 cuda_gemm(c, 1, nq, n1, hd, a->scale, qs + h * hd, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw + h * hd, kvw,
                           CUDA_R_16BF, 0.0f, c->scores, ld, CUDA_R_32F, NULL, gi, sx, sw, sl);
                 cuda_launch(c, softmax_kernel, dim3(cdiv((long long)gi * nq * 32, 256)), dim3(256), 0, c->probs,
-                            c->scores, ld, gi * nq, nq, n1, 0, 0, 1);
+                            c->scores, ld, gi * nq, nq, n1, 0, 0, 1, (const int *)NULL);
                 cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw + h * hd, kvw,
                           CUDA_R_16BF, 0.0f, os + h * hd, qw, CUDA_R_16BF, NULL, gi, sl, sw, sx);
             }
@@ -179,7 +194,7 @@ void cuda_attention(pi0_backend *be, pt out, pt q, const pi0_attn *a) {
             cuda_gemm(c, 1, nq, n1, hd, a->scale, qs, qw, CUDA_R_16BF, K1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       c->scores, ld, CUDA_R_32F, NULL, H, hd, hd, (long long)nq * ld);
             cuda_launch(c, softmax_kernel, dim3(cdiv((long long)rows * 32, 256)), dim3(256), 0, c->probs, c->scores, ld,
-                        rows, rows, n1, 0, 0, 1);
+                        rows, rows, n1, 0, 0, 1, (const int *)NULL);
             cuda_gemm(c, 0, nq, hd, n1, 1.0f, c->probs, ld, CUDA_R_16BF, V1 + (size_t)k0 * kvw, kvw, CUDA_R_16BF, 0.0f,
                       os, qw, CUDA_R_16BF, NULL, H, (long long)nq * ld, hd, hd);
         }

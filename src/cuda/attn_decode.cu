@@ -193,8 +193,9 @@ template <int RT>
 __global__ void PI0_CLUSTER_DIMS(DA_SPLIT, 1, 1) __launch_bounds__(DA_THREADS)
 decode_attn_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
                    long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
-                   float scale) {
+                   float scale, const int *nkd) {
     constexpr int NR = 16 * RT, RECV = da_recv(RT);
+    if (nkd) n1 = min(n1, nkd[blockIdx.z]);   // backend.h k_len: the segment's key count, read on the device
     extern __shared__ __align__(16) unsigned char da_sm[];
     bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + NR * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
     bf16 *Ps = Vs + (size_t)chunk * DA_LD;
@@ -279,8 +280,9 @@ static size_t dap_smem(void) { return (size_t)(16 + 2 * DAP_CHUNK) * DA_LD * 2 +
 __global__ void __launch_bounds__(DA_THREADS)
 decode_attn_p_kernel(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const bf16 *k2, const bf16 *v2,
                      long long sq, long long sk, long long s2, int rows, int H, int n1, int tail, int block0, int chunk,
-                     float scale, float *ws, unsigned *counters) {
+                     float scale, float *ws, unsigned *counters, const int *nkd) {
     constexpr int NR = 16, PART = 2 * NR + NR * DA_HD;   // a block's part: m, l, O (floats)
+    if (nkd) n1 = min(n1, nkd[blockIdx.z]);   // backend.h k_len
     extern __shared__ __align__(16) unsigned char da_sm[];
     bf16 *Qs = (bf16 *)da_sm, *Ks = Qs + NR * DA_LD, *Vs = Ks + (size_t)chunk * DA_LD;
     bf16 *Ps = Vs + (size_t)chunk * DA_LD;
@@ -359,32 +361,34 @@ extern "C" long cuda_decode_attention_launches(void) { return __atomic_load_n(&d
 // (cuda_decode_attention's checks passed; rows, nk, tail and the segment strides as it computes them)
 static int decode_attention_p(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
                               const bf16 *v2, int g, const pi0_attn *a, int rows, int nk, int tail, long long sq,
-                              long long sk, long long s2) {
+                              long long sk, long long s2, const int *nkd) {
     int tiles = cdiv(rows, 16), S = cdiv(nk, DAP_CHUNK), chunk = (cdiv(nk, S) + 15) / 16 * 16;
     if (S > DAP_MAXS || (long long)g * tiles > CUDA_P_COUNTERS ||
         (size_t)g * tiles * S * (2 * 16 + 16 * DA_HD) * 4 > CUDA_P_SCRATCH)
         return 0;
     if (g > 1 && (long long)g * tiles * S > 2 * c->sms) return 0;   // batches: flash or GEMM attention (as on Hopper)
     cuda_launch(c, decode_attn_p_kernel, dim3(S, tiles, g), dim3(DA_THREADS), dap_smem(), out, q, k, v, k2, v2, sq, sk, s2,
-                rows, a->heads, nk, tail, a->block0, chunk, a->scale, c->pscratch, c->pcounters);
+                rows, a->heads, nk, tail, a->block0, chunk, a->scale, c->pscratch, c->pcounters, nkd);
     PI0_TEST_HOOK(__atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED));
     return 1;
 }
 
 // Launches decode attention for g equal segments when it applies (returns 1), else returns 0: nq queries and n1
-// source-1 keys each, packed one after the other (q, out: nq rows apart; k, v: n1 rows; k2, v2: nq rows). With a
+// source-1 keys each, one after the other (q, out: nq rows apart; k, v: ks >= n1 rows; k2, v2: nq rows). With a
 // second source its nq keys count as the tail of an n1 + nq key range (the same mask, backend.h); its rows are
-// read after the PDL wait like the tail's, the first n1 - tail cached keys before it.
+// read after the PDL wait like the tail's, the first n1 - tail cached keys before it. nkd (backend.h k_len, device
+// [g]): each segment's key count, at most n1, which sizes the launch; only without a tail or second source.
 int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2,
-                            const bf16 *v2, int g, int nq, const pi0_attn *a, int n1) {
+                          const bf16 *v2, int g, int nq, const pi0_attn *a, int n1, int ks, const int *nkd) {
     int rows = nq * a->heads, nk = n1 + (k2 ? nq : 0), tail = k2 ? nq : a->tail;
     int chunk = (cdiv(nk, DA_SPLIT) + 15) / 16 * 16;
+    if (nkd && (k2 || a->tail)) return 0;
     if ((c->hopper ? !c->fused_small : !c->dap_ok) || a->kv_heads != 1 || a->head_dim != DA_HD || (k2 && a->tail) || rows > 16 * 64 || nk < 1 ||
         (c->hopper && chunk > DA_MAX_CHUNK) || g < 1 || g > 65535 ||
         ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v | (uintptr_t)k2 | (uintptr_t)v2 | (uintptr_t)out) & 15)
         return 0;
-    long long sq = (long long)rows * DA_HD, sk = (long long)n1 * DA_HD, s2 = (long long)nq * DA_HD;
-    if (!c->hopper) return decode_attention_p(c, out, q, k, v, k2, v2, g, a, rows, nk, tail, sq, sk, s2);
+    long long sq = (long long)rows * DA_HD, sk = (long long)ks * DA_HD, s2 = (long long)nq * DA_HD;
+    if (!c->hopper) return decode_attention_p(c, out, q, k, v, k2, v2, g, a, rows, nk, tail, sq, sk, s2, nkd);
     // Two row tiles per block when one would need more than a wave; batches only while they fit in two waves: the
     // blocks (~145 KB of shared memory, one per SM) are latency-bound: at B = 64 (1536 blocks) even the GEMM path
     // was faster, while B = 8 (192 blocks) gained from this kernel (bench/RESULTS.md L70), and
@@ -393,10 +397,10 @@ int cuda_decode_attention(cuda_ctx *c, bf16 *out, const bf16 *q, const bf16 *k, 
     if (g > 1 && (long long)g * cdiv(rows, 16 * rt) * DA_SPLIT > 2 * c->sms) return 0;
     if (rt == 2)
         cuda_launch(c, decode_attn_kernel<2>, dim3(DA_SPLIT, cdiv(rows, 32), g), dim3(DA_THREADS), da_smem(chunk, 2), out,
-                    q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);
+                    q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale, nkd);
     else
         cuda_launch(c, decode_attn_kernel<1>, dim3(DA_SPLIT, cdiv(rows, 16), g), dim3(DA_THREADS), da_smem(chunk, 1), out,
-                    q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale);
+                    q, k, v, k2, v2, sq, sk, s2, rows, a->heads, nk, tail, a->block0, chunk, a->scale, nkd);
     PI0_TEST_HOOK(__atomic_add_fetch(&da_launches, 1, __ATOMIC_RELAXED));
     return 1;
 }

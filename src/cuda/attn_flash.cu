@@ -42,7 +42,7 @@ template <int HD, int HDP, bool SFX, int FA_BN>
 __global__ void __launch_bounds__(128, 1)
 flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *k2, const bf16 *v2, int rows,
                   int nk, int tail, int block0, int H, int q_rs, int kv_rs, long long q_seg, long long kv_seg,
-                  long long k2_seg, int kv_hs, float sl2) {
+                  long long k2_seg, int kv_hs, float sl2, const int *nkd) {
     constexpr int LD = HDP + 8, CH = HD / 8, CHP = HDP / 8, NT = HDP / 8, THREADS = 128;
     extern __shared__ __align__(16) unsigned char fa_sm[];
     bf16 *Qs = (bf16 *)fa_sm, *Ks = Qs + FA_BM * LD, *Vs = Ks + 2 * FA_BN * LD;
@@ -52,6 +52,7 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
     const size_t ko = (size_t)blockIdx.z * kv_seg + (size_t)blockIdx.y * kv_hs;
     q += qo; out += qo; k += ko; v += ko;
     if (SFX && k2) { k2 += (size_t)blockIdx.z * k2_seg; v2 += (size_t)blockIdx.z * k2_seg; }
+    if (nkd) nk = min(nk, nkd[blockIdx.z]);   // backend.h k_len: the segment's key count, read on the device
     const int nvis = SFX ? nk - tail : nk;
     if constexpr (CHP > CH)   // zero pad columns of Q and of both K/V buffers (never written by the copies)
         for (int i = tid; i < (FA_BM + 4 * FA_BN) * (CHP - CH); i += THREADS)
@@ -188,15 +189,15 @@ flash_attn_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const 
 // Launches flash_attn_kernel on g equal segments (the arguments as flash_attention in attention.cu computes them).
 void cuda_flash_mma(cuda_ctx *c, dim3 grid, int many, int tail, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
                     const bf16 *k2, const bf16 *v2, int rows, int nk, int block0, int H, int hd, int q_rs, int kvw,
-                    long long q_seg, long long kv_seg, long long k2_seg, int mha_hd, float sl2) {
+                    long long q_seg, long long kv_seg, long long k2_seg, int mha_hd, float sl2, const int *nkd) {
     if (hd == 256)
         cuda_launch(c, tail ? (many ? flash_attn_kernel<256, 256, true, 32> : flash_attn_kernel<256, 256, true, 64>)
                             : (many ? flash_attn_kernel<256, 256, false, 32> : flash_attn_kernel<256, 256, false, 64>),
                     grid, dim3(128), many ? fa_smem<256, 256, 32>() : fa_smem<256, 256, 64>(), out, q, k, v, k2, v2, rows,
-                    nk, tail, block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mha_hd, sl2);
+                    nk, tail, block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mha_hd, sl2, nkd);
     else
         cuda_launch(c, flash_attn_kernel<72, 80, false, 64>, grid, dim3(128), fa_smem<72, 80, 64>(), out, q, k, v, k2, v2,
-                    rows, nk, tail, block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mha_hd, sl2);
+                    rows, nk, tail, block0, H, q_rs, kvw, q_seg, kv_seg, k2_seg, mha_hd, sl2, nkd);
 }
 
 template <int HD, int HDP, bool SFX, int BN> static void fa_opt_in(cuda_ctx *c) {

@@ -1,8 +1,9 @@
 // decode.cu — backend.h next_token (CPU twin: cpu_decode.c): π0-FAST's next token over the whole vocabulary, the logits
 // never stored. Pass 1: each block takes NT_VPB vocabulary rows, each warp one row at a time, and every row of x (up to
 // NT_ROWS per pass, held in shared memory as fp32) against it; the block keeps per row its best (score, token) and its
-// two largest logits. Pass 2: one block per row merges the blocks' picks. Ties go to the lower token, as the CPU's
-// first-index rule. The table is read once per NT_ROWS rows: one 16-byte load per lane where the rows allow it.
+// two largest logits (one row alone: next_token_row, x in registers). Pass 2: one block per row merges the blocks'
+// picks. Ties go to the lower token, as the CPU's first-index rule. The table is read once per NT_ROWS rows: one
+// 16-byte load per lane where the rows allow it.
 #include <math.h>
 
 #include "common.cuh"
@@ -79,6 +80,47 @@ __global__ void next_token_part(tok_pick *part, const bf16 *x, const bf16 *W, in
     }
 }
 
+// One row (B = 1, the common case), K a multiple of 256 up to 2048 (Gemma 2B: 2048): each lane meets the same
+// KC = K / 256 groups of 8 columns in every vocabulary row, so x stays in its registers, and a row's KC loads are all
+// issued before its products (the generic kernel's loop over K left one load in flight per lane and its shared x
+// limited the blocks per SM: the head streamed well below the memory's rate).
+template <int KC>
+__global__ void next_token_row(tok_pick *part, const bf16 *x, const bf16 *W, int V, int K, float temperature,
+                               unsigned long long seed) {
+    __shared__ tok_pick red[NT_THREADS / 32];
+    pdl_wait();
+    pdl_trigger();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    float xr[KC][8];
+#pragma unroll
+    for (int c = 0; c < KC; c++) ldv<8>(xr[c], x + c * 256 + lane * 8);
+    tok_pick p = {-INFINITY, -INFINITY, -INFINITY, -1};
+    int j1 = min(V, (blockIdx.x + 1) * NT_VPB);
+    for (int j = blockIdx.x * NT_VPB + warp; j < j1; j += nw) {
+        const bf16 *w = W + (size_t)j * K + lane * 8;
+        float wv[KC][8];
+#pragma unroll
+        for (int c = 0; c < KC; c++) ldv<8>(wv[c], w + c * 256);
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KC; c++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc = fmaf(wv[c][e], xr[c][e], acc);
+        float l = warp_sum(acc);
+        float sc = temperature > 0.0f ? l / temperature + pi0_gumbel(seed, 0u, (uint32_t)j) : l;
+        if (better(sc, j, p)) { p.score = sc; p.id = j; }
+        if (l > p.best) { p.second = p.best; p.best = l; }
+        else if (l > p.second) p.second = l;
+    }
+    if (lane == 0) red[warp] = p;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        tok_pick q = red[0];
+        for (int w2 = 1; w2 < nw; w2++) merge(q, red[w2]);
+        part[blockIdx.x] = q;
+    }
+}
+
 __global__ void next_token_final(int32_t *ids, float *top2, const tok_pick *part, int nblk, int r0) {
     __shared__ tok_pick red[NT_THREADS];
     pdl_wait();
@@ -128,10 +170,23 @@ void cuda_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, in
     }
     const bf16 *w = wbf(c, W), *xp = (const bf16 *)x.p;
     int vec = K % 8 == 0 && aligned16(w);
+    if (M == 1 && vec && K % 256 == 0 && K <= 2048 && aligned16(xp)) {
+        void (*row)(tok_pick *, const bf16 *, const bf16 *, int, int, float, unsigned long long) =
+            K == 2048 ? next_token_row<8> : K == 1024 ? next_token_row<4> : K == 512 ? next_token_row<2>
+            : K == 256 ? next_token_row<1> : K == 1536 ? next_token_row<6> : NULL;
+        if (row) {
+            cuda_launch(c, row, dim3(nblk), dim3(NT_THREADS), 0, (tok_pick *)c->tok_part, xp, w, V, K, temperature,
+                        (unsigned long long)seed);
+            cuda_launch(c, next_token_final, dim3(1), dim3(NT_THREADS), 0, (int32_t *)ids.p, (float *)top2.p,
+                        (const tok_pick *)c->tok_part, nblk, 0);
+            return;
+        }
+    }
     for (int r0 = 0; r0 < M; r0 += NT_ROWS) {
         int m = M - r0 < NT_ROWS ? M - r0 : NT_ROWS;
-        cuda_launch(c, next_token_part, dim3(nblk), dim3(NT_THREADS), smem, (tok_pick *)c->tok_part, xp + (size_t)r0 * K, w,
-                    m, V, K, temperature, (unsigned long long)seed, r0, vec);
+        cuda_launch(c, next_token_part, dim3(nblk), dim3(NT_THREADS), (size_t)m * K * sizeof(float),
+                    (tok_pick *)c->tok_part, xp + (size_t)r0 * K, w, m, V, K, temperature, (unsigned long long)seed, r0,
+                    vec);
         cuda_launch(c, next_token_final, dim3(m), dim3(NT_THREADS), 0, (int32_t *)ids.p, (float *)top2.p,
                     (const tok_pick *)c->tok_part, nblk, r0);
     }
