@@ -86,7 +86,7 @@ static pi0_status load_norm_stats(pi0_policy *p, const char *dir, const char *as
     else if (st == PI0_OK && p->fast && a->n > p->A)
         st = pi0_fail(PI0_ERR_FORMAT, "%s: norm_stats.actions has %d values, the chunk π0-FAST's tokens decode to has %d "
                       "action dims", path, a->n, p->A);
-    else if (st == PI0_OK && (s->n > p->A || a->n > p->A))
+    else if (st == PI0_OK && !p->fast && (s->n > p->A || a->n > p->A))
         st = pi0_fail(PI0_ERR_FORMAT, "%s: norm stats have %d state / %d action values, the model's action_dim is %d", path,
                       s->n, a->n, p->A);
     if (st == PI0_OK && p->quantile && (!s->q01 || !a->q01))
