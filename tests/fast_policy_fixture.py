@@ -12,11 +12,12 @@ are real:
     p = c_k (x_k + x_{k+1}) in the first and q = c_k sqrt(5/2) x_k in the second, x the unit vectors, c_k = 1 + k/16;
     w is 0 on the first half and -2 on the second (D = +1, -1). Element j's logit for element k is then
     c_j c_k if |j - k| = 1, -c_k^2 / 2 if j = k, 0 otherwise: the next element wins (c_{k+1} > c_{k-1}), by a
-    margin of 2 c_k / 16 over the previous one. (Tied embeddings with D = +1 would need rows whose norms grow
+    margin of 2 c_k / 16 over the previous one (tied embeddings with D = +1 would need rows whose norms grow
     geometrically along the chain, beyond float32 over 80 tokens; D = -1 on the second half lets them grow slowly);
   - every token outside the chain gets the start element's row, so that whatever the prompt ends with, decoding
     writes the chain from its first token; the chain ends with PaliGemma's end token (1), where openpi's decoding of
-    one observation stops.
+    one observation stops. A second chain, on dims of its own, can start from one chosen token instead (a prompt cut
+    at max_token_len ends with it): samples of one batch then decode chains of two lengths.
 
 The chain is what openpi trains π0-FAST to write: "Action: ", the FAST tokens of a chunk mapped into PaliGemma's
 vocabulary (id = V - 1 - 128 - FAST id), "|", the end token. Greedy decoding cannot repeat a token with two
