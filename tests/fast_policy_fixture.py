@@ -28,6 +28,7 @@ then occurs once. The tokenizer is tests/make_tokenizer.py's with PaliGemma's ta
 import json
 import os
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -36,6 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from protobuf_wire import enc, fields  # noqa: E402
 
 END = 1          # PaliGemma's end token
+# droid_policy's prompts: SHORT decodes the chunk, LONG cut at CUT tokens the chain that never ends
+SHORT, LONG, CUT = "pick up the cup", "pick up the red block and place it in the top drawer then close the drawer", 12
 VISION = {"width": 32, "depth": 1, "mlp_dim": 48, "num_heads": 4, "patch_size": 14, "image_size": 56}
 LM = {"width": 384, "depth": 1, "mlp_dim": 64, "num_heads": 4, "num_kv_heads": 1, "head_dim": 32}
 V_ = "paligemma_with_expert.paligemma.model.vision_tower.vision_model."
@@ -153,6 +156,18 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def read_safetensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    dt = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
+    out = {}
+    for k, v in json.loads(b[8:8 + n]).items():
+        if k != "__metadata__":
+            s, e = v["data_offsets"]
+            out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=dt[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
 def write_checkpoint(directory, V, chains, H, A, L, seed):
     """config.json + model.safetensors (F32) of a π0-FAST model that writes chains (embedding's); horizon H, action
     dim A and prompt length L go to config.json (they do not change the weights)."""
@@ -225,3 +240,39 @@ def policy_dir(directory, V, chains, H, A, L, asset_id, ns, na, seed):
         chains = [(None, chains)]
     write_checkpoint(directory, V, chains, H, A, L, seed)
     write_norm_stats(directory, asset_id, norm_stats(np.random.default_rng(seed + 1), ns, na))
+
+
+def droid_policy(directory, base_model, pi0_bin, seed=11):
+    """A π0-FAST DROID policy of pi0_fast_droid's shape (H 10, A 8) in directory/ckpt, with directory/tok.model
+    (base_model with PaliGemma's tail) and directory/fast (a FAST tokenizer without merges: coefficients -40..39 are
+    one token each), for the tests of the Python package and the server. Two chains: after SHORT (or any prompt that
+    ends with its own newline) the FAST tokens of chosen coefficients ("Action: ", the tokens, the end token, no "|");
+    after LONG cut at CUT tokens, 100 byte pieces without "Action: " and no end (openpi's zero fallback; a batch
+    holding both decodes on past the first chain's end). Encoding and the cut prompt's last token come from pi0_bin.
+    Returns {"ckpt", "tok", "fast", "coef"}."""
+    os.makedirs(directory, exist_ok=True)
+    tok, fast, ck = (os.path.join(directory, n) for n in ("tok.model", "fast", "ckpt"))
+    V = paligemma_like(base_model, tok, 128)
+    write_byte_level_fast(fast, 10, -44)
+    rng = np.random.default_rng(seed)
+    coef = distinct_coefficients(rng, 10, 8, np.arange(-40, 40))
+
+    def encode(text):
+        out = subprocess.run([pi0_bin, "tokenize", "--tokenizer", tok, "--", text], capture_output=True, text=True,
+                             check=True).stdout
+        return [int(x) for x in out.split()]
+
+    short = chain(encode, V, (coef.flatten() + 44).tolist(), bar=False)
+    policy_dir(ck, V, short, 10, 8, 250, "droid", 8, 8, seed)
+    obs, dump = os.path.join(directory, "cut.obs.safetensors"), os.path.join(directory, "cut.in.safetensors")
+    write_safetensors(obs, {"observation/exterior_image_1_left": np.zeros((56, 56, 3), np.uint8),
+                            "observation/wrist_image_left": np.zeros((56, 56, 3), np.uint8),
+                            "observation/joint_position": np.zeros(7), "observation/gripper_position": np.zeros(1)})
+    subprocess.run([pi0_bin, "run", "--checkpoint", ck, "--config", "pi0_fast_droid", "--tokenizer", tok,
+                    "--fast-tokenizer", fast, "--max-token-len", str(CUT), "--obs", obs, "--prompt", LONG,
+                    "--dump-inputs", dump], capture_output=True, check=True)
+    last = int(read_safetensors(dump)["tokens"][0, CUT - 1])
+    bytes_ = [4 + b for b in range(128, 228)]   # <0x80>..<0xE3> (ids 4..259 are the byte pieces): no "Action: "
+    assert last not in short and last not in bytes_
+    policy_dir(ck, V, [(None, short), (last, bytes_)], 10, 8, 250, "droid", 8, 8, seed)
+    return {"ckpt": ck, "tok": tok, "fast": fast, "coef": coef}

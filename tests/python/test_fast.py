@@ -1,7 +1,7 @@
 """pi0.Policy on a π0-FAST checkpoint against `pi0 run --json` (bit for bit): a tiny model built to write chosen
-tokens (tests/fast_policy_fixture.py), so that its actions are decoded ones. Two chains: a short prompt decodes the
-chunk's tokens ("Action: ", FAST tokens, end token, no "|"), a prompt cut at max_token_len decodes 100 byte pieces and
-never ends. In one batch the first sample therefore decodes on after its end token; openpi, one observation at a
+tokens (tests/fast_policy_fixture.py droid_policy), so that its actions are decoded ones. Two chains: a short prompt
+decodes the chunk's tokens ("Action: ", FAST tokens, end token, no "|"), a prompt cut at max_token_len decodes 100 byte
+pieces and never ends. In one batch the first sample therefore decodes on after its end token; openpi, one observation at a
 time, stops there: a batch must give each sample's single result. Errors name what is wrong."""
 import json
 import os
@@ -11,37 +11,20 @@ import numpy as np
 import pytest
 
 import pi0
-from conftest import ROOT, TOKENIZER, flatten, read_st, run_cli, write_st
+from conftest import PI0_BIN, ROOT, TOKENIZER, flatten, read_st, run_cli, write_st
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import fast_policy_fixture as F  # noqa: E402
 
 H, A = 10, 8
-SHORT, LONG = "pick up the cup", "pick up the red block and place it in the top drawer then close the drawer"
+SHORT, LONG = F.SHORT, F.LONG
 
 
 @pytest.fixture(scope="module")
 def fast(tmp_path_factory, ckpts):
-    """{"ckpt", "tok", "fast", "L", "coef", "pi0"}: a π0-FAST DROID checkpoint with its tokenizers."""
-    tmp = tmp_path_factory.mktemp("fast")
-    tok = str(tmp / "tok.model")
-    V = F.paligemma_like(TOKENIZER, tok, 128)
-    fast_dir = str(tmp / "fast")
-    F.write_byte_level_fast(fast_dir, 10, -44)   # coefficients -40..39: code points 4..83, one byte-level token each
-    coef = F.distinct_coefficients(np.random.default_rng(3), H, A, np.arange(-40, 40))
-    short = F.chain(pi0.Tokenizer(tok).encode, V, (coef.flatten() + 44).tolist(), bar=False)
-    ck = str(tmp / "ckpt")
-    F.policy_dir(ck, V, short, H, A, 250, "droid", 8, 8, 11)
-    # the token a prompt cut at L tokens ends with starts the second chain
-    L = 12
-    with pi0.Policy(ck, config="pi0_fast_droid", tokenizer=tok, fast_tokenizer=fast_dir, backend="cpu",
-                    max_token_len=L, quiet=True) as p:
-        p.save_inputs({**droid_obs(np.random.RandomState(0)), "prompt": LONG}, tmp / "cut.safetensors")
-    last = int(read_st(tmp / "cut.safetensors")["tokens"][0, L - 1])
-    bytes_ = [4 + b for b in range(128, 228)]   # <0x80>..<0xE3>: no "Action: " in their text
-    assert last not in short and last not in bytes_
-    F.policy_dir(ck, V, [(None, short), (last, bytes_)], H, A, 250, "droid", 8, 8, 11)
-    return {"ckpt": ck, "tok": tok, "fast": fast_dir, "L": L, "coef": coef, "pi0": ckpts["pi0"]}
+    """fast_policy_fixture.droid_policy's checkpoint and tokenizers, and a π0 checkpoint."""
+    f = F.droid_policy(str(tmp_path_factory.mktemp("fast")), TOKENIZER, PI0_BIN)
+    return {**f, "L": F.CUT, "pi0": ckpts["pi0"]}
 
 
 def droid_obs(rng):
