@@ -97,7 +97,7 @@ void pi0_model_free(pi0_model *m);
 
 typedef struct {
     int pi05;            /* 1 = π0.5 (adaRMS expert, state in the prompt) */
-    int action_dim;      /* A: 32 for openpi checkpoints */
+    int action_dim;      /* A: 32 for openpi checkpoints (π0-FAST: the chunk width its tokens decode to) */
     int action_horizon;  /* H */
     int max_token_len;   /* L of the tokenizer: 48 (π0), 200 (π0.5) unless config.json overrides */
     int n_cameras;       /* N: 3 (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb) */
@@ -399,7 +399,7 @@ typedef struct {
     const char *variant;   /* "pi0", "pi05", "tiny-pi0", "tiny-pi05" */
     uint64_t seed;
     int f32;               /* 0 = store BF16 (openpi's default conversion), 1 = F32 */
-    int action_horizon;    /* 0 = the variant's (50 full size, 5 tiny) */
+    int action_horizon;    /* 0 = the variant's (50 full size, 32 π0-FAST, 5 tiny) */
     int max_token_len;     /* 0 = the variant's */
     int force;             /* 1 = overwrite a checkpoint already in DIR */
 } pi0_gen_params;

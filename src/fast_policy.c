@@ -24,10 +24,11 @@ static pi0_status fast_dir(const char *path, char **dir) {
                         "Face's physical-intelligence/fast, holding tokenizer.json and processor_config.json)", path);
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     if (S_ISDIR(sb.st_mode)) *dir = strdup(path);
-    else if (!strcmp(base, "tokenizer.json")) *dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path))
-                                                                                        : strdup(".");
+    else if (!strcmp(base, "tokenizer.json"))
+        *dir = slash == path ? strdup("/") : slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
     else
-        return pi0_fail(PI0_ERR_ARG, "FAST tokenizer %s: expected the processor's directory or its tokenizer.json", path);
+        return pi0_fail(PI0_ERR_ARG, "FAST tokenizer %s: expected the processor's directory or its tokenizer.json",
+                        path);
     return *dir ? PI0_OK : pi0_fail(PI0_ERR_NOMEM, "out of memory");
 }
 
@@ -40,7 +41,8 @@ pi0_status fast_policy_load(pi0_policy *p, const char *path, const char *tokeniz
                         "the last ids of PaliGemma's vocabulary, so the two must be the same", tokenizer_path, v,
                         mi->vocab_size);
     if ((int64_t)p->H * p->A > (1 << 20))
-        return pi0_fail(PI0_ERR_ARG, "a chunk of %d x %d actions: at most 1048576 values decode from FAST tokens", p->H, p->A);
+        return pi0_fail(PI0_ERR_ARG, "a chunk of %d x %d actions: at most 1048576 values decode from FAST tokens", p->H,
+                        p->A);
     char *dir;
     pi0_status st = fast_dir(path, &dir);
     if (st == PI0_OK) st = fast_tokenizer_load(&p->fast_tok, dir);
@@ -68,9 +70,10 @@ pi0_status fast_policy_cameras(const pi0_policy *p, const robot_input *in, pi0_p
     const int *src = p->robot == PI0_ROBOT_DROID ? DROID : SAME;
     size_t img = (size_t)p->R * p->R * 3;
     for (int c = 0; c < ROBOT_CAMS; c++) {
-        const uint8_t *im = src[c] >= 0 ? in->img[src[c]] : NULL;
+        const int k = src[c];
+        const uint8_t *im = k >= 0 ? in->img[k] : NULL;
         x->masks[c] = p->robot == PI0_ROBOT_ALOHA ? im != NULL : 1;
-        pi0_status st = im ? pi0_image_resize_with_pad(im, in->h[src[c]], in->w[src[c]], p->R, x->images + c * img) : PI0_OK;
+        pi0_status st = im ? pi0_image_resize_with_pad(im, in->h[k], in->w[k], p->R, x->images + c * img) : PI0_OK;
         if (st != PI0_OK) return st;
     }
     return PI0_OK;
@@ -80,10 +83,12 @@ pi0_status fast_policy_prompt(const pi0_policy *p, const pi0_observation *obs, c
     if (obs->noise)   /* openpi's Policy.infer passes noise on to sample_actions, which π0-FAST's does not take */
         return pi0_fail(PI0_ERR_ARG, "observation noise: a π0-FAST policy decodes tokens and takes no noise");
     if (obs->rtc && (obs->rtc->prev || obs->rtc->n_prev))
-        return pi0_fail(PI0_ERR_ARG, "real-time chunking guides π0 / π0.5's flow matching: a π0-FAST policy decodes tokens");
+        return pi0_fail(PI0_ERR_ARG, "real-time chunking guides π0 / π0.5's flow matching: a π0-FAST policy decodes "
+                        "tokens");
     uint8_t *ar = pi0_malloc((size_t)p->L, "prompt ar mask");
     if (!ar) return PI0_ERR_NOMEM;
-    pi0_status st = fast_tokenizer_prompt(p->tok, prompt, x->state, x->n_state, p->L, x->tokens, x->token_mask, ar, NULL);
+    pi0_status st = fast_tokenizer_prompt(p->tok, prompt, x->state, x->n_state, p->L, x->tokens, x->token_mask, ar,
+                                          NULL);
     free(ar);
     if (st != PI0_OK) pi0_error_prefix("prompt");
     return st;

@@ -545,7 +545,8 @@ class Policy(_Closing):
     # ---- inference ----
     def infer(self, obs: Mapping, noise: Optional[np.ndarray] = None, *, seed: Optional[int] = None,
               rtc: Optional[Mapping] = None) -> Dict[str, Any]:
-        """Runs one observation; returns {"actions": float64 [H, D], "policy_timing": {"infer_ms", "total_ms"}}.
+        """Runs one observation; returns {"actions": float64 [H, D], "policy_timing": {"infer_ms", "total_ms"}} (a
+        π0-FAST policy's also "zero_chunk": True when its tokens held no actions, docs/fast.md 5.3).
 
         obs: openpi's observation dict: the robot's keys nested ({"images": {"cam_high": ...}}) or flattened with
           '/' ("observation/image"), images uint8 or float (x255, as openpi), HWC or CHW, any size; "prompt" (a
