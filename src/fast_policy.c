@@ -4,6 +4,7 @@
  * decoding of up to 256 tokens (pi0_generate), ExtractFASTActions (fast_tokenizer.c), then the same Unnormalize and
  * robot output transforms as π0. Owns the policy's FAST tokenizer and decoding buffers; the life cycle, the norm stats
  * and the robot's request arrays are pi0_policy.c's and robot.c's. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +21,9 @@ static pi0_status fast_dir(const char *path, char **dir) {
     struct stat sb;
     *dir = NULL;
     if (stat(path, &sb) != 0)
-        return pi0_fail(PI0_ERR_IO, "FAST tokenizer %s: no such file or directory (expected the directory of Hugging "
-                        "Face's physical-intelligence/fast, holding tokenizer.json and processor_config.json)", path);
+        return pi0_fail(PI0_ERR_IO, "FAST tokenizer %s: %s (expected the directory of Hugging Face's "
+                        "physical-intelligence/fast, holding tokenizer.json and processor_config.json)", path,
+                        strerror(errno));
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     if (S_ISDIR(sb.st_mode)) *dir = strdup(path);
     else if (!strcmp(base, "tokenizer.json"))

@@ -285,7 +285,7 @@ def errors(tmp, cks, stats, spec, obs_path, tok_path, base, fast_dir, prompt):
         ("no --fast-tokenizer", [cks["droid"], "--config", "pi0_fast_droid", "--tokenizer", tok_path],
          ["holds a π0-FAST model", "needs the FAST action tokenizer", "--fast-tokenizer", "tokenizer.json"]),
         ("a FAST tokenizer that is not there", [cks["droid"], "--config", "pi0_fast_droid", "--tokenizer", tok_path,
-         "--fast-tokenizer", "/nonexistent/fast"], ["/nonexistent/fast", "no such file or directory"]),
+         "--fast-tokenizer", "/nonexistent/fast"], ["/nonexistent/fast", "No such file or directory"]),
         ("a FAST tokenizer file other than tokenizer.json", [cks["droid"], "--config", "pi0_fast_droid", "--tokenizer",
          tok_path, "--fast-tokenizer", os.path.join(fast_dir, "processor_config.json")],
          ["processor_config.json", "expected the processor's directory or its tokenizer.json"]),
