@@ -96,7 +96,7 @@ LIB_SRC := src/util.c src/safetensors.c src/ocdbt.c src/zarr.c src/orbax.c src/l
            src/model.c src/model_rtc.c src/model_fast.c src/backends.c \
            src/api_model.c src/api_session.c src/api_inputs.c src/tensors.c src/checkpoint.c src/tokenizer.c src/fast_json.c \
            src/fast_tokenizer.c src/fast_prompt.c src/image.c \
-           src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c src/quant.c \
+           src/norm_stats.c src/robot.c src/openpi_config.c src/pi0_policy.c src/fast_policy.c src/quant.c \
            src/cpu/cpu_backend.c src/cpu/cpu_weights.c src/cpu/cpu_decode.c
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CLI_SRC := tools/main.c tools/cli.c tools/bench.c tools/run.c tools/imagefile.c tools/check.c
@@ -119,7 +119,8 @@ $(BUILD)/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.cuh) $(HDRS) $(BUILD)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 # the policy's float64 transforms must round like numpy: separate multiply and add, no FMA contraction
-$(BUILD)/src/norm_stats.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o $(BUILD)/src/lerobot_pipeline.o: CFLAGS += -ffp-contract=off
+$(BUILD)/src/norm_stats.o $(BUILD)/src/robot.o $(BUILD)/src/pi0_policy.o $(BUILD)/src/fast_policy.o \
+$(BUILD)/src/lerobot_pipeline.o: CFLAGS += -ffp-contract=off
 
 # every object is compiled again when the compiler flags change (the commit id aside: bench.c has its own rule), so
 # that a build folder from before a flag change (say -fPIC for the shared library) cannot link stale objects

@@ -1,4 +1,4 @@
-/* pi0.h — inference engine for Physical Intelligence's π0 and π0.5 policies (openpi).
+/* pi0.h — inference engine for Physical Intelligence's π0, π0.5 and π0-FAST policies (openpi).
  *
  * Usage:
  *     pi0_model *m = NULL; pi0_session *s = NULL;
@@ -41,7 +41,7 @@ const char *pi0_status_str(pi0_status st);
 
 /* The layout version of this header's structures and enums, raised whenever one changes: bindings that restate the
  * structures (the Python package) compare it with the library's before they use it. */
-#define PI0_ABI_VERSION 3
+#define PI0_ABI_VERSION 4
 int pi0_abi_version(void);
 /* Detail message of the last failure on this thread ("" if none). Valid until the next call. */
 const char *pi0_last_error(void);
@@ -73,6 +73,8 @@ typedef struct {
     int max_token_len;     /* overrides the prompt length limit; 0 = keep */
     pi0_precision precision;   /* 0 = bf16 */
     unsigned quant_stages; /* PI0_STAGE_* bits that run in `precision`; 0 = all (ignored for bf16) */
+    int action_dim;        /* π0-FAST: overrides the action dim its tokens decode to (openpi's config sets it, the weights
+                              do not); 0 = keep. Ignored by π0 / π0.5, whose weights fix it */
 } pi0_model_params;
 
 /* Whether `backend` can run here, without loading anything: PI0_OK for the CPU; for CUDA, PI0_ERR_UNSUPPORTED when
@@ -95,7 +97,7 @@ void pi0_model_free(pi0_model *m);
 
 typedef struct {
     int pi05;            /* 1 = π0.5 (adaRMS expert, state in the prompt) */
-    int action_dim;      /* A: 32 for openpi checkpoints */
+    int action_dim;      /* A: 32 for openpi checkpoints (π0-FAST: the chunk width its tokens decode to) */
     int action_horizon;  /* H */
     int max_token_len;   /* L of the tokenizer: 48 (π0), 200 (π0.5) unless config.json overrides */
     int n_cameras;       /* N: 3 (base_0_rgb, left_wrist_0_rgb, right_wrist_0_rgb) */
@@ -278,22 +280,28 @@ void pi0_image_to_model(const uint8_t *src, size_t n, float *dst);
 /* ---- Policy: what openpi's served policy does around the model (docs/model.md 4.1) ----
  * Observation in (named arrays as the robot sends them + prompt), action chunk out (float64, the robot's
  * own action dimensions, unnormalised), with the robot transform, norm stats, image resize, prompt format,
- * padding and the delta/absolute action rule of the chosen openpi config. */
+ * padding and the delta/absolute action rule of the chosen openpi config. A π0-FAST checkpoint is served the same
+ * way: its prompt carries the state, greedy decoding writes the action tokens (up to openpi's 256) and the FAST
+ * tokenizer turns them into the chunk (docs/fast.md 5). */
 typedef enum { PI0_ROBOT_NONE = 0, PI0_ROBOT_LIBERO, PI0_ROBOT_DROID, PI0_ROBOT_ALOHA } pi0_robot;
 
 typedef struct pi0_policy pi0_policy;
 
 typedef struct {
-    pi0_model_params model;      /* backend, device, threads, horizon / token length overrides */
-    const char *config;          /* openpi config name ("pi0_libero", "pi05_droid", "pi0_aloha_sim", ...) setting
-                                    robot, delta actions, default prompt, asset id and metadata; NULL = none */
+    pi0_model_params model;      /* backend, device, threads, horizon / token length (/ π0-FAST action dim) overrides */
+    const char *config;          /* openpi config name ("pi0_libero", "pi05_droid", "pi0_fast_droid", ...) setting
+                                    robot, model type, delta actions, default prompt, asset id and metadata (π0-FAST:
+                                    also the chunk's horizon, action dim and prompt length); NULL = none */
     const char *robot;           /* "libero" | "droid" | "aloha"; required when config is NULL, else must agree */
     const char *tokenizer;       /* path of the SentencePiece model (paligemma_tokenizer.model); required */
     const char *asset_id;        /* DIR/assets/<asset_id>/norm_stats.json; NULL = the config's, else the only one */
     const char *default_prompt;  /* used when an observation has no prompt; NULL = the config's (if any) */
     int delta_actions;           /* 0 = the config's / robot's default, 1 = on, -1 = off (docs/model.md 4.3) */
     int max_batch;               /* observations per pi0_policy_run; 0 = 1 */
-    int num_steps;               /* 0 = 10 */
+    int num_steps;               /* flow-matching steps; 0 = 10 (π0-FAST has none: must be 0) */
+    const char *fast_tokenizer;  /* π0-FAST: the FAST action tokenizer, the directory of Hugging Face's
+                                    physical-intelligence/fast (tokenizer.json, processor_config.json) or its
+                                    tokenizer.json; required for π0-FAST, refused for π0 / π0.5 (docs/fast.md 5) */
 } pi0_policy_params;
 
 /* Loads DIR (checkpoint + norm stats), the tokenizer, and creates the inference session.
@@ -308,9 +316,9 @@ typedef struct {
     int action_horizon;          /* H of the returned chunk (LeRobot: n_action_steps) */
     int action_dim;              /* D of the returned chunk: 7 LIBERO, 8 DROID, 14 ALOHA; LeRobot: the action feature's */
     int max_batch;
-    int quantile;                /* 1 = quantile norm (π0.5), 0 = z-score */
+    int quantile;                /* 1 = quantile norm (π0.5, π0-FAST), 0 = z-score */
     int delta_actions;           /* 1 = AbsoluteActions applied on output */
-    int discrete_state;          /* 1 = state in the prompt (π0.5 except pi05_libero) */
+    int discrete_state;          /* 1 = state in the prompt (π0.5 except pi05_libero; π0-FAST) */
     const char *asset_id;        /* the norm-stats folder used */
     const char *default_prompt;  /* or NULL */
     const char *metadata_json;   /* what openpi's server sends first: "{}" or {"reset_pose": [...]} for ALOHA; for a
@@ -355,9 +363,10 @@ typedef struct {
     const pi0_array *arrays;
     int n_arrays;                /* keys the robot transform does not use are ignored, as in openpi */
     const char *prompt;          /* UTF-8; NULL = none (then the default prompt, else "Prompt is required") */
-    const float *noise;          /* [H, A] (A = model action_dim, 32) start of the flow; NULL = N(0,1) from seed */
+    const float *noise;          /* [H, A] (A = model action_dim, 32) start of the flow; NULL = N(0,1) from seed.
+                                    π0-FAST has no flow: NULL (openpi's Pi0FAST takes no noise) */
     uint64_t seed;
-    const pi0_rtc_request *rtc;  /* real-time chunking; NULL = none */
+    const pi0_rtc_request *rtc;  /* real-time chunking; NULL = none (π0-FAST: none, it has no flow to guide) */
 } pi0_observation;
 
 /* A transformed observation, ready for the model. Preparing is thread-safe and may run concurrently
@@ -370,6 +379,9 @@ void pi0_prepared_free(pi0_prepared *x);
 typedef struct {
     double model_ms;             /* openpi's policy_timing.infer_ms: the model call */
     double total_ms;             /* the whole run incl. output transforms */
+    int zero_chunks;             /* π0-FAST: elements of the run whose tokens held no decodable action chunk, so that
+                                    their chunk is openpi's zeros before the output transforms (docs/fast.md 2.6); 0
+                                    for π0 / π0.5 */
 } pi0_policy_timing;
 /* Runs n (1..max_batch) prepared observations as one batch and writes actions [n, H, D] float64
  * (unnormalised, robot output transform applied). One thread at a time per policy. timing may be NULL. */
@@ -389,7 +401,8 @@ pi0_status pi0_policy_warmup_prompt(pi0_policy *p, int batch, const char *prompt
  * observation had one) as a safetensors file: for checking the transforms against a reference. */
 pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path);
 /* The model-space chunk ([H, A] float32, normalised, before the output transforms) of batch element b of the last
- * pi0_policy_run: what a real-time-chunking client's next observation guides towards (pi0_rtc_request). */
+ * pi0_policy_run: what a real-time-chunking client's next observation guides towards (pi0_rtc_request). π0-FAST:
+ * the chunk its tokens decoded to (zeros where openpi falls back to zeros). */
 pi0_status pi0_policy_chunk(const pi0_policy *p, int b, float *out);
 /* prepare + run for one observation; actions holds H * D values. */
 pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *actions, pi0_policy_timing *timing);
@@ -399,7 +412,7 @@ typedef struct {
     const char *variant;   /* "pi0", "pi05", "tiny-pi0", "tiny-pi05" */
     uint64_t seed;
     int f32;               /* 0 = store BF16 (openpi's default conversion), 1 = F32 */
-    int action_horizon;    /* 0 = the variant's (50 full size, 5 tiny) */
+    int action_horizon;    /* 0 = the variant's (50 full size, 32 π0-FAST, 5 tiny) */
     int max_token_len;     /* 0 = the variant's */
     int force;             /* 1 = overwrite a checkpoint already in DIR */
 } pi0_gen_params;
@@ -411,7 +424,8 @@ pi0_status pi0_checkpoint_generate(const char *dir, const pi0_gen_params *p);
 typedef enum { PI0_CONVERT_KEEP = 0, PI0_CONVERT_BF16, PI0_CONVERT_F32 } pi0_convert_dtype;
 typedef struct {
     pi0_convert_dtype dtype;   /* KEEP: every tensor in its stored dtype (Orbax: bf16 or f32, possibly mixed) */
-    const char *config;        /* openpi config name whose action horizon / prompt length go to config.json; NULL = none */
+    const char *config;        /* openpi config name whose action horizon / prompt length (π0-FAST: and action dim) go
+                                  to config.json; NULL = none */
     int action_horizon;        /* explicit values win over the config's; 0 = the source's (Orbax: openpi's defaults) */
     int max_token_len;
     int force;             /* 1 = overwrite a checkpoint already in the output directory */

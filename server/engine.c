@@ -301,11 +301,14 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
 
         double model_ms = 0;
-        int ok = actions && chunks && e->b.run(e->b.ctx, prepared, n, actions, chunks, &model_ms, err, sizeof err) == 0;
+        int zeros = 0;
+        int ok = actions && chunks &&
+                 e->b.run(e->b.ctx, prepared, n, actions, chunks, &model_ms, &zeros, err, sizeof err) == 0;
         double t_end = now_ms();
         pthread_mutex_lock(&e->mu);
         e->stats.run_lat[lat_bucket(model_ms)]++;
         e->stats.run_lat_sum += model_ms;
+        if (ok) e->stats.zero_chunks += (uint64_t)zeros;
         pthread_mutex_unlock(&e->mu);
         for (int i = 0; i < n; i++) {
             engine_job *j = batch[i];

@@ -21,10 +21,12 @@ typedef struct {
     int noise_h, noise_a;            /* the shape a request's `noise` must have: [H, model action dim] */
     int task_is_prompt;              /* a LeRobot policy: the request's "task" is the prompt (as in LeRobot's batches) */
     const char *metadata_json;       /* sent to each client first */
+    const char *model;               /* the model type, "pi0" | "pi05" | "pi0_fast" (GET /metrics); NULL = none */
     int (*prepare)(void *ctx, const pi0_observation *obs, void **prepared, char *err, size_t errlen);
-    /* chunks (may be NULL): each element's model-space chunk [noise_h, noise_a] (real-time chunking's state) */
-    int (*run)(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms, char *err,
-               size_t errlen);
+    /* chunks (may be NULL): each element's model-space chunk [noise_h, noise_a] (real-time chunking's state);
+     * *zero_chunks: π0-FAST's elements whose tokens held no actions (openpi's zero chunk) */
+    int (*run)(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms,
+               int *zero_chunks, char *err, size_t errlen);
     void (*release)(void *prepared);
     /* the device's memory in use and in all (GET /metrics); NULL or -1 = none (the CPU backend) */
     int (*device_memory)(void *ctx, size_t *used, size_t *total);
@@ -85,6 +87,7 @@ typedef struct {
     uint64_t req_lat[ENGINE_LAT_BUCKETS + 1], run_lat[ENGINE_LAT_BUCKETS + 1];
     double req_lat_sum, run_lat_sum;
     int queued, preparing;           /* at read: requests ready for the worker, and being decoded / prepared */
+    uint64_t zero_chunks;            /* π0-FAST: replies whose chunk is openpi's zero fallback */
 } engine_stats;
 
 typedef struct engine engine;

@@ -20,8 +20,10 @@ static const char usage[] =
     "  --checkpoint DIR        openpi checkpoint: PyTorch conversion (model.safetensors, config.json) or Orbax\n"
     "                          (params/, as openpi publishes and trains), with assets/<id>/norm_stats.json\n"
     "  --tokenizer FILE        SentencePiece model (paligemma_tokenizer.model)\n"
+    "  --fast-tokenizer DIR    π0-FAST's action tokenizer (required for it): the directory of Hugging Face's\n"
+    "                          physical-intelligence/fast (tokenizer.json, processor_config.json) or its tokenizer.json\n"
     "  --robot NAME            libero | droid | aloha (required unless --config names it)\n"
-    "  --config NAME           openpi config (pi0_libero, pi05_droid, pi0_aloha_sim, ...)\n"
+    "  --config NAME           openpi config (pi0_libero, pi05_droid, pi0_aloha_sim, pi0_fast_droid, ...)\n"
     "  --asset-id ID           norm stats folder under DIR/assets (default: the config's, else the only one)\n"
     "  --default-prompt TEXT   prompt for observations without one\n"
     "  --host H                address to bind (default 0.0.0.0: every IPv4 interface)\n"
@@ -29,8 +31,10 @@ static const char usage[] =
     "  --backend cpu|cuda      default cpu\n"
     "  --device N              CUDA device (one server process per GPU)\n"
     "  --threads N             CPU threads for the model (default: all cores)\n"
-    "  --steps N               flow-matching steps (default 10)\n"
+    "  --steps N               flow-matching steps (default 10; π0-FAST has none)\n"
     "  --action-horizon N      actions per chunk (default: config.json's, else the --config's, else 50)\n"
+    "  --action-dim N          π0-FAST: the chunk's width its tokens decode to (default: the --config's, else\n"
+    "                          config.json's, else 32)\n"
     "  --max-token-len N       prompt length limit (default: config.json's, else the --config's, else 48 / 200)\n"
     "  --precision bf16|int8   the large products' precision (default bf16; int8: docs/precision.md)\n"
     "  --quant-stages LIST     the int8 stages, of vision,prefix,expert (default: all)\n"
@@ -90,6 +94,7 @@ int main(int argc, char **argv) {
         const char *val = argv[++i];
         if (!strcmp(a, "--checkpoint")) checkpoint = val;
         else if (!strcmp(a, "--tokenizer")) pp.tokenizer = val;
+        else if (!strcmp(a, "--fast-tokenizer")) pp.fast_tokenizer = val;
         else if (!strcmp(a, "--robot")) pp.robot = val;
         else if (!strcmp(a, "--config")) pp.config = val;
         else if (!strcmp(a, "--asset-id")) pp.asset_id = val;
@@ -121,6 +126,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (parse_int(a, val, 0, 4096, &v)) return 2; pp.model.n_threads = (int)v; }
         else if (!strcmp(a, "--steps")) { if (parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
         else if (!strcmp(a, "--action-horizon")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_horizon = (int)v; }
+        else if (!strcmp(a, "--action-dim")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_dim = (int)v; }
         else if (!strcmp(a, "--max-token-len")) { if (parse_int(a, val, 1, 4096, &v)) return 2; pp.model.max_token_len = (int)v; }
         else if (!strcmp(a, "--warmup")) {
             if (!strcmp(val, "all")) warmup = 2;
@@ -228,8 +234,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     g_server = s;
-    srv_log("policy %s%s%s (robot %s, actions [%d, %d], asset %s) on %s %s; max batch %d, window %.0f ms%s",
+    pi0_model_info mi;
+    pi0_model_get_info(info.model, &mi);
+    srv_log("policy %s%s%s (%s, robot %s, actions [%d, %d], asset %s) on %s %s; max batch %d, window %.0f ms%s",
             checkpoint, info.config && info.config[0] ? " config " : "", info.config ? info.config : "",
+            mi.fast ? "π0-FAST, greedy decoding of up to 256 tokens" : mi.pi05 ? "π0.5" : "π0",
             info.robot_name, info.action_horizon, info.action_dim, info.asset_id ? info.asset_id : "-",
             pi0_session_backend(info.session), pi0_session_device(info.session), ep.max_batch, ep.batch_window_ms,
             wp.api_key ? ", API key required" : "");

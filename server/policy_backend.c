@@ -16,8 +16,8 @@ static int prepare(void *ctx, const pi0_observation *obs, void **prepared, char 
     return 0;
 }
 
-static int run(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms, char *err,
-               size_t errlen) {
+static int run(void *ctx, void *const *prepared, int n, double *actions, float *chunks, double *model_ms,
+               int *zero_chunks, char *err, size_t errlen) {
     pi0_policy_timing t = {0};
     pi0_status st = pi0_policy_run(ctx, (pi0_prepared *const *)prepared, n, actions, &t);
     if (st == PI0_OK && chunks) {   /* the model-space chunks: each connection's real-time chunking state */
@@ -33,6 +33,7 @@ static int run(void *ctx, void *const *prepared, int n, double *actions, float *
         return -1;
     }
     *model_ms = t.model_ms;
+    *zero_chunks = t.zero_chunks;
     return 0;
 }
 
@@ -57,6 +58,7 @@ void policy_backend_init(srv_backend *b, pi0_policy *p) {
         .noise_h = mi.action_horizon,   /* the model's chunk (a LeRobot policy returns its first n_action_steps) */
         .noise_a = mi.action_dim,
         .metadata_json = info.metadata_json,
+        .model = mi.fast ? "pi0_fast" : mi.pi05 ? "pi05" : "pi0",
         .task_is_prompt = info.lerobot != NULL,
         .prepare = prepare,
         .run = run,

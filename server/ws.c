@@ -130,6 +130,13 @@ static char *metrics_text(ws_server *s) {
     mhist(&b, &cap, "pi0_request_latency_seconds", "From a request's decoding to its reply, queueing included.", es.req_lat,
           es.req_lat_sum);
     mhist(&b, &cap, "pi0_model_latency_seconds", "The model call of a run.", es.run_lat, es.run_lat_sum);
+    if (s->b.model)
+        mcat(&b, &cap, "# HELP pi0_model_info The model type served.\n# TYPE pi0_model_info gauge\n"
+                       "pi0_model_info{model=\"%s\"} 1\n", s->b.model);
+    if (s->b.model && !strcmp(s->b.model, "pi0_fast"))
+        mcat(&b, &cap, "# HELP pi0_zero_chunks_total Replies whose tokens held no actions: openpi's zero chunk, "
+                       "unnormalised.\n# TYPE pi0_zero_chunks_total counter\npi0_zero_chunks_total %llu\n",
+             (unsigned long long)es.zero_chunks);
     if (s->b.device_memory) {
         size_t used = 0, total = 0;
         if (s->b.device_memory(s->b.ctx, &used, &total) == 0)

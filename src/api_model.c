@@ -119,8 +119,9 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     const pi0_backend_provider *prov;
     pi0_status st = find_provider(p->backend, &prov);
     if (st != PI0_OK) return st;
-    if (p->action_horizon < 0 || p->max_token_len < 0)
-        return pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d: expected >= 0", p->action_horizon, p->max_token_len);
+    if (p->action_horizon < 0 || p->max_token_len < 0 || p->action_dim < 0)
+        return pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d / action_dim %d: expected >= 0", p->action_horizon,
+                        p->max_token_len, p->action_dim);
     if (p->precision != PI0_PRECISION_BF16 && p->precision != PI0_PRECISION_INT8)
         return pi0_fail(PI0_ERR_ARG, "precision %d: expected PI0_PRECISION_BF16 (0) or PI0_PRECISION_INT8 (1)", (int)p->precision);
     if (p->quant_stages & ~(unsigned)PI0_STAGE_ALL)
@@ -144,6 +145,7 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (st != PI0_OK) goto fail;
     if (p->action_horizon) m->cfg.action_horizon = p->action_horizon;
     if (p->max_token_len) m->cfg.max_token_len = p->max_token_len;
+    if (p->action_dim && m->cfg.fast > 0) m->cfg.action_dim = p->action_dim;   /* π0 / π0.5: the weights' */
     if ((st = config_finish(&m->cfg, dir)) != PI0_OK) goto fail;
     if ((st = weights_bind(&m->w, &m->cfg, m->file, p->quiet)) != PI0_OK) goto fail;
     if (prov->weights_upload &&

@@ -1,7 +1,7 @@
 /* checkpoint.c — checkpoint writing of include/pi0.h: pi0_checkpoint_generate (random weights of a variant in
  * openpi's PyTorch layout, with config.json and plausible norm stats) and pi0_checkpoint_convert (any checkpoint
- * pi0_model_load takes, Orbax above all, rewritten in that layout with its assets, an openpi config's horizon and
- * prompt length from openpi_config.h). Reads checkpoints only through pi0_model_load; the tensor table (names,
+ * pi0_model_load takes, Orbax above all, rewritten in that layout with its assets, an openpi config's horizon,
+ * prompt length and, for π0-FAST, action dim from openpi_config.h). Reads checkpoints only through pi0_model_load; the tensor table (names,
  * shapes, random values) is weights.c's. */
 #include <dirent.h>
 #include <errno.h>
@@ -150,12 +150,16 @@ pi0_status pi0_checkpoint_convert(const char *src, const char *out, const pi0_co
     }
     const openpi_config *rc = p->config ? openpi_config_find(p->config) : NULL;
     if (p->config && !rc) { st = pi0_fail(PI0_ERR_ARG, "unknown openpi config '%s' (known: %s)", p->config, openpi_config_names()); goto done; }
+    /* (a π0-FAST config's action dim: what its tokens decode to, which no checkpoint stores; ignored by π0 / π0.5) */
     pi0_model_params mp = {.quiet = p->quiet, .action_horizon = p->action_horizon ? p->action_horizon : rc ? rc->action_horizon : 0,
-                           .max_token_len = p->max_token_len ? p->max_token_len : rc ? rc->max_token_len : 0};
+                           .max_token_len = p->max_token_len ? p->max_token_len : rc ? rc->max_token_len : 0,
+                           .action_dim = rc ? rc->action_dim : 0};
     if ((st = pi0_model_load(&m, src, &mp)) != PI0_OK) goto done;
-    if (rc && rc->pi05 != m->cfg.pi05) {
-        st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", rc->name, rc->pi05 ? "π0.5" : "π0", src,
-                      m->cfg.pi05 ? "π0.5" : "π0");
+    pi0_model_info mi;
+    pi0_model_get_info(m, &mi);
+    if (rc && rc->model != openpi_model_of(&mi)) {
+        st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", rc->name,
+                      openpi_model_name(rc->model), src, openpi_model_name(openpi_model_of(&mi)));
         goto done;
     }
     /* the tensors the model uses, under openpi's PyTorch names: a source's extras (LeRobot's untied lm_head, the

@@ -50,6 +50,7 @@ pi0_status config_from_variant(pi0_config *c, const char *name) {
         return pi0_fail(PI0_ERR_ARG, "unknown variant '%s' (expected pi0, pi05, pi0-fast, or one of them after tiny-)", name);
     c->pi05 = !strcmp(kind, "pi05");
     c->fast = !strcmp(kind, "pi0-fast");
+    if (c->fast) c->action_horizon = 32;   /* Pi0FASTConfig's default (π0's is 50) */
     if (tiny) {   /* same architecture, toy sizes: fast CPU goldens */
         c->vis = (pi0_vision_cfg){32, 2, 48, 4, 14, 56};
         c->lm = (pi0_gemma_cfg){64, 2, 128, 4, 1, 16, 512};

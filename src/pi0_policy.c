@@ -1,7 +1,8 @@
 /* pi0_policy.c — the public policy API (pi0_policy_*, pi0_prepared_*): openpi's Policy.infer (docs/model.md 4.1)
  * on top of pi0_model / pi0_session: norm-stats asset selection, the robot transforms of robot.c, resize,
- * prompt format, batching of prepared observations into one pi0_infer, float64 output transforms. Image
- * files are not decoded here (the CLI does that); no network code (the server does that). */
+ * prompt format, batching of prepared observations into one pi0_infer, float64 output transforms. What π0-FAST
+ * does differently (cameras, prompt, decoding, action tokens) is fast_policy.c's; the structures both share are in
+ * policy.h. Image files are not decoded here (the CLI does that); no network code (the server does that). */
 #include <dirent.h>
 #include <float.h>
 #include <math.h>
@@ -11,59 +12,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "lerobot.h"
-#include "pi0.h"
-#include "norm_stats.h"
-#include "openpi_config.h"
-#include "robot.h"
-#include "util.h"
+#include "policy.h"
 
-struct pi0_policy {
-    pi0_model *model;
-    pi0_session *session;
-    pi0_tokenizer *tok;
-    norm_stats ns;
-    pi0_robot robot;
-    const openpi_config *cfg;     /* NULL when loaded by robot name */
-    lerobot_pipeline *lr;        /* a LeRobot policy directory: its own features and processors instead of a robot */
-    char *asset_id, *default_prompt;
-    const char *metadata;
-    int pi05, quantile, delta, discrete, max_batch;
-    int H, A, N, R, L, D;        /* horizon, model action dim, cameras, image size, prompt length, robot dims */
-    /* batch buffers for pi0_infer, sized for max_batch at load */
-    float *images, *state, *noise, *actions;
-    float *rtc_prev, *rtc_w, *rtc_max;   /* the batch's real-time chunking inputs (B x H x A, B x H, B) */
-    uint8_t *rtc_exact;                  /* [B] 1 = the sample's guidance is exact (a batch mixing both forms) */
-    int last_batch;              /* batch elements of the last run (pi0_policy_chunk) */
-    int *slot;                   /* the last run's model slot of each batch element (pi0_policy_run's order) */
-    int T;                       /* prefix rows per valid image ((image_size / patch_size)^2) */
-    long long *order;            /* scratch of pi0_policy_run: (prefix length, element) pairs, sorted */
-    uint8_t *image_masks, *token_mask;
-    int32_t *tokens;
-    double *chunk, *state_rt;    /* (H, A) and (A) float64 scratch */
-    pi0_rng rng;                 /* noise of observations without noise and seed */
-};
-
-/* The most action dims (the model's action_dim, which the state is padded to) that a policy takes: openpi's and
- * LeRobot's π0 / π0.5 use 32. The model alone (pi0_model_*) is not limited by this. */
-#define PI0_POLICY_MAX_A 32
-
-struct pi0_prepared {
-    const pi0_policy *owner;
-    uint8_t *images;             /* (N, R, R, 3) resized uint8 */
-    float *fimages;              /* LeRobot: (N, R, R, 3) model input in [-1, 1] (images NULL) */
-    uint8_t masks[16];
-    double state[PI0_POLICY_MAX_A > ROBOT_MAX_STATE ? PI0_POLICY_MAX_A : ROBOT_MAX_STATE];   /* normalised, zero-padded to A (float64) */
-    int32_t *tokens;             /* (L) */
-    uint8_t *token_mask;         /* (L) */
-    float *noise;                /* (H, A) or NULL */
-    uint64_t seed;
-    float *rtc_prev, *rtc_w;     /* real-time chunking: leftover (H, A) zero-padded and prefix weights (H), or NULL */
-    float rtc_max;
-    int rtc_exact;               /* 1 = PI0_RTC_EXACT was asked for */
-};
-
-static double now_ms(void) {
+double policy_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
@@ -129,12 +80,18 @@ static pi0_status load_norm_stats(pi0_policy *p, const char *dir, const char *as
     int need = robot_state_dim(p->robot);
     if (st == PI0_OK && s->n < need)
         st = pi0_fail(PI0_ERR_FORMAT, "%s: norm_stats.state has %d values, the %s state has %d", path, s->n, robot_name(p->robot), need);
-    else if (st == PI0_OK && (s->n > p->A || a->n > p->A))
+    else if (st == PI0_OK && p->fast && s->n > need)   /* openpi's Unnormalize of the unpadded state fails to broadcast */
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: norm_stats.state has %d values, the %s state %d: π0-FAST does not pad the state, "
+                      "and openpi cannot unnormalise it with longer stats", path, s->n, robot_name(p->robot), need);
+    else if (st == PI0_OK && p->fast && a->n > p->A)
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: norm_stats.actions has %d values, the chunk π0-FAST's tokens decode to has %d "
+                      "action dims", path, a->n, p->A);
+    else if (st == PI0_OK && !p->fast && (s->n > p->A || a->n > p->A))
         st = pi0_fail(PI0_ERR_FORMAT, "%s: norm stats have %d state / %d action values, the model's action_dim is %d", path,
                       s->n, a->n, p->A);
     if (st == PI0_OK && p->quantile && (!s->q01 || !a->q01))
-        st = pi0_fail(PI0_ERR_FORMAT, "%s: π0.5 uses quantile normalisation but norm_stats.%s has no q01/q99", path,
-                      !s->q01 ? "state" : "actions");
+        st = pi0_fail(PI0_ERR_FORMAT, "%s: %s uses quantile normalisation but norm_stats.%s has no q01/q99", path,
+                      p->fast ? "π0-FAST" : "π0.5", !s->q01 ? "state" : "actions");
     free(path);
 done:
     free(assets);
@@ -154,6 +111,7 @@ void pi0_policy_free(pi0_policy *p) {
     free(p->slot); free(p->order);
     free(p->image_masks); free(p->token_mask); free(p->tokens);
     free(p->chunk); free(p->state_rt);
+    fast_policy_free(p);
     free(p);
 }
 
@@ -178,25 +136,48 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
     }
     if (!params->tokenizer) { st = pi0_fail(PI0_ERR_ARG, "a tokenizer model is required (paligemma_tokenizer.model)"); goto fail; }
     /* An Orbax checkpoint stores no horizon or prompt length: the openpi config supplies them (explicit values win);
-     * openpi's PyTorch conversion writes them to config.json, which the model loader reads. */
+     * openpi's PyTorch conversion writes them to config.json, which the model loader reads. A π0-FAST config sets
+     * them and the action dim whatever the checkpoint: they are its tokenizers' (FASTTokenizer's max_len,
+     * ExtractFASTActions' chunk shape), and a conversion without the config wrote Pi0FASTConfig's defaults. */
     pi0_model_params mp = params->model;
     char *st_path = path_join(dir, "model.safetensors");
     if (!st_path) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
     struct stat sb;
-    if (p->cfg && stat(st_path, &sb) != 0) {
+    int fast_cfg = p->cfg && p->cfg->model == OPENPI_PI0_FAST;
+    if (p->cfg && (fast_cfg || stat(st_path, &sb) != 0)) {
         if (!mp.action_horizon) mp.action_horizon = p->cfg->action_horizon;
         if (!mp.max_token_len) mp.max_token_len = p->cfg->max_token_len;
+        if (!mp.action_dim) mp.action_dim = p->cfg->action_dim;
     }
     free(st_path);
     if ((st = pi0_model_load(&p->model, dir, &mp)) != PI0_OK) goto fail;
     pi0_model_info mi;
     pi0_model_get_info(p->model, &mi);
-    if (mi.fast) {   /* its prompt (src/fast_prompt.c) and action decoding (src/fast_tokenizer.c) are not wired in yet */
-        st = pi0_fail(PI0_ERR_UNSUPPORTED, "policy %s: a π0-FAST checkpoint: the policy layer serves π0 and π0.5 so far; "
-                      "`pi0 infer` (pi0_generate) runs the model and writes its action tokens", dir);
+    p->fast = mi.fast;
+    p->quiet = params->model.quiet;
+    if (p->cfg && p->cfg->model != openpi_model_of(&mi)) {
+        st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", p->cfg->name,
+                      openpi_model_name(p->cfg->model), dir, openpi_model_name(openpi_model_of(&mi)));
         goto fail;
     }
-    p->pi05 = mi.pi05; p->quantile = mi.pi05;   /* openpi: quantile norm whenever the model is not plain π0 */
+    const char *fast_only = params->fast_tokenizer ? "a FAST tokenizer" : params->model.action_dim ? "an action dim" : NULL;
+    if (!mi.fast && fast_only) {   /* the model's own action_dim is its weights' */
+        st = pi0_fail(PI0_ERR_ARG, "%s holds a %s model: %s is for π0-FAST checkpoints", dir,
+                      openpi_model_name(openpi_model_of(&mi)), fast_only);
+        goto fail;
+    }
+    if (mi.fast && !params->fast_tokenizer) {
+        st = pi0_fail(PI0_ERR_ARG, "%s holds a π0-FAST model, which needs the FAST action tokenizer (fast_tokenizer, "
+                      "--fast-tokenizer): the directory of Hugging Face's physical-intelligence/fast, with tokenizer.json "
+                      "and processor_config.json", dir);
+        goto fail;
+    }
+    if (mi.fast && params->num_steps) {
+        st = pi0_fail(PI0_ERR_ARG, "num_steps %d: %s holds a π0-FAST model, which decodes tokens and has no flow-matching "
+                      "steps", params->num_steps, dir);
+        goto fail;
+    }
+    p->pi05 = mi.pi05; p->quantile = mi.pi05 || mi.fast;   /* openpi: quantile norm whenever the model is not plain π0 */
     p->H = mi.action_horizon; p->A = mi.action_dim; p->N = mi.n_cameras; p->R = mi.image_size; p->L = mi.max_token_len;
     p->T = mi.vision.patch_size > 0 ? (mi.image_size / mi.vision.patch_size) * (mi.image_size / mi.vision.patch_size) : 0;
     int num_steps = params->num_steps;
@@ -226,18 +207,19 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
         goto fail;
     }
     p->D = robot_action_dim(p->robot);
-    if (p->cfg && p->cfg->pi05 != p->pi05) {
-        st = pi0_fail(PI0_ERR_ARG, "config %s is for a %s checkpoint, %s holds a %s model", p->cfg->name,
-                      p->cfg->pi05 ? "π0.5" : "π0", dir, p->pi05 ? "π0.5" : "π0");
+    if (p->fast && (p->N != ROBOT_CAMS || p->A < p->D)) {   /* (no padding: no upper bound) */
+        st = pi0_fail(PI0_ERR_SHAPE, "%s: the %s robot transforms need 3 cameras and a chunk of at least %d action dims; the "
+                      "model has %d cameras and its tokens decode to %d action dims (the openpi config or the action dim "
+                      "option sets them)", dir, robot_name(p->robot), p->D, p->N, p->A);
         goto fail;
     }
-    if (p->N != ROBOT_CAMS || p->A < p->D || p->A > PI0_POLICY_MAX_A) {
+    if (!p->fast && (p->N != ROBOT_CAMS || p->A < p->D || p->A > PI0_POLICY_MAX_A)) {
         st = pi0_fail(PI0_ERR_UNSUPPORTED, "%s: the robot transforms need 3 cameras and %d..%d action dims, the model has %d / %d",
                       dir, p->D, PI0_POLICY_MAX_A, p->N, p->A);
         goto fail;
     }
     p->delta = params->delta_actions ? params->delta_actions > 0 : p->cfg ? p->cfg->delta : robot_default_delta(p->robot, p->pi05);
-    p->discrete = p->cfg ? p->cfg->discrete_state : p->pi05;
+    p->discrete = p->cfg ? p->cfg->discrete_state : p->pi05 || p->fast;
     p->metadata = p->cfg ? p->cfg->metadata_json : robot_default_metadata(p->robot);
     const char *dp = params->default_prompt ? params->default_prompt : p->cfg ? p->cfg->default_prompt : NULL;
     if (dp && !(p->default_prompt = strdup(dp))) { st = pi0_fail(PI0_ERR_NOMEM, "out of memory"); goto fail; }
@@ -245,10 +227,11 @@ pi0_status pi0_policy_load(pi0_policy **out, const char *dir, const pi0_policy_p
 tokenizer:
     if ((st = pi0_tokenizer_load(&p->tok, params->tokenizer)) != PI0_OK) goto fail;
     p->max_batch = params->max_batch > 0 ? params->max_batch : 1;
+    if (p->fast && (st = fast_policy_load(p, params->fast_tokenizer, params->tokenizer, &mi)) != PI0_OK) goto fail;
     /* (pi0_policy_run's ordering keys hold the batch index in 16 bits: the session allows 4096 at most) */
-    if ((st = pi0_session_create(&p->session, p->model, &(pi0_session_params){.max_batch = p->max_batch,
-                                                                               .num_steps = num_steps})) != PI0_OK)
-        goto fail;
+    pi0_session_params sp = {.max_batch = p->max_batch, .num_steps = num_steps,
+                             .max_decoding_steps = p->fast ? FAST_POLICY_STEPS : 0};
+    if ((st = pi0_session_create(&p->session, p->model, &sp)) != PI0_OK) goto fail;
     size_t B = (size_t)p->max_batch, img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
     p->images = pi0_session_host_alloc(p->session, B * img * sizeof(float));   /* page-locked for a GPU: fast uploads */
     if (!p->images) pi0_fail(PI0_ERR_NOMEM, "out of memory (%zu bytes for policy batch images)", B * img * sizeof(float));
@@ -265,13 +248,13 @@ tokenizer:
     p->token_mask = pi0_malloc(B * p->L, "policy batch token mask");
     p->tokens = pi0_malloc(B * p->L * sizeof(int32_t), "policy batch tokens");
     p->chunk = pi0_malloc(ha * sizeof(double), "policy chunk");
-    p->state_rt = pi0_malloc((size_t)p->A * sizeof(double), "policy state");
+    p->state_rt = pi0_malloc((size_t)(p->A > ROBOT_MAX_STATE ? p->A : ROBOT_MAX_STATE) * sizeof(double), "policy state");
     if (!p->images || !p->state || !p->noise || !p->actions || !p->image_masks || !p->token_mask || !p->tokens ||
         !p->chunk || !p->state_rt || !p->rtc_prev || !p->rtc_w || !p->rtc_max || !p->rtc_exact || !p->slot || !p->order) {
         st = PI0_ERR_NOMEM;
         goto fail;
     }
-    pi0_rng_seed(&p->rng, (uint64_t)now_ms() ^ (uint64_t)(uintptr_t)p);
+    pi0_rng_seed(&p->rng, (uint64_t)policy_now_ms() ^ (uint64_t)(uintptr_t)p);
     *out = p;
     return PI0_OK;
 fail:
@@ -393,22 +376,25 @@ pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_pre
         !(x->token_mask = pi0_malloc((size_t)p->L, "prepared token mask"))) { st = PI0_ERR_NOMEM; goto fail; }
     x->owner = p;
     x->seed = obs->seed;
-    /* Normalize (state only at inference), then PadStatesAndActions: float64, zero-padded to A */
+    x->n_state = in.n_state;
+    /* Normalize (state only at inference), then PadStatesAndActions: float64, zero-padded to A (π0-FAST: no padding,
+     * and the state goes to the prompt alone) */
     if ((st = norm_apply(&p->ns.state, p->quantile, in.state, in.n_state, x->state)) != PI0_OK) {
         pi0_error_prefix("observation state");
         goto fail;
     }
-    for (int i = 0; i < in.n_state; i++)   /* the model takes float32: say so rather than "not finite" later */
+    for (int i = 0; !p->fast && i < in.n_state; i++)   /* the model takes float32: say so rather than "not finite" later */
         if (fabs(x->state[i]) > FLT_MAX) {
             st = pi0_fail(PI0_ERR_ARG, "observation state: value %d (%g) normalises to %g, out of float32 range", i,
                           in.state[i], x->state[i]);
             goto fail;
         }
     /* ResizeImages: resize_with_pad of the uint8 images; an absent camera stays black with mask 0 */
-    for (int c = 0; c < ROBOT_CAMS; c++) {
+    for (int c = 0; !p->fast && c < ROBOT_CAMS; c++) {
         x->masks[c] = in.img[c] != NULL;
         if (in.img[c] && (st = pi0_image_resize_with_pad(in.img[c], in.h[c], in.w[c], p->R, x->images + c * img)) != PI0_OK) goto fail;
     }
+    if (p->fast && (st = fast_policy_cameras(p, &in, x)) != PI0_OK) goto fail;
     /* InjectDefaultPrompt, then TokenizePrompt (the normalised, un-padded state for π0.5's prompt) */
     const char *prompt = obs->prompt ? obs->prompt : p->default_prompt;
     if (!prompt) {
@@ -416,9 +402,11 @@ pi0_status pi0_policy_prepare(pi0_policy *p, const pi0_observation *obs, pi0_pre
                       "prompt (set one with --default-prompt or use a config that has one)");
         goto fail;
     }
-    if ((st = pi0_tokenize_prompt(p->tok, prompt, p->discrete ? PI0_PROMPT_PI05 : PI0_PROMPT_PI0, x->state, in.n_state,
-                                  p->L, x->tokens, x->token_mask, NULL)) != PI0_OK) goto fail;
-    if ((st = copy_flow_inputs(p, obs, x)) != PI0_OK) goto fail;
+    if (p->fast) st = fast_policy_prompt(p, obs, prompt, x);
+    else if ((st = pi0_tokenize_prompt(p->tok, prompt, p->discrete ? PI0_PROMPT_PI05 : PI0_PROMPT_PI0, x->state, in.n_state,
+                                       p->L, x->tokens, x->token_mask, NULL)) == PI0_OK)
+        st = copy_flow_inputs(p, obs, x);
+    if (st != PI0_OK) goto fail;
     robot_input_free(&in);
     *out = x;
     return PI0_OK;
@@ -434,13 +422,18 @@ static int cmp_ll(const void *a, const void *b) {
 }
 
 pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, double *actions, pi0_policy_timing *timing) {
-    double t0 = now_ms();
+    double t0 = policy_now_ms();
     if (!p || !batch || !actions) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: NULL argument");
     if (n < 1 || n > p->max_batch) return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch of %d, the policy holds 1..%d", n, p->max_batch);
     size_t img = (size_t)p->N * p->R * p->R * 3, ha = (size_t)p->H * p->A;
     for (int b = 0; b < n; b++)
         if (!batch[b] || batch[b]->owner != p)
             return pi0_fail(PI0_ERR_ARG, "pi0_policy_run: batch[%d] was not prepared by this policy", b);
+    if (p->fast) {
+        pi0_status st = fast_policy_run(p, batch, n, actions, timing);
+        if (st == PI0_OK && timing) timing->total_ms = policy_now_ms() - t0;
+        return st;
+    }
     /* The model runs the elements ordered by prefix length (valid cameras x tokens per image + valid prompt tokens;
      * ties in batch order): a batch of several prompts then has its equal segments next to each other, which the attention runs as
      * one launch each (bench/RESULTS.md L134), and the same requests in another order are the same model inputs
@@ -501,9 +494,9 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
         in.rtc_weights = p->rtc_w;
         in.rtc_max_weights = p->rtc_max;
     }
-    double m0 = now_ms();
+    double m0 = policy_now_ms();
     pi0_status st = pi0_infer(p->session, &in, p->actions);
-    double m1 = now_ms();
+    double m1 = policy_now_ms();
     p->last_batch = st == PI0_OK ? n : 0;
     if (st != PI0_OK) return st;
     /* outputs: Unnormalize (actions float32 from the model, the state round trip in float64),
@@ -529,7 +522,7 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
                                 "dimension %zu from finite unnormalised actions", b, robot_name(p->robot),
                                 p->delta ? " (the state added to delta actions)" : "", out[i], i / (size_t)p->D, i % (size_t)p->D);
     }
-    if (timing) { timing->model_ms = m1 - m0; timing->total_ms = now_ms() - t0; }
+    if (timing) *timing = (pi0_policy_timing){.model_ms = m1 - m0, .total_ms = policy_now_ms() - t0};
     return PI0_OK;
 }
 
@@ -542,12 +535,12 @@ pi0_status pi0_policy_chunk(const pi0_policy *p, int b, float *out) {
 }
 
 pi0_status pi0_policy_infer(pi0_policy *p, const pi0_observation *obs, double *actions, pi0_policy_timing *timing) {
-    double t0 = now_ms();
+    double t0 = policy_now_ms();
     pi0_prepared *x = NULL;
     pi0_status st = pi0_policy_prepare(p, obs, &x);
     if (st == PI0_OK) st = pi0_policy_run(p, &x, 1, actions, timing);
     pi0_prepared_free(x);
-    if (st == PI0_OK && timing) timing->total_ms = now_ms() - t0;
+    if (st == PI0_OK && timing) timing->total_ms = policy_now_ms() - t0;
     return st;
 }
 
@@ -572,14 +565,14 @@ static pi0_status warmup_lerobot(pi0_policy *p, int batch, const char *prompt, d
     for (int b = 0; x && b < batch; b++) pi0_prepared_free(x[b]);
     free(a); free(img); free(x); free(act);
     if (st != PI0_OK) pi0_error_prefix("warm-up");
-    if (ms) *ms = now_ms() - t0;
+    if (ms) *ms = policy_now_ms() - t0;
     return st;
 }
 
 pi0_status pi0_policy_warmup(pi0_policy *p, int batch, double *ms) { return pi0_policy_warmup_prompt(p, batch, NULL, ms); }
 
 pi0_status pi0_policy_warmup_prompt(pi0_policy *p, int batch, const char *prompt, double *ms) {
-    double t0 = now_ms();
+    double t0 = policy_now_ms();
     if (!p) return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: NULL policy");
     if (batch < 1 || batch > p->max_batch)
         return pi0_fail(PI0_ERR_ARG, "pi0_policy_warmup: batch of %d, the policy holds 1..%d", batch, p->max_batch);
@@ -612,13 +605,15 @@ pi0_status pi0_policy_warmup_prompt(pi0_policy *p, int batch, const char *prompt
     /* a fixed seed: the policy's own noise stream (observations without a seed) is left as it was */
     pi0_observation obs = {.arrays = a, .n_arrays = n, .prompt = prompt ? prompt : p->default_prompt ? NULL : "warm up", .seed = 1};
     for (int b = 0; b < batch && st == PI0_OK; b++) st = pi0_policy_prepare(p, &obs, &x[b]);
+    p->warming = 1;   /* (π0-FAST: black images may well decode to no actions; that is no robot's chunk) */
     if (st == PI0_OK) st = pi0_policy_run(p, x, batch, act, NULL);
+    p->warming = 0;
     for (int b = 0; x && b < batch; b++) pi0_prepared_free(x[b]);
     free(img);
     free(x);
     free(act);
     if (st != PI0_OK) pi0_error_prefix("warm-up");
-    if (ms) *ms = now_ms() - t0;
+    if (ms) *ms = policy_now_ms() - t0;
     return st;
 }
 
@@ -626,24 +621,27 @@ pi0_status pi0_prepared_save(const pi0_prepared *x, const char *path) {
     if (!x || !path) return pi0_fail(PI0_ERR_ARG, "pi0_prepared_save: NULL argument");
     const pi0_policy *p = x->owner;
     size_t img = (size_t)p->N * p->R * p->R * 3;
+    /* π0-FAST: no state (the prompt holds it) and the prompt's token_ar_mask, all 0 */
     float *images = pi0_malloc(img * sizeof(float), "images"), *state = pi0_malloc((size_t)p->A * sizeof(float), "state");
+    int32_t *ar = pi0_calloc((size_t)p->L, sizeof(int32_t), "token_ar_mask");
     pi0_tensors *t = NULL;
-    pi0_status st = images && state ? pi0_tensors_new(&t) : PI0_ERR_NOMEM;
+    pi0_status st = images && state && ar ? pi0_tensors_new(&t) : PI0_ERR_NOMEM;
     if (st == PI0_OK) {
         if (x->fimages) memcpy(images, x->fimages, img * sizeof(float));
         else pi0_image_to_model(x->images, img, images);
-        for (int i = 0; i < p->A; i++) state[i] = (float)x->state[i];
+        for (int i = 0; !p->fast && i < p->A; i++) state[i] = (float)x->state[i];
         int64_t si[5] = {1, p->N, p->R, p->R, 3}, sm[2] = {1, p->N}, ss[2] = {1, p->A}, st_[2] = {1, p->L},
                 sn[3] = {1, p->H, p->A};
         st = pi0_tensors_add(t, "images", PI0_DT_F32, 5, si, images);
         if (st == PI0_OK) st = pi0_tensors_add(t, "image_masks", PI0_DT_U8, 2, sm, x->masks);
-        if (st == PI0_OK) st = pi0_tensors_add(t, "state", PI0_DT_F32, 2, ss, state);
+        if (st == PI0_OK && !p->fast) st = pi0_tensors_add(t, "state", PI0_DT_F32, 2, ss, state);
         if (st == PI0_OK) st = pi0_tensors_add(t, "tokens", PI0_DT_I32, 2, st_, x->tokens);
         if (st == PI0_OK) st = pi0_tensors_add(t, "token_mask", PI0_DT_U8, 2, st_, x->token_mask);
+        if (st == PI0_OK && p->fast) st = pi0_tensors_add(t, "token_ar_mask", PI0_DT_I32, 2, st_, ar);
         if (st == PI0_OK && x->noise) st = pi0_tensors_add(t, "noise", PI0_DT_F32, 3, sn, x->noise);
         if (st == PI0_OK) st = pi0_tensors_save(t, path);
     }
     pi0_tensors_free(t);
-    free(images); free(state);
+    free(images); free(state); free(ar);
     return st;
 }

@@ -19,50 +19,18 @@ Runs BUILD/tests/test_fast in its `serve` mode and compares every answer with:
   - Python's str.lower() on every code point and on random final-sigma contexts; src/fast_unicode.h against
     tests/fast_unicode_table.py's output;
   - bad FAST directories: malformed JSON (line and column), other tokenizer types, clean-up of spaces, missing files.
-The packages come from PyPI into a virtualenv made once (PI0_FAST_VENV, default build/venv-fast); no network for PyPI
-is a failure, not a skip. Seeds are fixed and printed. Prints `fast: N passed, M failed`.
+The packages come from PyPI into a virtualenv made once (tests/fast_venv.py: PI0_FAST_VENV, default build/venv-fast);
+no network for PyPI is a failure, not a skip. Seeds are fixed and printed. Prints `fast: N passed, M failed`.
 Usage: fast_check.py BUILD"""
-import fcntl
 import os
 import subprocess
 import sys
 
-PINS = ["transformers==4.53.2", "tokenizers==0.21.4", "numpy==1.26.4", "scipy==1.15.3", "sentencepiece==0.2.0"]
-VENV = os.environ.get("PI0_FAST_VENV", "build/venv-fast")
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fast_venv  # noqa: E402
 
-
-def have_packages():
-    try:
-        import numpy, scipy, sentencepiece, tokenizers, transformers  # noqa: F401
-        return transformers.__version__ == "4.53.2"
-    except ImportError:
-        return False
-
-
-def venv_ready(py):
-    probe = "import numpy, scipy, sentencepiece, tokenizers, transformers as t; assert t.__version__ == '4.53.2'"
-    return os.path.exists(py) and subprocess.run([py, "-c", probe], capture_output=True).returncode == 0
-
-
-if not have_packages():   # make the venv once (under a lock: parallel test runs share it), then run inside it
-    py = os.path.join(VENV, "bin", "python")
-    if not venv_ready(py):
-        print("making %s: %s from PyPI (about a minute)" % (VENV, " ".join(PINS)), flush=True)
-        os.makedirs(os.path.dirname(os.path.abspath(VENV)), exist_ok=True)
-        with open(VENV + ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not venv_ready(py):
-                subprocess.run(["rm", "-rf", VENV])
-                log = open(os.path.join(BUILD, "tests", "venv-fast.log"), "w") if os.path.isdir(os.path.join(BUILD, "tests")) else None
-                ok = subprocess.run([sys.executable, "-m", "venv", VENV], stdout=log, stderr=log).returncode == 0 and \
-                    subprocess.run([os.path.join(VENV, "bin", "pip"), "install", "-q", "--disable-pip-version-check"] + PINS,
-                                   stdout=log, stderr=log).returncode == 0
-                if not ok:
-                    print("FAIL could not install %s from PyPI into %s (log: %s/tests/venv-fast.log)" % (PINS, VENV, BUILD))
-                    print("fast: 0 passed, 1 failed")
-                    sys.exit(1)
-    os.execv(py, [py, os.path.abspath(__file__)] + sys.argv[1:])
+fast_venv.enter("fast", BUILD)
 
 import json
 import random
@@ -71,10 +39,7 @@ import unicodedata
 
 import numpy as np
 import sentencepiece as spm
-from scipy.fft import dct, idct
-from tokenizers import ByteLevelBPETokenizer
-from tokenizers.trainers import BpeTrainer
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from scipy.fft import dct
 from transformers.utils import logging as hf_logging
 
 hf_logging.set_verbosity_error()
@@ -125,7 +90,9 @@ def ids_str(ids):
 
 # ---------------------------------------------------------------- SentencePiece models made here
 
-from protobuf_wire import enc, fields   # noqa: E402  (tests/, the script's folder)
+import fast_ref  # noqa: E402  (tests/, the script's folder)
+from fast_ref import fast_encode, fit_fast, openpi_extract, openpi_prompt, processor_decode  # noqa: E402
+from protobuf_wire import enc, fields   # noqa: E402
 
 
 def user_piece(text):   # a ModelProto.pieces entry: piece, score 0, type USER_DEFINED
@@ -221,63 +188,7 @@ def spdecode_check(name, model):
 
 
 def chunks(n, H, A, amp):
-    """Smooth random action chunks (normalised actions: random walks plus a slow sine), n of them."""
-    t = np.linspace(0, 1, H)[:, None]
-    out = []
-    for _ in range(n):
-        walk = np.cumsum(rng.normal(0, amp / np.sqrt(H), (H, A)), axis=0)
-        out.append(np.clip(walk + amp * np.sin(2 * np.pi * rng.random(A) + 3 * t * rng.random(A)), -3, 3))
-    return out
-
-
-def fit_fast(directory, data, scale, vocab_size):
-    """Trains and saves a FAST tokenizer the way the processor's `fit` does, then loads it back as AutoProcessor
-    would (AutoTokenizer on the saved directory). Returns (tokenizer, min_token)."""
-    coef = [dct(a, axis=0, norm="ortho").flatten() for a in data]
-    q = np.around(np.concatenate(coef) * scale)
-    hi, lo = int(q.max()), int(q.min())
-    vocab_size = max(vocab_size, hi - lo + 300)   # fit asserts the alphabet fits the vocabulary
-    bpe = ByteLevelBPETokenizer()
-    trainer = BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=[],
-                         initial_alphabet=[chr(i) for i in range(hi - lo + 1)], max_token_length=10000)
-    bpe._tokenizer.train_from_iterator(("".join(map(chr, (np.around(c * scale) - lo).astype(int))) for c in coef), trainer=trainer)
-    PreTrainedTokenizerFast(tokenizer_object=bpe, clean_up_tokenization_spaces=False).save_pretrained(directory)
-    with open(os.path.join(directory, "processor_config.json"), "w") as f:   # the keys the published one has
-        json.dump({"action_dim": None, "auto_map": {"AutoProcessor": "processing_action_tokenizer.UniversalActionProcessor"},
-                   "min_token": lo, "processor_class": "UniversalActionProcessor", "scale": scale, "time_horizon": None,
-                   "vocab_size": vocab_size}, f, indent=2)
-    return AutoTokenizer.from_pretrained(directory), lo, hi, vocab_size
-
-
-def fast_encode(tok, chunk, scale, min_token):
-    """The processor's __call__ for one chunk (training side; the engine never encodes actions)."""
-    c = np.around(dct(chunk[None], axis=1, norm="ortho") * scale)[0]
-    return tok("".join(map(chr, np.maximum(c.flatten() - min_token, 0).astype(int))))["input_ids"]
-
-
-def processor_decode(tok, ids, H, A, scale, min_token):
-    """The FAST processor's decode of one chunk, restated: (actions (H, A) float64, outcome)."""
-    outcome = "decoded"
-    try:
-        text = tok.decode(ids)
-        coef = np.array(list(map(ord, text))) + min_token
-        coef = coef.reshape(-1, A)
-        assert coef.shape == (H, A)
-    except OverflowError:
-        coef, outcome = np.zeros((H, A)), "bad_id"
-    except (ValueError, AssertionError):
-        coef, outcome = np.zeros((H, A)), "bad_size"
-    return idct(coef / scale, axis=0, norm="ortho"), outcome
-
-
-def openpi_extract(sp, tok, tokens, H, A, scale, min_token):
-    """openpi's FASTTokenizer.extract_actions, restated."""
-    decoded = sp.decode([int(t) for t in tokens])
-    if "Action: " not in decoded:
-        return np.zeros((H, A), dtype=np.float32), "no_action"
-    raw = np.array(sp.encode(decoded.split("Action: ")[1].split("|")[0].strip()))
-    fast = sp.vocab_size() - 1 - 128 - raw
-    return processor_decode(tok, fast.tolist(), H, A, scale, min_token)
+    return fast_ref.chunks(rng, n, H, A, amp)
 
 
 # the inverse DCT: scipy's FFT against the engine's direct sum; the worst seen is ~3e-14 on values below 100
@@ -435,13 +346,6 @@ with tempfile.TemporaryDirectory() as tmp:
     sp = spm.SentencePieceProcessor(model_file=gemma)
     eng.ask("pg " + gemma)
 
-    def openpi_prompt(prompt, state, max_len):
-        cleaned = prompt.lower().strip().replace("_", " ")
-        disc = np.digitize(np.asarray(state, dtype=np.float64), bins=np.linspace(-1, 1, 256 + 1)[:-1]) - 1
-        toks = sp.encode("Task: %s, State: %s;\n" % (cleaned, " ".join(map(str, disc))), add_bos=True)
-        n = min(len(toks), max_len)
-        return toks[:n] + [0] * (max_len - n), [1] * n + [0] * (max_len - n), [0] * max_len, n
-
     PROMPTS = ["Pick up the RED block", "  put_the_cup on_the plate \n", "Pick\nplace\n\nstack", "a_\n_b", "ÉCRIRE «Ça» À CÔTÉ", "ΟΔΥΣΣΕΥΣ ΣΑΣ", "Σ",
                "ΑΣ\u0301 ΑΣ.", "İstanbul İ", "STRASSE Straße ẞ", "ПОДНИМИ КРАСНЫЙ КУБ", "ＦＵＬＬＷＩＤＴＨ", "ǅǈǋ Ⅻ Ⓐ",
                "\u3000\u00a0stack it\u2029\u0085", "line one\nLINE TWO", "𐐀𐐁 DESERET", "🤖 ROBOT 🍎", "", "   ", "_"]
@@ -454,7 +358,7 @@ with tempfile.TemporaryDirectory() as tmp:
                                    np.nextafter(-1.0, -2), np.nextafter(1.0, 0), 5.0, -7.5]))
                  for _ in range(rnd.choice([0, 1, 7, 8, 32]))]
         max_len = rnd.choice([250, 180, 20, 9])
-        want = openpi_prompt(p, state, max_len)
+        want = openpi_prompt(sp, p, state, max_len)
         got = eng.ask("prompt %d %s %s" % (max_len, ",".join(repr(x) for x in state) or "-", p.encode().hex()))
         if got.startswith("ok "):
             t, m, a, n = got[3:].split(";")

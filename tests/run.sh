@@ -52,6 +52,9 @@ PYTHON=${PY:-/usr/bin/python3}
 script tokenizer "$PYTHON" tests/tokenizer_check.py "$BUILD/pi0"
 # π0-FAST's action tokenizer and SentencePiece decoding against SentencePiece, transformers and openpi restated (venv from PyPI)
 script fast "$PYTHON" tests/fast_check.py "$BUILD"
+# π0-FAST served by the policy (`pi0 run --fast-tokenizer`) against openpi's pipeline restated, on checkpoints built to
+# write chosen tokens (same venv)
+script fast_policy "$PYTHON" tests/fast_policy_check.py "$BUILD"
 # the whole policy (`pi0 run`) against the independent reference policy script
 script policy_e2e "$PYTHON" tests/policy_e2e.py "$BUILD/pi0"
 # LeRobot policy directories (the model: keys, config fields, refused options)

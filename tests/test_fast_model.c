@@ -223,9 +223,9 @@ static void test_refusals(pi0_model *m) {
     }
     pi0_session_free(s);
     pi0_model_free(p0);
-    pi0_policy *pol = NULL;   /* the policy layer refuses it at load, naming what runs it */
+    pi0_policy *pol = NULL;   /* a policy on it needs the FAST tokenizer: refused at load, naming what is missing */
     EXPECT_ERR(pi0_policy_load(&pol, gen_dir, &(pi0_policy_params){.robot = "libero", .tokenizer = "/nonexistent"}),
-               PI0_ERR_UNSUPPORTED, "a π0-FAST checkpoint");
+               PI0_ERR_ARG, "needs the FAST action tokenizer");
     CHECK(!pol, "a π0-FAST policy was returned");
 }
 

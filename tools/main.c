@@ -441,15 +441,18 @@ static int cmd_info(int argc, char **argv) {
            i.vision.mlp_dim, i.vision.num_heads, i.vision.patch_size);
     printf("paligemma: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n", i.paligemma.width,
            i.paligemma.depth, i.paligemma.mlp_dim, i.paligemma.num_heads, i.paligemma.num_kv_heads, i.paligemma.head_dim);
-    if (i.fast) printf("action_expert: none (π0-FAST decodes action tokens: pi0 infer writes output_tokens)\n");
+    if (i.fast)
+        printf("action_expert: none (π0-FAST decodes action tokens: pi0 infer writes output_tokens; pi0 run and pi0-server "
+               "turn them into actions with --fast-tokenizer)\n");
     else printf("action_expert: width %d, depth %d, mlp_dim %d, num_heads %d, num_kv_heads %d, head_dim %d\n",
            i.action_expert.width, i.action_expert.depth, i.action_expert.mlp_dim, i.action_expert.num_heads,
            i.action_expert.num_kv_heads, i.action_expert.head_dim);
     char pn[32];   /* "int8:vpe": int8 for vision, prefix, expert (docs/precision.md) */
     printf("precision: %s\n", cli_precision_name(i.precision, i.quant_stages, pn, sizeof pn));
     if (!strncmp(i.format, "orbax", 5))
-        printf("note: action_horizon and max_token_len are openpi's defaults (an Orbax checkpoint stores neither); "
-               "pass them with --config or --action-horizon / --max-token-len\nread: %.2f s\n", i.load_s);
+        printf("note: %s are openpi's defaults (an Orbax checkpoint stores none); pass them with --config or %s\n"
+               "read: %.2f s\n", i.fast ? "action_dim, action_horizon and max_token_len" : "action_horizon and max_token_len",
+               i.fast ? "--action-dim / --action-horizon / --max-token-len" : "--action-horizon / --max-token-len", i.load_s);
     if (!strcmp(i.format, "lerobot")) {   /* its features, stats and norm modes, from the processor files */
         char *text = NULL;
         if (pi0_lerobot_describe(m, &text) != PI0_OK) {

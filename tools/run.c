@@ -17,6 +17,7 @@
 static void run_usage(FILE *f) {
     fprintf(f,
             "usage: pi0 run --checkpoint DIR [--config NAME | --robot libero|droid|aloha] --tokenizer FILE\n"
+            "               [--fast-tokenizer DIR] [--action-dim N]   (π0-FAST: the FAST tokenizer, required; the chunk's width)\n"
             "               [--image KEY=FILE ...] [--obs FILE.safetensors] [--state v1,v2,...] [--prompt TEXT]\n"
             "               [--noise FILE.safetensors] [--seed N] [--json] [--dump-inputs FILE.safetensors]\n"
             "               [--asset-id ID] [--default-prompt TEXT] [--delta-actions on|off] [--max-token-len N]\n"
@@ -35,10 +36,13 @@ static void run_usage(FILE *f) {
             "horizon and prompt length come from --config (or --action-horizon / --max-token-len), or a LeRobot policy\n"
             "directory (config.json with \"type\", policy_preprocessor.json, ...): then no --config / --robot; KEYs are its\n"
             "features (observation.images.<camera>, observation.state), --prompt is the task, and the chunk has its\n"
-            "n_action_steps rows.\n"
+            "n_action_steps rows. A π0-FAST checkpoint decodes action tokens (greedy, up to 256) that --fast-tokenizer\n"
+            "(the directory of Hugging Face's physical-intelligence/fast, or its tokenizer.json) turns into the chunk;\n"
+            "a pi0_fast_* config sets its horizon, action dim and prompt length; no --noise, --steps or real-time chunking.\n"
             "Configs: pi0_aloha pi05_aloha pi0_aloha_towel pi0_aloha_tupperware pi0_aloha_pen_uncap pi05_aloha_pen_uncap\n"
             "pi0_aloha_sim pi0_libero pi05_libero pi0_droid pi05_droid pi05_droid_finetune pi05_full_droid_finetune\n"
-            "pi05_droid_jointpos_polaris pi0_droid_jointpos_polaris pi0_droid_jointpos_100k_polaris\n");
+            "pi05_droid_jointpos_polaris pi0_droid_jointpos_polaris pi0_droid_jointpos_100k_polaris pi0_fast_droid\n"
+            "pi0_fast_libero pi0_fast_full_droid_finetune pi0_fast_droid_jointpos_polaris\n");
 }
 
 typedef struct {
@@ -165,8 +169,9 @@ static void print_actions(const double *a, int H, int D, int json, const pi0_pol
         printf("], \"policy_timing\": {\"infer_ms\": %.3f}, \"server_timing\": {\"infer_ms\": %.3f}}\n", tm->model_ms, tm->total_ms);
         return;
     }
-    printf("actions [%d, %d] (%s%s%s, float64, unnormalised)  model %.1f ms, policy %.1f ms\n", H, D, pi->robot_name,
-           *pi->config ? ", config " : "", pi->config, tm->model_ms, tm->total_ms);
+    printf("actions [%d, %d] (%s%s%s, float64, unnormalised)  model %.1f ms, policy %.1f ms%s\n", H, D, pi->robot_name,
+           *pi->config ? ", config " : "", pi->config, tm->model_ms, tm->total_ms,
+           tm->zero_chunks ? "  (π0-FAST: no actions decoded; openpi's zero chunk, unnormalised)" : "");
     for (int t = 0; t < H; t++) {
         for (int i = 0; i < D; i++) printf("%s%11.6f", i ? " " : "", a[(size_t)t * D + i]);
         printf("\n");
@@ -193,6 +198,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--config")) pp.config = val;
         else if (!strcmp(a, "--robot")) pp.robot = val;
         else if (!strcmp(a, "--tokenizer")) pp.tokenizer = val;
+        else if (!strcmp(a, "--fast-tokenizer")) pp.fast_tokenizer = val;
         else if (!strcmp(a, "--asset-id")) pp.asset_id = val;
         else if (!strcmp(a, "--default-prompt")) pp.default_prompt = val;
         else if (!strcmp(a, "--delta-actions")) {
@@ -200,6 +206,7 @@ int cmd_run(int argc, char **argv) {
             pp.delta_actions = !strcmp(val, "on") ? 1 : -1;
         } else if (!strcmp(a, "--max-token-len")) { if (!cli_parse_int(a, val, 1, 4096, &v)) return 2; pp.model.max_token_len = (int)v; }
         else if (!strcmp(a, "--action-horizon")) { if (!cli_parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_horizon = (int)v; }
+        else if (!strcmp(a, "--action-dim")) { if (!cli_parse_int(a, val, 1, 4096, &v)) return 2; pp.model.action_dim = (int)v; }
         else if (!strcmp(a, "--steps")) { if (!cli_parse_int(a, val, 1, 1000, &v)) return 2; pp.num_steps = (int)v; }
         else if (!strcmp(a, "--device")) { if (!cli_parse_int(a, val, 0, 64, &v)) return 2; pp.model.device = (int)v; }
         else if (!strcmp(a, "--threads")) { if (!cli_parse_int(a, val, 0, 1024, &v)) return 2; pp.model.n_threads = (int)v; }

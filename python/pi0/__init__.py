@@ -1,4 +1,4 @@
-"""pi0 — Physical Intelligence's π0 / π0.5 robot policies, run in-process by the pi0 engine (libpi0).
+"""pi0 — Physical Intelligence's π0 / π0.5 / π0-FAST robot policies, run in-process by the pi0 engine (libpi0).
 
     import pi0
     policy = pi0.Policy("checkpoints/pi05_libero", config="pi05_libero", tokenizer="paligemma_tokenizer.model")
@@ -177,14 +177,14 @@ def _precision(precision, quant_stages):
 
 
 def _model_params(backend: str, device: int, threads: int, action_horizon: int, max_token_len: int,
-                  quiet: bool, precision: str = "bf16", quant_stages=None) -> N.ModelParams:
+                  quiet: bool, precision: str = "bf16", quant_stages=None, action_dim: int = 0) -> N.ModelParams:
     device = _int(device, "device", 0, 1024)
     prec, stages = _precision(precision, quant_stages)
     return N.ModelParams(backend=_backend(backend, device), n_threads=_int(threads, "threads", 0, 4096), device=device,
                          quiet=int(_flag(quiet, "quiet")),
                          action_horizon=_int(action_horizon or 0, "action_horizon", 0, 4096),
                          max_token_len=_int(max_token_len or 0, "max_token_len", 0, 4096),
-                         precision=prec, quant_stages=stages)
+                         precision=prec, quant_stages=stages, action_dim=_int(action_dim or 0, "action_dim", 0, 4096))
 
 
 # numpy dtypes the library reads as they are (native byte order only: dict lookups of '>f4' miss)
@@ -299,12 +299,18 @@ class Policy(_Closing):
     """A served policy in-process: openpi's observation dict in, its result dict out (docs/python.md).
 
     checkpoint: openpi's PyTorch conversion, an Orbax checkpoint (params/) or a LeRobot policy directory.
-    config: an openpi config name ("pi05_libero", "pi0_droid", "pi0_aloha_sim", ...) that sets the robot transform,
+    config: an openpi config name ("pi05_libero", "pi0_droid", "pi0_fast_droid", ...) that sets the robot transform,
       delta actions, default prompt and norm-stats asset; or robot ("libero" | "droid" | "aloha") without one. A
       LeRobot directory takes neither: its own processor files say it all.
     tokenizer: PaliGemma's SentencePiece model (paligemma_tokenizer.model); required.
+    fast_tokenizer: π0-FAST's action tokenizer, the directory of Hugging Face's physical-intelligence/fast
+      (tokenizer.json, processor_config.json) or its tokenizer.json; required for a π0-FAST checkpoint, refused for
+      π0 / π0.5. action_dim: π0-FAST's chunk width (0 = the config's, else the checkpoint's). A π0-FAST policy decodes
+      greedily (up to 256 tokens), takes no noise, steps or rtc, and its infer results add "zero_chunk": True when the
+      tokens held no actions (openpi's zero chunk, unnormalised); `zero_chunks` counts them over the policy's life.
     backend: "auto" (CUDA when this library has it and a usable GPU is at `device`, else the CPU), "cpu", "cuda".
-    max_batch: observations per infer_batch; steps: flow-matching steps; threads: CPU threads (0 = all cores).
+    max_batch: observations per infer_batch; steps: flow-matching steps (None = 10); threads: CPU threads (0 = all
+    cores).
     asset_id, default_prompt, delta_actions (None = the config's), action_horizon, max_token_len: as `pi0 run`.
     precision: "bf16" or "int8"; quant_stages: the int8 stages ("vision", "prefix", "expert"; None = all), as
     `pi0 infer --precision --quant-stages` (docs/precision.md; check your checkpoint first: `pi0 check-precision`).
@@ -315,24 +321,28 @@ class Policy(_Closing):
     """
 
     def __init__(self, checkpoint, config: Optional[str] = None, robot: Optional[str] = None, tokenizer=None,
-                 backend: str = "auto", device: int = 0, max_batch: int = 1, steps: int = 10, threads: int = 0,
-                 asset_id: Optional[str] = None, default_prompt: Optional[str] = None,
+                 backend: str = "auto", device: int = 0, max_batch: int = 1, steps: Optional[int] = None,
+                 threads: int = 0, asset_id: Optional[str] = None, default_prompt: Optional[str] = None,
                  delta_actions: Optional[bool] = None, action_horizon: int = 0, max_token_len: int = 0,
-                 quiet: bool = False, precision: str = "bf16", quant_stages=None):
+                 quiet: bool = False, precision: str = "bf16", quant_stages=None, fast_tokenizer=None,
+                 action_dim: int = 0):
         self._p = None
         self._lock = threading.Lock()           # one run at a time (pi0_policy_run)
         self._idle = threading.Condition()      # close() waits for the calls in flight (prepare runs unlocked)
         self._users = 0
         if tokenizer is None:
             raise InputError("PI0_ERR_ARG", "tokenizer: the path of paligemma_tokenizer.model is required")
-        max_batch, steps = _int(max_batch, "max_batch", 1, 4096), _int(steps, "steps", 1, 1000)
+        max_batch = _int(max_batch, "max_batch", 1, 4096)
+        steps = 0 if steps is None else _int(steps, "steps", 1, 1000)
         pp = N.PolicyParams(
-            model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet, precision, quant_stages),
+            model=_model_params(backend, device, threads, action_horizon, max_token_len, quiet, precision, quant_stages,
+                                action_dim),
             config=_opt_cstr(config, "config"), robot=_opt_cstr(robot, "robot"),
             tokenizer=_path(tokenizer, "tokenizer"), asset_id=_opt_cstr(asset_id, "asset_id"),
             default_prompt=_opt_cstr(default_prompt, "default_prompt"),
             delta_actions=0 if delta_actions is None else (1 if _flag(delta_actions, "delta_actions") else -1),
-            max_batch=max_batch, num_steps=steps)
+            max_batch=max_batch, num_steps=steps,
+            fast_tokenizer=None if fast_tokenizer is None else _path(fast_tokenizer, "fast_tokenizer"))
         p = ctypes.c_void_p()
         _check(lib.pi0_policy_load(ctypes.byref(p), _path(checkpoint, "checkpoint"), ctypes.byref(pp)))
         self._p = p
@@ -346,6 +356,9 @@ class Policy(_Closing):
         self._task_key = "task" if info.lerobot is not None else None
         self._rtc_defaults = (info.rtc_horizon, info.rtc_schedule, info.rtc_max_weight)
         self._chunk = None   # model-space chunk of the last infer, for real-time chunking
+        self._fast = bool(mi.fast)
+        self.zero_chunks = 0
+        """π0-FAST: the chunks so far whose tokens held no actions (openpi's zero chunk, unnormalised)."""
         self.metadata: Dict[str, Any] = json.loads(_str(info.metadata_json) or "{}")
         """What openpi's server sends a client first ({} or ALOHA's reset pose; a LeRobot policy's features)."""
         self.info: Dict[str, Any] = {
@@ -355,6 +368,7 @@ class Policy(_Closing):
             "asset_id": _str(info.asset_id), "default_prompt": _str(info.default_prompt),
             "lerobot": _str(info.lerobot), "backend": _str(lib.pi0_session_backend(info.session)),
             "device": _str(lib.pi0_session_device(info.session)), "format": _str(mi.format), "pi05": bool(mi.pi05),
+            "fast": bool(mi.fast),
             "model_action_horizon": mi.action_horizon, "model_action_dim": mi.action_dim,
             "max_token_len": mi.max_token_len, "n_params": mi.n_params,
             "rtc_defaults": {"execution_horizon": info.rtc_horizon, "schedule": N.SCHEDULES[info.rtc_schedule],
@@ -531,7 +545,8 @@ class Policy(_Closing):
     # ---- inference ----
     def infer(self, obs: Mapping, noise: Optional[np.ndarray] = None, *, seed: Optional[int] = None,
               rtc: Optional[Mapping] = None) -> Dict[str, Any]:
-        """Runs one observation; returns {"actions": float64 [H, D], "policy_timing": {"infer_ms", "total_ms"}}.
+        """Runs one observation; returns {"actions": float64 [H, D], "policy_timing": {"infer_ms", "total_ms"}} (a
+        π0-FAST policy's also "zero_chunk": True when its tokens held no actions, docs/fast.md 5.3).
 
         obs: openpi's observation dict: the robot's keys nested ({"images": {"cam_high": ...}}) or flattened with
           '/' ("observation/image"), images uint8 or float (x255, as openpi), HWC or CHW, any size; "prompt" (a
@@ -557,11 +572,15 @@ class Policy(_Closing):
                 _check(lib.pi0_policy_run(p, xs, 1, out.ctypes.data, ctypes.byref(tm)), "inference")
                 _check(lib.pi0_policy_chunk(p, 0, chunk.ctypes.data))
                 self._chunk = chunk
+                self.zero_chunks += tm.zero_chunks
         finally:
             if x:
                 lib.pi0_prepared_free(x)
             self._release()
-        return {"actions": out, "policy_timing": {"infer_ms": tm.model_ms, "total_ms": tm.total_ms}}
+        result = {"actions": out, "policy_timing": {"infer_ms": tm.model_ms, "total_ms": tm.total_ms}}
+        if self._fast:
+            result["zero_chunk"] = tm.zero_chunks > 0
+        return result
 
     def infer_batch(self, observations: Sequence[Mapping], noise: Optional[np.ndarray] = None, *,
                     seeds: Optional[Sequence[int]] = None,
@@ -596,6 +615,7 @@ class Policy(_Closing):
             with self._lock:
                 _check(lib.pi0_policy_run(p, xs, B, out.ctypes.data, ctypes.byref(tm)), "inference")
                 self._chunk = None   # a batch is no robot's chunk: rtc `executed` runs unguided after it
+                self.zero_chunks += tm.zero_chunks
         finally:
             for b in range(B):
                 if xs[b]:
@@ -643,7 +663,7 @@ def _model_info(m) -> Dict[str, Any]:
     mi = N.ModelInfo()
     lib.pi0_model_get_info(m, ctypes.byref(mi))
     llm = lambda s: {f: getattr(s, f) for f, _ in s._fields_}   # noqa: E731
-    return {"pi05": bool(mi.pi05), "action_dim": mi.action_dim, "action_horizon": mi.action_horizon,
+    return {"pi05": bool(mi.pi05), "fast": bool(mi.fast), "action_dim": mi.action_dim, "action_horizon": mi.action_horizon,
             "precision": "int8" if mi.quant_stages else "bf16",
             "quant_stages": [n for n, b in _STAGES.items() if mi.quant_stages & b],
             "max_token_len": mi.max_token_len, "n_cameras": mi.n_cameras, "image_size": mi.image_size,

@@ -9,12 +9,13 @@ import os
 from ctypes import POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint64, c_void_p
 
 LIBRARY_ENV = "PI0_LIBRARY"
-ABI_VERSION = 3   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
+ABI_VERSION = 4   # pi0.h's PI0_ABI_VERSION that these structures restate (tests/python/test_abi.py checks both)
 
 
 class ModelParams(Structure):
     _fields_ = [("backend", c_int), ("n_threads", c_int), ("device", c_int), ("quiet", c_int),
-                ("action_horizon", c_int), ("max_token_len", c_int), ("precision", c_int), ("quant_stages", c_uint)]
+                ("action_horizon", c_int), ("max_token_len", c_int), ("precision", c_int), ("quant_stages", c_uint),
+                ("action_dim", c_int)]
 
 
 class _Vision(Structure):
@@ -53,7 +54,7 @@ class Timing(Structure):
 class PolicyParams(Structure):
     _fields_ = [("model", ModelParams), ("config", c_char_p), ("robot", c_char_p), ("tokenizer", c_char_p),
                 ("asset_id", c_char_p), ("default_prompt", c_char_p), ("delta_actions", c_int),
-                ("max_batch", c_int), ("num_steps", c_int)]
+                ("max_batch", c_int), ("num_steps", c_int), ("fast_tokenizer", c_char_p)]
 
 
 class PolicyInfo(Structure):
@@ -79,7 +80,7 @@ class Observation(Structure):
 
 
 class PolicyTiming(Structure):
-    _fields_ = [("model_ms", c_double), ("total_ms", c_double)]
+    _fields_ = [("model_ms", c_double), ("total_ms", c_double), ("zero_chunks", c_int)]
 
 
 # enums of pi0.h

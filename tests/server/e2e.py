@@ -5,6 +5,8 @@ see tests/server/run.sh) against build/pi0-server on loopback, tiny checkpoints,
             ALOHA (tiny-pi0, --config pi0_aloha_towel: nested CHW cameras, no prompt, reset_pose metadata):
             the reply equals `pi0 run --json` on the same observation and noise, bit for bit; reply keys,
             dtypes, policy_timing / server_timing (prev_total_ms absent in the first reply only)
+  π0-FAST   --config pi0_fast_droid on a tiny model built to write chosen tokens: replies equal `pi0 run`, decoded
+            chunks and openpi's zero fallback, alone and batched; noise / rtc refused; /metrics model and zero count
   live      /healthz 200 and a websocket ping answered while a batch of inferences runs
   load      8 clients x 50 requests, batching off (--max-batch 1) and on (--max-batch 8): every reply
             equals the expected chunk of its own request (16 observation/noise variants); requests/s, p50/p99
@@ -129,7 +131,8 @@ def client(port, api_key=None):
 
 
 def pi0_run(args, obs, noise, tmp, tag):
-    """`pi0 run --json` on the arrays of obs (the prompt goes to --prompt); returns the actions."""
+    """`pi0 run --json` on the arrays of obs (the prompt goes to --prompt) and noise (None: none); returns the
+    actions."""
     arrays, prompt = {}, None
     for k, v in obs.items():
         if k in ("prompt", "task"):   # LeRobot's batches carry the prompt as "task"
@@ -139,9 +142,11 @@ def pi0_run(args, obs, noise, tmp, tag):
         else:
             arrays[k] = np.asarray(v)
     write_safetensors(os.path.join(tmp, tag + ".obs.safetensors"), arrays)
-    write_safetensors(os.path.join(tmp, tag + ".noise.safetensors"), {"noise": noise})
-    cmd = [PI0, "run", *args, "--obs", os.path.join(tmp, tag + ".obs.safetensors"), "--noise",
-           os.path.join(tmp, tag + ".noise.safetensors"), "--json"] + (["--prompt", prompt] if prompt is not None else [])
+    cmd = [PI0, "run", *args, "--obs", os.path.join(tmp, tag + ".obs.safetensors"), "--json"]
+    if noise is not None:
+        write_safetensors(os.path.join(tmp, tag + ".noise.safetensors"), {"noise": noise})
+        cmd += ["--noise", os.path.join(tmp, tag + ".noise.safetensors")]
+    cmd += ["--prompt", prompt] if prompt is not None else []
     r = subprocess.run(cmd, capture_output=True, text=True, env=RUN_ENV, timeout=120)
     if r.returncode != 0:
         raise RuntimeError(f"pi0 run failed: {r.stderr}")
@@ -316,6 +321,61 @@ def test_window(tmp, libero_args):
     hist = [l for l in srv.text().splitlines() if "batch sizes" in l]
     check("window: server exit 0, the two concurrent requests ran as one batch of 2",
           rc == 0 and bool(hist) and " 2:1" in hist[-1], hist[-1] if hist else srv.text()[-800:])
+
+
+def test_fast(tmp, args):
+    """π0-FAST (fast_policy_fixture.droid_policy: a tiny model built to write chosen tokens): openpi's metadata ({}) and
+    reply keys; each reply equals `pi0 run` on the same observation bit for bit, the decoded chunk and openpi's zero
+    fallback alike, also as one batch of both; noise and "rtc" are refused with the reason; GET /metrics names the
+    model and counts the zero chunks; the log names π0-FAST and warns once."""
+    import fast_policy_fixture as F   # (tests/, on the path from main)
+    rng = np.random.default_rng(23)
+    obs = {**images(rng, (224, 224, 3), ("observation/exterior_image_1_left", "observation/wrist_image_left")),
+           "observation/joint_position": rng.standard_normal(7), "observation/gripper_position": rng.random(1)}
+    short, cut = {**obs, "prompt": F.SHORT}, {**obs, "prompt": F.LONG}
+    want_s, want_c = pi0_run(args, short, None, tmp, "fast-s"), pi0_run(args, cut, None, tmp, "fast-c")
+    srv = Server(tmp, "fast", args + ["--max-batch", "2", "--batch-window-ms", "200"])
+    try:
+        c = client(srv.port)
+        check("fast: metadata {} (openpi's pi0_fast_droid sends none)", c.get_server_metadata() == {},
+              str(c.get_server_metadata()))
+        r = c.infer(short)
+        check("fast: reply keys and [10, 8] float64 actions, as openpi's", set(r) == {"actions", "policy_timing",
+              "server_timing"} and r["actions"].shape == (10, 8) and r["actions"].dtype == np.float64, str(set(r)))
+        check("fast: a decoded chunk equals pi0 run (bit for bit)", np.array_equal(r["actions"], want_s)
+              and np.abs(want_s).max() > 0.1, f"max |diff| {np.abs(r['actions'] - want_s).max():.3g}")
+        check("fast: openpi's zero chunk equals pi0 run", np.array_equal(c.infer(cut)["actions"], want_c))
+        d, out = client(srv.port), {}
+
+        def other():
+            out["d"] = d.infer(cut)["actions"]
+        th = threading.Thread(target=other)
+        th.start()
+        out["c"] = c.infer(short)["actions"]
+        th.join()
+        check("fast: the two in one batch, each equal to pi0 run", np.array_equal(out["c"], want_s) and
+              np.array_equal(out["d"], want_c))
+        for label, extra, want in (("noise", {"noise": np.zeros((10, 8), np.float32)}, "takes no noise"),
+                                   ("rtc", {"rtc": {"prev_chunk": np.zeros((2, 8), np.float32)}}, "real-time chunking")):
+            e = client(srv.port)
+            try:
+                e.infer({**short, **extra})
+                check(f"fast: {label} refused", False, "answered")
+            except Exception as ex_:  # noqa: BLE001 - the client raises with the server's reason
+                check(f"fast: {label} refused", want in str(ex_), str(ex_)[:200])
+        text = urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/metrics", timeout=10).read().decode()
+        check("fast: /metrics pi0_model_info{model=\"pi0_fast\"} 1, pi0_zero_chunks_total 2",
+              'pi0_model_info{model="pi0_fast"} 1' in text and "\npi0_zero_chunks_total 2\n" in text,
+              "\n".join(l for l in text.splitlines() if "model_info" in l or "zero_chunks" in l))
+        for x in (c, d):
+            x._ws.close()
+    finally:
+        rc = srv.stop()
+    log = srv.text()
+    hist = [l for l in log.splitlines() if "batch sizes" in l]
+    check("fast: SIGTERM -> exit 0; the log names π0-FAST, warns of the zero chunk once, ran a batch of 2",
+          rc == 0 and "π0-FAST, greedy decoding" in log and log.count("warning: π0-FAST") == 1 and bool(hist)
+          and " 2:1" in hist[-1], log[-1500:])
 
 
 def variants(n):
@@ -724,6 +784,10 @@ def main():
                                      "action_dim": 7, "n_action_steps": 5, "prompt_key": "task"}}),
         }
         test_robots(tmp, robots)
+        import fast_policy_fixture   # a π0-FAST model built to write chosen tokens, with its tokenizers
+        f = fast_policy_fixture.droid_policy(os.path.join(tmp, "fast"), tok, PI0)
+        test_fast(tmp, ["--checkpoint", f["ckpt"], "--config", "pi0_fast_droid", "--tokenizer", f["tok"],
+                        "--fast-tokenizer", f["fast"], "--max-token-len", str(fast_policy_fixture.CUT)])
         test_lerobot_batched(tmp, robots["LeRobot"][0])
         test_live(tmp, libero_args)
         test_rtc(tmp, libero_args)

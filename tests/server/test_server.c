@@ -476,9 +476,10 @@ static int fake_prepare(void *ctx, const pi0_observation *obs, void **out, char 
     return 0;
 }
 
-static int fake_run(void *ctx, void *const *prep, int n, double *actions, float *chunks, double *model_ms, char *err,
-                    size_t errlen) {
+static int fake_run(void *ctx, void *const *prep, int n, double *actions, float *chunks, double *model_ms,
+                    int *zero_chunks, char *err, size_t errlen) {
     (void)ctx; (void)err; (void)errlen;
+    *zero_chunks = 0;
     __atomic_add_fetch(&g_started, 1, __ATOMIC_SEQ_CST);
     if (chunks) memset(chunks, 0, (size_t)n * 3 * 4 * sizeof(float));
     int slow = 0;
