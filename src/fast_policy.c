@@ -136,19 +136,8 @@ pi0_status fast_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, dou
         }
         for (size_t i = 0; i < ha; i++) p->actions[b * ha + i] = (float)p->chunk[i];   /* pi0_policy_chunk's */
         /* Unnormalize (the float64 chunk and the unpadded state), then the robot's AbsoluteActions and slice */
-        if ((st = norm_invert(&p->ns.actions, 1, p->chunk, 0, p->H, p->A, p->chunk)) != PI0_OK ||
-            (st = norm_invert(&p->ns.state, 1, batch[b]->state, 0, 1, batch[b]->n_state, p->state_rt)) != PI0_OK) {
-            pi0_error_prefix("batch element %d: assets/%s/norm_stats.json", b, p->asset_id);
-            return st;
-        }
-        double *out = actions + (size_t)b * p->H * p->D;
-        robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, out);
-        for (size_t i = 0; i < (size_t)p->H * p->D; i++)
-            if (!isfinite(out[i]))
-                return pi0_fail(PI0_ERR_FORMAT, "batch element %d: the %s robot's output transform%s gave %g at step %zu, "
-                                "dimension %zu from finite unnormalised actions", b, robot_name(p->robot),
-                                p->delta ? " (the state added to delta actions)" : "", out[i], i / (size_t)p->D,
-                                i % (size_t)p->D);
+        st = policy_output(p, b, 0, batch[b]->state, batch[b]->n_state, actions + (size_t)b * p->H * p->D);
+        if (st != PI0_OK) return st;
     }
     if (timing) *timing = (pi0_policy_timing){.model_ms = m1 - m0, .zero_chunks = zeros};
     return PI0_OK;

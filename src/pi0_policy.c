@@ -14,6 +14,23 @@
 
 #include "policy.h"
 
+pi0_status policy_output(pi0_policy *p, int b, int x_f32, const double *state, int n_state, double *out) {
+    pi0_status st;
+    if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, x_f32, p->H, p->A, p->chunk)) != PI0_OK ||
+        (st = norm_invert(&p->ns.state, p->quantile, state, 0, 1, n_state, p->state_rt)) != PI0_OK) {
+        pi0_error_prefix("batch element %d: assets/%s/norm_stats.json", b, p->asset_id);
+        return st;
+    }
+    robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, out);
+    for (size_t i = 0; i < (size_t)p->H * p->D; i++)
+        if (!isfinite(out[i]))
+            return pi0_fail(PI0_ERR_FORMAT, "batch element %d: the %s robot's output transform%s gave %g at step %zu, "
+                            "dimension %zu from finite unnormalised actions", b, robot_name(p->robot),
+                            p->delta ? " (the state added to delta actions)" : "", out[i], i / (size_t)p->D,
+                            i % (size_t)p->D);
+    return PI0_OK;
+}
+
 double policy_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -509,18 +526,7 @@ pi0_status pi0_policy_run(pi0_policy *p, pi0_prepared *const *batch, int n, doub
         }
     for (int b = 0; b < n && !p->lr; b++) {
         for (size_t i = 0; i < ha; i++) p->chunk[i] = p->actions[p->slot[b] * ha + i];
-        if ((st = norm_invert(&p->ns.actions, p->quantile, p->chunk, 1, p->H, p->A, p->chunk)) != PI0_OK ||
-            (st = norm_invert(&p->ns.state, p->quantile, batch[b]->state, 0, 1, p->A, p->state_rt)) != PI0_OK) {
-            pi0_error_prefix("batch element %d: assets/%s/norm_stats.json", b, p->asset_id);
-            return st;
-        }
-        double *out = actions + (size_t)b * p->H * p->D;
-        robot_output(p->robot, p->chunk, p->H, p->A, p->state_rt, p->delta, out);
-        for (size_t i = 0; i < (size_t)p->H * p->D; i++)
-            if (!isfinite(out[i]))
-                return pi0_fail(PI0_ERR_FORMAT, "batch element %d: the %s robot's output transform%s gave %g at step %zu, "
-                                "dimension %zu from finite unnormalised actions", b, robot_name(p->robot),
-                                p->delta ? " (the state added to delta actions)" : "", out[i], i / (size_t)p->D, i % (size_t)p->D);
+        if ((st = policy_output(p, b, 1, batch[b]->state, p->A, actions + (size_t)b * p->H * p->D)) != PI0_OK) return st;
     }
     if (timing) *timing = (pi0_policy_timing){.model_ms = m1 - m0, .total_ms = policy_now_ms() - t0};
     return PI0_OK;

@@ -75,6 +75,10 @@ struct pi0_prepared {
 };
 
 double policy_now_ms(void);
+/* openpi's output transforms of batch element b's chunk, in p->chunk (float64; x_f32: it holds float32 model outputs):
+ * Unnormalize, with the state's stats over its first n_state values, then the robot's AbsoluteActions and slice into
+ * out (H x D); a non-finite result is refused. */
+pi0_status policy_output(pi0_policy *p, int b, int x_f32, const double *state, int n_state, double *out);
 
 /* ---- π0-FAST (fast_policy.c) ---- */
 /* At load, once the PaliGemma tokenizer is loaded: the checks that only π0-FAST needs (the chunk's size, the
