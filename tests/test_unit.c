@@ -144,7 +144,9 @@ static void test_st_release(void) {
         CHECK(!memcmp(t->data, x, n * sizeof(float)), "st_release: the tensor as written");   /* every page touched */
         long pg = sysconf(_SC_PAGESIZE), before = resident_pages();
         st_release(f, t->data, n * sizeof(float));
-        long after = resident_pages(), want = (long)(n * sizeof(float)) / pg * 9 / 10;   /* (other pages come and go) */
+        /* most of the tensor's pages, not all: other pages come and go meanwhile (under qemu-user its translated code
+         * too, which took 13% in one run); a release that drops nothing fails by far */
+        long after = resident_pages(), want = (long)(n * sizeof(float)) / pg * 3 / 4;
         if (madvise_drops())
             CHECK(before - after >= want, "st_release: %ld resident pages -> %ld, expected at least %ld fewer", before,
                   after, want);
