@@ -257,15 +257,15 @@ static double now_ms(void) {
 }
 
 /* One Gemma layer over M rows of h whose K / V go to cache rows `crow`, or with crow.p NULL straight to cache rows
- * row0 .. row0 + M - 1 (one sample: no copy); attended through a (and, with masked rows, m as well). The norms go
+ * 0 .. M - 1 (a single sample's prefill: no copy); attended through a (and, with masked rows, m as well). The norms go
  * with the products that read them (a backend may fold them in: the few-row products of a decoded token do). */
-static void layer(fast_sess *s, int l, int M, pt pos, pt crow, size_t row0, const pi0_attn *a, const pi0_attn *m) {
+static void layer(fast_sess *s, int l, int M, pt pos, pt crow, const pi0_attn *a, const pi0_attn *m) {
     pi0_backend *be = s->be;
     const pi0_gemma_layer *L = &s->w->lm[l];
     int D = s->D, qw = s->Hq * s->Dh, kvw = s->Kv * s->Dh;
     pi0_proj3 pj = {{&L->q, &L->k, &L->v}, {NULL, NULL, NULL}};
     pi0_prenorm pn = {.w = &L->attn_norm, .eps = EPS, .out = s->y};
-    pt k = crow.p ? s->kx : pt_at(be, s->kc[l], row0 * kvw), v = crow.p ? s->vx : pt_at(be, s->vc[l], row0 * kvw);
+    pt k = crow.p ? s->kx : s->kc[l], v = crow.p ? s->vx : s->vc[l];
     be->qkv(be, s->q, k, v, s->h, &pj, M, D, pos, s->Dh, &pn);
     if (crow.p) {
         be->copy_rows(be, s->kc[l], crow, k, (pt){0}, M, kvw);
@@ -312,7 +312,7 @@ static void prefill(fast_sess *s, const plan *p) {
             be->copy_rows(be, s->kc[l], s->zdst, s->zero, s->zsrc, p->nzero, kvw);
             be->copy_rows(be, s->vc[l], s->zdst, s->zero, s->zsrc, p->nzero, kvw);
         }
-        layer(s, l, M, s->pos, p->B == 1 ? (pt){0} : s->crow, 0, &a, p->nmask ? &m : NULL);
+        layer(s, l, M, s->pos, p->B == 1 ? (pt){0} : s->crow, &a, p->nmask ? &m : NULL);
         if (p->nwin) {   /* full samples: the window to the front of the cache (through kx / vx) */
             be->copy_rows(be, s->kx, (pt){0}, s->kc[l], s->wsrc, p->nwin, kvw);
             be->copy_rows(be, s->kc[l], s->wdst, s->kx, (pt){0}, p->nwin, kvw);
@@ -345,7 +345,7 @@ static void decode_step(void *arg) {
     int B = t->B;
     pt tok = s->step, pos = pt_at(be, s->step, (size_t)B), slot = pt_at(be, s->step, 2 * (size_t)B);
     be->embed(be, s->h, s->drows, tok, B, &s->w->embed, sqrtf((float)s->D));
-    for (int l = 0; l < s->depth; l++) layer(s, l, B, pos, slot, 0, &t->a, NULL);
+    for (int l = 0; l < s->depth; l++) layer(s, l, B, pos, slot, &t->a, NULL);
     next_tokens(s, B, (pt){0}, t->temperature, t->seed);
 }
 
