@@ -64,16 +64,7 @@ def pi0(*args):
     return p.returncode, p.stdout, p.stderr
 
 
-def read_st(path):
-    b = open(path, "rb").read()
-    n = int.from_bytes(b[:8], "little")
-    dt = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
-    out = {}
-    for k, v in json.loads(b[8:8 + n]).items():
-        if k != "__metadata__":
-            s, e = v["data_offsets"]
-            out[k] = np.frombuffer(b[8 + n + s:8 + n + e], dtype=dt[v["dtype"]]).reshape(v["shape"])
-    return out
+read_st = F.read_safetensors   # the fixture's reader
 
 
 # ---- openpi's pipeline around the model, restated (src/openpi/policies/*_policy.py, transforms.py, policy.py)
