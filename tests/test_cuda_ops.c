@@ -1513,6 +1513,8 @@ static void op_tests(void) {
     t_next_token(2, 300, 2048, 0.7f);
     t_next_token(1, 3000, 1024, 0.7f);   /* one row: next_token_row, sampled */
     t_next_token(1, 257, 64, 0);         /* one row, K below 256: the generic kernel */
+    t_next_token(8, 3000, 2048, 0);      /* 8 rows, K = 2048: the loads issued together (π0-FAST at B = 8) */
+    t_next_token(9, 2000, 1024, 0.7f);   /* two passes of those, sampled */
     for (size_t i = 0; i < N_OF(LINEAR_T); i++) {
         const linear_t_case *c = &LINEAR_T[i];
         printf("-- linear_t: %s\n", c->why);

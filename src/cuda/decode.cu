@@ -26,6 +26,10 @@ __device__ __forceinline__ void merge(tok_pick &a, const tok_pick &b) {
     a.best = fmaxf(a.best, b.best);
 }
 
+// KC > 0: K = 256 KC (K <= 2048) and 16-byte aligned rows: a row's KC loads are issued together before its products
+// (the runtime loop over K kept one load in flight per lane, which left the table's pass latency-bound at 8 rows as
+// it was at one, next_token_row).
+template <int KC>
 __global__ void next_token_part(tok_pick *part, const bf16 *x, const bf16 *W, int m, int V, int K, float temperature,
                                 unsigned long long seed, int r0, int vec) {
     extern __shared__ float xs[];   // [m][K]
@@ -42,7 +46,28 @@ __global__ void next_token_part(tok_pick *part, const bf16 *x, const bf16 *W, in
     for (int j = blockIdx.x * NT_VPB + warp; j < j1; j += nw) {
         const bf16 *w = W + (size_t)j * K;
         float acc[NT_ROWS] = {0};
-        if (vec) {
+        if constexpr (KC > 0) {
+            uint4 raw[KC];
+#pragma unroll
+            for (int c = 0; c < KC; c++) raw[c] = *(const uint4 *)(w + c * 256 + lane * 8);
+#pragma unroll
+            for (int c = 0; c < KC; c++) {
+                const bf16 *b = (const bf16 *)&raw[c];
+                float wv[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) wv[e] = __bfloat162float(b[e]);
+#pragma unroll
+                for (int i = 0; i < NT_ROWS; i++)
+                    if (i < m) {
+                        const float4 *xp = (const float4 *)(xs + i * K + c * 256 + lane * 8);
+                        const float4 a0 = xp[0], a1 = xp[1];
+                        acc[i] = fmaf(wv[0], a0.x, acc[i]); acc[i] = fmaf(wv[1], a0.y, acc[i]);
+                        acc[i] = fmaf(wv[2], a0.z, acc[i]); acc[i] = fmaf(wv[3], a0.w, acc[i]);
+                        acc[i] = fmaf(wv[4], a1.x, acc[i]); acc[i] = fmaf(wv[5], a1.y, acc[i]);
+                        acc[i] = fmaf(wv[6], a1.z, acc[i]); acc[i] = fmaf(wv[7], a1.w, acc[i]);
+                    }
+            }
+        } else if (vec) {
             for (int k = lane * 8; k < K; k += 256) {
                 float wv[8];
                 ldv<8>(wv, w + k);
@@ -165,7 +190,11 @@ void cuda_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, in
         c->tok_cap = need;
     }
     if (smem > 48 * 1024 && smem > c->tok_smem) {   // the opt-in once per context and size, not per token
-        if (CUDA_NOTE(c, cudaFuncSetAttribute(next_token_part, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return;
+        void (*parts[])(tok_pick *, const bf16 *, const bf16 *, int, int, int, float, unsigned long long, int, int) = {
+            next_token_part<0>, next_token_part<1>, next_token_part<2>, next_token_part<4>, next_token_part<6>,
+            next_token_part<8>};
+        for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+            if (CUDA_NOTE(c, cudaFuncSetAttribute(parts[i], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem))) return;
         c->tok_smem = smem;
     }
     const bf16 *w = wbf(c, W), *xp = (const bf16 *)x.p;
@@ -182,9 +211,13 @@ void cuda_next_token(pi0_backend *be, pt ids, pt top2, pt x, const pi0_wt *W, in
             return;
         }
     }
+    void (*part)(tok_pick *, const bf16 *, const bf16 *, int, int, int, float, unsigned long long, int, int) =
+        !vec || K % 256 || !aligned16(xp) ? next_token_part<0>
+        : K == 2048 ? next_token_part<8> : K == 1024 ? next_token_part<4> : K == 512 ? next_token_part<2>
+        : K == 256 ? next_token_part<1> : K == 1536 ? next_token_part<6> : next_token_part<0>;
     for (int r0 = 0; r0 < M; r0 += NT_ROWS) {
         int m = M - r0 < NT_ROWS ? M - r0 : NT_ROWS;
-        cuda_launch(c, next_token_part, dim3(nblk), dim3(NT_THREADS), (size_t)m * K * sizeof(float),
+        cuda_launch(c, part, dim3(nblk), dim3(NT_THREADS), (size_t)m * K * sizeof(float),
                     (tok_pick *)c->tok_part, xp + (size_t)r0 * K, w, m, V, K, temperature, (unsigned long long)seed, r0,
                     vec);
         cuda_launch(c, next_token_final, dim3(m), dim3(NT_THREADS), 0, (int32_t *)ids.p, (float *)top2.p,
