@@ -322,6 +322,32 @@ static void prefill(fast_sess *s, const plan *p) {
     }
 }
 
+/* The prefill and the first token as one CUDA graph: its launches depend on the plan's sizes and attention segments
+ * (the key below) and on nothing else the host holds, so a robot's repeated observation shape replays it. */
+typedef struct {
+    fast_sess *s;
+    const plan *p;
+} prefill_arg;
+
+static void prefill_first(void *arg) {
+    prefill_arg *a = arg;
+    prefill(a->s, a->p);
+    next_tokens(a->s, a->p->B, a->s->last, 0.0f, 0);   /* greedy only: a sampled token's seed is an argument */
+}
+
+/* The graph key of the prefill: its length, or 0 when it would pass cap (the prefill then runs without a graph). */
+static int prefill_key(const fast_sess *s, const plan *p, int32_t *key, int cap) {
+    int n = 0;
+    int32_t head[] = {0x46505245, p->B, p->P, p->nimg, p->ntext, p->M, p->nseg, p->nmask, p->nwin, p->nzero};   /* "FPRE" */
+    if (10 + 3 * (p->nseg + 1) + 3 * (p->nmask + 1) > cap) return 0;
+    for (int i = 0; i < 10; i++) key[n++] = head[i];
+    for (int i = 0; i <= p->nseg; i++) { key[n++] = s->h_qoff[i]; key[n++] = s->h_koff[i]; }
+    for (int i = 0; i < p->nseg; i++) key[n++] = s->h_kend[i];
+    for (int i = 0; i <= p->nmask; i++) { key[n++] = s->h_moff[i]; key[n++] = s->h_mkoff[i]; }
+    for (int i = 0; i < p->nmask; i++) key[n++] = s->h_mkend[i];
+    return n;
+}
+
 /* The seed of step k's sampling noise (a SplitMix64 step of the caller's seed per step). */
 static uint64_t step_seed(uint64_t seed, int k) { return seed ^ (0x2545f4914f6cdd1dull * (uint64_t)(k + 1)); }
 
@@ -361,9 +387,19 @@ pi0_status fast_generate(fast_sess *s, const pi0_inputs *in, int n_steps, float 
     if (top2) memset(top2, 0, 2 * (size_t)B * n_steps * sizeof *top2);
     *n_run = 0;
     if (st != PI0_OK) { be->sync(be); return st; }
-    prefill(s, &p);
-    next_tokens(s, B, s->last, temperature, step_seed(in->seed, 0));
-    if ((st = be->sync(be)) != PI0_OK) return st;
+    int32_t pkey[4096];
+    int nkey = temperature > 0.0f || !be->run_graph ? 0 : prefill_key(s, &p, pkey, 4096);
+    if (nkey) {
+        prefill_arg pa = {s, &p};
+        st = be->run_graph(be, pkey, nkey, prefill_first, &pa);
+    } else {
+        prefill(s, &p);
+        next_tokens(s, B, s->last, temperature, step_seed(in->seed, 0));
+    }
+    if (st != PI0_OK || (st = be->sync(be)) != PI0_OK) {
+        be->sync(be);
+        return st;
+    }
     t1 = now_ms();
     step_arg sa = {.s = s, .B = B, .temperature = temperature,
                    .a = {.nseg = B, .heads = s->Hq, .kv_heads = s->Kv, .head_dim = s->Dh, .scale = 1.0f / sqrtf((float)s->Dh),
