@@ -9,14 +9,15 @@ Pi0.5, flow-matching Euler loop) in torch.float64, batched.
 It deliberately does NOT compact the prefix: masked cameras and padded tokens stay in the sequence and are
 handled with the mask rule of docs/model.md 3.6 (large finite negative logit) and positions cumsum(valid)-1, exactly
 as openpi computes it, so that an engine that drops them is checked against the uncompacted math.
-Also the 8-bit format of docs/precision.md (the only source for it), as an option: `quant` names the stages
-whose large products run on int8 codes; their fp32 steps (scales, codes, the fma) are done in float32 numpy so
-they round as the document says, and everything between them stays float64.
+Also the 8-bit formats of docs/precision.md (the only source for them), as an option: `quant` names the stages
+whose large products run on 8-bit codes, `precision` whether those are int8 (sections 2-4) or E4M3 (section 8, vision
+and prefix only); their fp32 steps (scales, codes, the fma) are done in float32 numpy so they round as the document
+says, and everything between them stays float64.
 Not here: tokenizer, image resize, norm stats / robot transforms (docs/model.md 3.2, 3.5, 4).
 
 Usage as a tool:  /usr/bin/python3 tools/reference/pi0_ref.py --checkpoint DIR --inputs IN.safetensors
-                  --output OUT.safetensors [--steps 10] [--dump] [--precision bf16|int8]
-                  [--quant-stages vision,prefix,expert]
+                  --output OUT.safetensors [--steps 10] [--dump] [--precision bf16|int8|fp8]
+                  [--quant-stages vision,prefix,expert]   (fp8: vision,prefix only; its default)
 Shape letters: B batch, N camera slots, R image size, T tokens per image, P prefix length, L prompt length,
 S suffix length, H action horizon, A action dim (32), D width, Hq query heads, K kv heads, Dh head dim.
 """
@@ -386,6 +387,93 @@ def quantised_weights(cfg, stages):
                 names += [f"{b}.mlp.{n}.weight" for n in ("gate_proj", "up_proj", "down_proj")]
     return names
 
+# --------------------------------------------------------------------------------------------------
+# FP8 products (docs/precision.md 8)
+# --------------------------------------------------------------------------------------------------
+
+FP8_STAGES = ("vision", "prefix")   # docs/precision.md 8: the expert has no FP8 path
+E4M3_MAX = 448.0
+
+
+def _e4m3_magnitudes():
+    """Values of the 127 non-negative finite E4M3 codes 0..126, from section 8's formula: exponent field e = code >> 3,
+    mantissa field m = code & 7; (8 + m) 2^(e - 10) for e >= 1, m 2^-9 for e = 0. Code 127 (e = 15, m = 7) is NaN.
+    Python floats hold each exactly (at most 4 significant bits, exponents -9..8)."""
+    vals = [m * 2.0 ** -9 if e == 0 else (8 + m) * 2.0 ** (e - 10) for e, m in (divmod(c, 8) for c in range(127))]
+    if vals[-1] != E4M3_MAX or any(b <= a for a, b in zip(vals, vals[1:])):
+        raise AssertionError("E4M3 table: not increasing or not ending at 448")
+    return np.array(vals, np.float64)
+
+
+E4M3_MAGNITUDES = _e4m3_magnitudes()
+# the 256 codes' values (bit 7 the sign); 0x7F and 0xFF are NaN and never produced
+E4M3_VALUES = np.concatenate([E4M3_MAGNITUDES, [np.nan], -E4M3_MAGNITUDES, [np.nan]])
+# halfway points between neighbouring magnitudes: exact in float64 (one more significant bit than the codes)
+_E4M3_MIDPOINTS = (E4M3_MAGNITUDES[:-1] + E4M3_MAGNITUDES[1:]) / 2
+
+
+def e4m3_encode(v):
+    """docs/precision.md 8, f8(v): the E4M3 code (uint8, bit 7 the sign) of the value nearest to each v (float32 or
+    float64), ties to the even code (the two candidates are consecutive codes, so one has an even mantissa field),
+    magnitudes above 448 (infinities included) taken to 448. The sign is v's, so a negative v that rounds to zero
+    gives 0x80 (-0). Every comparison is exact: |v| and the midpoints are float64 values, compared, never subtracted.
+    NaN has no code: it is an error (callers zero non-finite rows first)."""
+    v = np.asarray(v)
+    if np.isnan(v).any():
+        raise ValueError("e4m3_encode: NaN has no E4M3 code")
+    a = np.abs(v.astype(np.float64))
+    # i = the number of midpoints below a: a lies in [mid[i-1], mid[i]], code i unless a sits exactly on an end
+    i = np.searchsorted(_E4M3_MIDPOINTS, a, side="left")          # mid[i-1] < a <= mid[i]
+    on_upper = (i < len(_E4M3_MIDPOINTS)) & (a == _E4M3_MIDPOINTS[np.minimum(i, len(_E4M3_MIDPOINTS) - 1)])
+    # a == mid[i]: a tie between codes i and i + 1; the even one wins
+    code = np.where(on_upper & (i % 2 == 1), i + 1, i)
+    return (code | np.where(np.signbit(v), 0x80, 0)).astype(np.uint8)
+
+
+def quantize_rows_fp8(x):
+    """docs/precision.md 8, scales: float32 rows [..., K] -> (E4M3 codes uint8 [..., K], scales float32 [...]).
+    s = max|x| / 448 and x / s are single float32 operations (numpy rounds each correctly); codes f8(x / s).
+    A zero row (s = 0) has codes 0; a row holding NaN or Inf has s = NaN and codes 0 (docs/precision.md 3)."""
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"quantize_rows_fp8 expects float32 rows, got {x.dtype}")
+    finite = np.isfinite(x).all(axis=-1)
+    with np.errstate(all="ignore"):
+        s = np.max(np.abs(x), axis=-1) / np.float32(E4M3_MAX)
+        u = x / s[..., None]
+    ok = (s > 0) & finite
+    codes = e4m3_encode(np.where(ok[..., None], u, np.float32(0)))
+    codes = np.where(ok[..., None], codes, np.uint8(0)).astype(np.uint8)
+    s = np.where(finite, s, np.float32(np.nan)).astype(np.float32)
+    return codes, s
+
+
+def fp8_dot(cx, cw):
+    """docs/precision.md 8: acc[m, n] = sum_k f8x[m, k] f8w[n, k] over the decoded values, for codes cx [M, K] and
+    cw [N, K] (uint8) -> float64 [M, N], exact. Every product of two E4M3 values is a multiple of 2^-18 of magnitude
+    at most 448^2 < 2^18, so every partial sum, in whatever order BLAS takes the terms, is a multiple of 2^-18 below
+    K 2^18, which float64 holds exactly while K 448^2 < 2^35 (K < 171196; the document needs K <= 16384)."""
+    K = cx.shape[-1]
+    if K * E4M3_MAX ** 2 >= 2.0 ** 35:
+        raise ValueError(f"fp8_dot: K = {K} is too long for an exact float64 sum")
+    return E4M3_VALUES[cx] @ E4M3_VALUES[cw].T
+
+
+def linear_fp8(x, cw, sw, b=None):
+    """docs/precision.md 8, the product. x float64 [..., K]; cw uint8 [N, K], sw float32 [N] (quantize_rows_fp8 of
+    the bf16-rounded weight); b float64 [N] or None. Each row of x is rounded to float32 (the CPU twin's activations)
+    and coded; acc = the sum of the decoded products, exact in float64, rounded once to float32; then
+    y = fma(acc, s_x * s_w, b) in float32 (fma_f32). Returns float64 [..., N]. Not differentiable."""
+    if x.requires_grad:
+        raise ValueError("an 8-bit product has no gradient")
+    lead, K = x.shape[:-1], x.shape[-1]
+    cx, sx = quantize_rows_fp8(x.detach().reshape(-1, K).numpy().astype(np.float32))
+    acc = fp8_dot(cx, cw)                                        # float64, exact
+    scale = sx[:, None] * sw[None, :]                            # one float32 multiplication
+    bias = np.zeros(cw.shape[0], np.float32) if b is None else b.numpy().astype(np.float32)
+    y = fma_f32(acc.astype(np.float32), scale, bias[None, :])
+    return torch.from_numpy(y.astype(np.float64)).reshape(*lead, cw.shape[0])
+
 
 def time_schedule(num_steps):
     """fp32 time values of the Euler loop (docs/model.md 3.11): t=1.0f, dt=fp32(-1/n), while t >= -dt/2: t += dt."""
@@ -403,8 +491,10 @@ def time_schedule(num_steps):
 # --------------------------------------------------------------------------------------------------
 
 class Pi0Reference:
-    def __init__(self, ckpt_dir, verbose=False, quant=()):
-        """quant: the stages (of QUANT_STAGES) whose products are 8-bit (docs/precision.md); () is bf16."""
+    def __init__(self, ckpt_dir, verbose=False, quant=(), precision="int8"):
+        """quant: the stages (of QUANT_STAGES) whose products are 8-bit (docs/precision.md); () is bf16.
+        precision: the 8-bit format of those stages, "int8" (sections 2-4) or "fp8" (section 8: vision and prefix
+        only, an expert stage is an error)."""
         with open(os.path.join(ckpt_dir, "config.json")) as f:
             raw_cfg = json.load(f)
         st_path = os.path.join(ckpt_dir, "model.safetensors")
@@ -433,14 +523,21 @@ class Pi0Reference:
         unknown = sorted(set(quant) - set(QUANT_STAGES))
         if unknown:
             raise ValueError(f"unknown quantisation stage(s) {unknown} (known: {', '.join(QUANT_STAGES)})")
-        self.quant = {n: quantize_rows(round_bf16(self.w[n].numpy()))
-                      for n in quantised_weights(self.cfg, set(quant))}
+        if precision not in ("int8", "fp8"):
+            raise ValueError(f"unknown 8-bit precision {precision!r} (known: int8, fp8)")
+        if precision == "fp8" and not set(quant) <= set(FP8_STAGES):
+            raise ValueError(f"fp8 has no expert stage (docs/precision.md 8): quantise {' and/or '.join(FP8_STAGES)}, "
+                             f"got {', '.join(quant)}")
+        self.precision = precision
+        code = quantize_rows if precision == "int8" else quantize_rows_fp8
+        self.quant = {n: code(round_bf16(self.w[n].numpy())) for n in quantised_weights(self.cfg, set(quant))}
 
     def _proj(self, x, name, bias=False):
         """The product x @ W^T (+ b) of the weight `name.weight`: 8-bit where self.quant holds it."""
         b = self.w[name + ".bias"] if bias else None
         if name + ".weight" in self.quant:
-            return linear_int8(x, *self.quant[name + ".weight"], b)
+            product = linear_int8 if self.precision == "int8" else linear_fp8
+            return product(x, *self.quant[name + ".weight"], b)
         return linear(x, self.w[name + ".weight"], b)
 
     # ---- SigLIP (docs/model.md 3.4) ----
@@ -603,6 +700,22 @@ class Pi0Reference:
         return x
 
 
+def quant_stages(precision, option):
+    """The stages that --precision PRECISION [--quant-stages OPTION] puts in 8-bit -> (list, error message or None).
+    bf16: none, and --quant-stages is an error; int8: OPTION or all three; fp8: OPTION or vision,prefix, and
+    naming the expert is an error (docs/precision.md 8)."""
+    if precision == "bf16":
+        return [], ("--quant-stages needs --precision int8 or fp8" if option is not None else None)
+    known = QUANT_STAGES if precision == "int8" else FP8_STAGES
+    stages = (option if option is not None else ",".join(known)).split(",")
+    if precision == "fp8" and "expert" in stages:
+        return [], (f"--quant-stages: fp8 has no expert stage (docs/precision.md 8): use a subset of "
+                    f"{','.join(FP8_STAGES)}, got {option!r}")
+    if not set(stages) <= set(known):
+        return [], f"--quant-stages: expected a comma-separated subset of {','.join(known)}, got {option!r}"
+    return stages, None
+
+
 def load_inputs(path):
     arrays, _ = read_safetensors(path)
     return arrays
@@ -615,17 +728,17 @@ def main():
     ap.add_argument("--output", required=True)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--dump", action="store_true", help="also write the named intermediates")
-    ap.add_argument("--precision", choices=("bf16", "int8"), default="bf16",
-                    help="int8: the products of docs/precision.md 1 on 8-bit codes")
+    ap.add_argument("--precision", choices=("bf16", "int8", "fp8"), default="bf16",
+                    help="int8: the products of docs/precision.md 1 on 8-bit integer codes; fp8: on E4M3 codes "
+                         "(docs/precision.md 8)")
     ap.add_argument("--quant-stages",
-                    help="with --precision int8: comma-separated subset of vision,prefix,expert (default all)")
+                    help="with --precision int8: comma-separated subset of vision,prefix,expert (default all); "
+                         "with fp8: of vision,prefix (default both)")
     a = ap.parse_args()
-    if a.quant_stages is not None and a.precision != "int8":
-        ap.error("--quant-stages needs --precision int8")
-    stages = (a.quant_stages or ",".join(QUANT_STAGES)).split(",")
-    if not set(stages) <= set(QUANT_STAGES):
-        ap.error(f"--quant-stages: expected a comma-separated subset of {','.join(QUANT_STAGES)}, got {a.quant_stages!r}")
-    model = Pi0Reference(a.checkpoint, verbose=True, quant=stages if a.precision == "int8" else ())
+    stages, err = quant_stages(a.precision, a.quant_stages)
+    if err:
+        ap.error(err)
+    model = Pi0Reference(a.checkpoint, verbose=True, quant=stages, precision=a.precision if stages else "int8")
     inputs = load_inputs(a.inputs)
     if "noise" not in inputs:
         sys.exit("pi0_ref: the inputs file must contain 'noise' (the reference draws no random numbers)")

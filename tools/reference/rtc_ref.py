@@ -28,13 +28,14 @@ x1 = x_t - t * v(x_t, t). Y = previous chunk's leftover (model space, [H, A], ro
 
 Usage: /usr/bin/python3 tools/reference/rtc_ref.py --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors
            [--steps 10] --rtc lerobot|exact --rtc-delay D --rtc-horizon S [--rtc-leftover N]
-           --rtc-schedule zeros|ones|linear|exp --rtc-max-weight W [--precision bf16|int8]
-           [--quant-stages vision,prefix,expert]
+           --rtc-schedule zeros|ones|linear|exp --rtc-max-weight W [--precision bf16|int8|fp8]
+           [--quant-stages vision,prefix,expert]   (fp8: vision,prefix only; its default)
        /usr/bin/python3 tools/reference/rtc_ref.py --self-check      (tests/fixtures/tiny-pi0, tiny-pi05; b1, b2)
 IN: pi0_ref's inputs (images, image_masks, state, tokens, token_mask, noise) plus rtc_prev F32 [B, H, A].
 OUT: actions F32 [B, H, A] (float64 result rounded to float32), rtc_weights F32 [H]. Errors: stderr, exit 1.
---precision int8 is pi0_ref's 8-bit option (docs/precision.md); --rtc exact with the expert in 8-bit is an error, as
-docs/precision.md 5 says (the vector-Jacobian product needs the expert's bf16 weights).
+--precision int8 and fp8 are pi0_ref's 8-bit options (docs/precision.md); --rtc exact with the expert in 8-bit is an
+error, as docs/precision.md 5 says (the vector-Jacobian product needs the expert's bf16 weights). fp8 never puts the
+expert in 8-bit (docs/precision.md 8), so both forms run with it.
 """
 import argparse
 import math
@@ -46,7 +47,7 @@ import torch
 
 sys.dont_write_bytecode = True   # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pi0_ref import F64, QUANT_STAGES, Pi0Reference, read_safetensors, time_schedule, write_safetensors  # noqa: E402
+from pi0_ref import F64, Pi0Reference, quant_stages, read_safetensors, time_schedule, write_safetensors  # noqa: E402
 
 MODES = ("lerobot", "exact")
 SCHEDULES = ("zeros", "ones", "linear", "exp")
@@ -285,15 +286,12 @@ def run(a):
         raise ValueError("--rtc-delay and --rtc-horizon must be >= 0")
     if not (math.isfinite(a.rtc_max_weight) and a.rtc_max_weight > 0):
         raise ValueError(f"--rtc-max-weight must be finite and > 0, got {a.rtc_max_weight}")
-    if a.quant_stages is not None and a.precision != "int8":
-        raise ValueError("--quant-stages needs --precision int8")
-    stages = (a.quant_stages or ",".join(QUANT_STAGES)).split(",") if a.precision == "int8" else []
-    if not set(stages) <= set(QUANT_STAGES):
-        raise ValueError(f"--quant-stages: expected a comma-separated subset of {','.join(QUANT_STAGES)}, "
-                         f"got {a.quant_stages!r}")
+    stages, err = quant_stages(a.precision, a.quant_stages)
+    if err:
+        raise ValueError(err)
     if a.rtc == "exact" and "expert" in stages:
         raise ValueError("--rtc exact needs the expert in bf16: quantise vision,prefix only (docs/precision.md 5)")
-    model = Pi0Reference(a.checkpoint, quant=stages)
+    model = Pi0Reference(a.checkpoint, quant=stages, precision=a.precision if stages else "int8")
     inputs, _ = read_safetensors(a.inputs)
     missing = [k for k in MODEL_INPUTS + ("rtc_prev",) if k not in inputs]
     if missing:
@@ -328,7 +326,7 @@ def main():
     ap.add_argument("--rtc-leftover", type=int, help="real rows of rtc_prev (default H)")
     ap.add_argument("--rtc-schedule", choices=SCHEDULES)
     ap.add_argument("--rtc-max-weight", type=float)
-    ap.add_argument("--precision", choices=("bf16", "int8"), default="bf16")
+    ap.add_argument("--precision", choices=("bf16", "int8", "fp8"), default="bf16")
     ap.add_argument("--quant-stages")
     ap.add_argument("--self-check", action="store_true")
     a = ap.parse_args()
