@@ -10,6 +10,7 @@ part compares openpi's cached decoding loop with a full recomputation over the v
 camera is masked, different where one is (the window quirk is exercised), and checks the end-token stop.
 Usage: /usr/bin/python3 tools/reference/check_ref.py   (after make_fixtures.py and make_fast_fixtures.py)
 """
+import bisect
 import json
 import math
 import os
@@ -247,6 +248,192 @@ def check_quant():
     report("linear_int8 refuses a tensor that needs a gradient", refused)
 
 
+# ---- the FP8 products (docs/precision.md 8) against exact rationals ----
+
+def _e4m3_exact(code):
+    """Section 8's value of an E4M3 code as a Fraction (None for the NaN codes), from the bit fields directly."""
+    sign, e, m = code >> 7, (code >> 3) & 15, code & 7
+    if e == 15 and m == 7:
+        return None
+    v = Fraction(m, 2 ** 9) if e == 0 else (8 + m) * Fraction(2) ** (e - 10)
+    return -v if sign else v
+
+
+_E4M3_EXACT = [_e4m3_exact(c) for c in range(128)]       # the non-negative half, codes 0..127 (127: NaN)
+_E4M3_SORTED = sorted((v, c) for c, v in enumerate(_E4M3_EXACT) if v is not None)
+
+
+def _f8_oracle(v):
+    """The code of f8(v) for a finite or infinite Python float v, by exact distances: of the two finite E4M3
+    magnitudes around |v| the nearer, on a tie the one with the even mantissa field; above 448, 448. The sign bit is
+    v's (so -0.0 and negative values that round to zero give 0x80)."""
+    sign = 0x80 if math.copysign(1.0, v) < 0 else 0
+    if math.isinf(v):
+        return sign | _E4M3_SORTED[-1][1]
+    a = abs(Fraction(v))
+    vals = [t[0] for t in _E4M3_SORTED]
+    i = bisect.bisect_left(vals, a)
+    if i == len(vals):
+        return sign | _E4M3_SORTED[-1][1]
+    cands = [_E4M3_SORTED[i]] + ([_E4M3_SORTED[i - 1]] if i > 0 else [])
+    best = min(cands, key=lambda t: (abs(t[0] - a), t[1] & 1))
+    return sign | best[1]
+
+
+def check_fp8():
+    rng = np.random.default_rng(8)
+    # every code decodes to section 8's value; the table is increasing and ends at 448
+    ok = True
+    for c in range(256):
+        want = _e4m3_exact(c)
+        got = ref.E4M3_VALUES[c]
+        ok &= bool(np.isnan(got)) if want is None else (not np.isnan(got) and Fraction(float(got)) == want)
+    mags = [v for v in _E4M3_EXACT if v is not None]
+    ok &= len(mags) == 127 and mags == sorted(set(mags)) and mags[-1] == 448 and mags[1] == Fraction(1, 512)
+    report("E4M3 table == section 8's formula (256 codes)", ok, f"{len(mags)} finite magnitudes")
+
+    # the encoder against exact nearest-with-ties-to-even: the midpoints between neighbouring codes (ties), the
+    # float32 and float64 values next to them and next to every code, values above 448, the subnormal range, zeros,
+    # random values over wide exponent ranges; each with both signs
+    inputs = [0.0, 2.0 ** -149, 2.0 ** -126, 1e-30, 2.0 ** -10, 3 * 2.0 ** -10, 2.0 ** -9, 448.0, 464.0, 480.0,
+              1e6, float(np.finfo(np.float32).max), math.inf]
+    for lo, hi in zip(mags, mags[1:]):
+        mid = (lo + hi) / 2
+        for v in (lo, mid):
+            f = float(v)
+            inputs += [f, float(np.nextafter(np.float32(f), np.float32(-1))), float(np.nextafter(np.float32(f), np.float32(1e9))),
+                       math.nextafter(f, -1.0), math.nextafter(f, 1e9)]
+    inputs += [float(v) for v in rng.uniform(0, 2.0 ** -6, 3000).astype(np.float32)]          # subnormal codes
+    inputs += [float(v) for v in (rng.standard_normal(12000) * np.exp2(rng.integers(-14, 11, 12000))).astype(np.float32)]
+    inputs += [float(v) for v in rng.uniform(400, 600, 1000).astype(np.float32)]
+    inputs = np.array(inputs + [-v for v in inputs], np.float64)
+    want = np.array([_f8_oracle(float(v)) for v in inputs], np.uint8)
+    mids = {(a + b) / 2 for a, b in zip(mags, mags[1:])}
+    ties = sum(1 for v in inputs if math.isfinite(v) and abs(Fraction(float(v))) in mids)
+    bad64 = int((ref.e4m3_encode(inputs) != want).sum())
+    as32 = inputs.astype(np.float32)
+    exact32 = as32.astype(np.float64) == inputs                                       # those float32 holds
+    bad32 = int((ref.e4m3_encode(as32[exact32]) != want[exact32]).sum())
+    try:
+        ref.e4m3_encode(np.array([1.0, np.nan]))
+        nan_refused = False
+    except ValueError:
+        nan_refused = True
+    report(f"e4m3_encode == exact nearest, ties to even ({len(inputs)})", bad64 == 0 and bad32 == 0 and nan_refused
+           and ties >= 2 * 126, f"{bad64} + {bad32} (float32) differ, {ties} ties")
+
+    # scales and codes against a scalar restatement in Python doubles (one float32 operation each, as in
+    # check_quant) and the oracle above
+    x = (rng.standard_normal((8, 37)) * np.exp2(rng.integers(-20, 20, (8, 1)))).astype(np.float32)
+    x[1] = 0.0
+    x[2, 5] = np.float32(-3.0) * np.abs(x[2]).max()         # the row's extreme is negative
+    x[3, :8] = np.float32([448, -448, 17, -19, 1.0625, 3 * 2.0 ** -10, 2.0 ** -10, -432])   # s = 1: exact ties
+    x[3, 8:] = 0.25
+    x[4, 7] = np.nan
+    x[5, 3] = -np.inf
+    x[6] = np.float32(2.0 ** -147) * np.sign(x[6])           # subnormal activations: s underflows to 0
+    x[7] = np.float32(2.0 ** -140) * np.sign(x[7])           # s = 2^-149, every x / s = 512: saturates to 448
+    q, sc = ref.quantize_rows_fp8(x)
+    ok = True
+    for r in range(x.shape[0]):
+        row = [float(v) for v in x[r]]
+        if not all(math.isfinite(v) for v in row):
+            ok &= bool(np.isnan(sc[r])) and not q[r].any()
+            continue
+        s = _f32(max(abs(v) for v in row) / 448.0)
+        codes = [0 if s == 0 else _f8_oracle(_f32(v / s)) for v in row]
+        ok &= float(sc[r]) == s and q[r].tolist() == codes
+    vals = ref.E4M3_VALUES[q]
+    ok &= vals[3, :8].tolist() == [448, -448, 16, -20, 1.0, 2.0 ** -8, 0.0, -448] and float(sc[3]) == 1.0
+    ok &= float(np.abs(vals[0]).max()) == 448 and vals[2, 5] == -448 and float(sc[6]) == 0.0 and not q[6].any()
+    ok &= (np.abs(vals[7]) == 448).all()
+    # a row whose quotients x / s, exactly, lie a little off a midpoint, but whose float32 quotients are on it: the
+    # code must follow the float32 quotient (ties to even), which a float64 division would not
+    s3 = np.float32(np.float32(3.0) / np.float32(448))
+    row = [np.float32(3.0)]
+    for mid in (a + b for a, b in zip(mags[40:120], mags[41:121])):
+        f = np.float32(float(mid / 2) * float(s3))
+        row += [f, np.nextafter(f, np.float32(-1)), np.nextafter(f, np.float32(9))]
+    row = np.array([row], np.float32)
+    q2, sc2 = ref.quantize_rows_fp8(row)
+    on_tie = sum(1 for v in row[0] if Fraction(_f32(float(v) / float(sc2[0]))) in mids
+                 and Fraction(float(v)) / Fraction(float(sc2[0])) not in mids)
+    ok &= float(sc2[0]) == float(s3) and on_tie >= 10 and q2[0].tolist() == [_f8_oracle(_f32(float(v) / float(s3)))
+                                                                            for v in row[0]]
+    report("quantize_rows_fp8 == scalar restatement", ok, f"{x.shape[0] + 1} rows, {on_tie} float32 ties")
+
+    # the float64 sum of decoded products is exact: against Fraction sums, on random codes (every finite code
+    # equally likely, so terms from 2^-18 to 448^2 mix), the largest terms alone, and K up to 16384; a float32
+    # running sum of the same terms is not exact, so the check can fail
+    finite = np.array([c for c in range(256) if c & 0x7F != 0x7F], np.uint8)
+    bad, naive_bad, n = 0, 0, 0
+    for K in (1, 7, 1000, 16384):
+        cx = rng.choice(finite, (2, K)).astype(np.uint8)
+        cw = rng.choice(finite, (3, K)).astype(np.uint8)
+        if K == 16384:
+            cx[1], cw[2] = 0x7E, 0x7E                   # 448 * 448 in every term: the largest sum
+            cx[0, ::2] = 0x01                            # 2^-9 next to large weights: the smallest steps
+        acc = ref.fp8_dot(cx, cw)
+        for i in range(cx.shape[0]):
+            for j in range(cw.shape[0]):
+                terms = [_E4M3_EXACT[a & 0x7F] * (-1 if a >> 7 else 1) * _E4M3_EXACT[b & 0x7F] * (-1 if b >> 7 else 1)
+                         for a, b in zip(cx[i].tolist(), cw[j].tolist())]
+                exact = sum(terms, Fraction(0))
+                bad += Fraction(float(acc[i, j])) != exact
+                f = np.float32(0)
+                for t in terms:
+                    f = np.float32(f + np.float32(float(t)))
+                naive_bad += Fraction(float(f)) != exact
+                n += 1
+    try:
+        ref.fp8_dot(np.zeros((1, 200000), np.uint8), np.zeros((1, 200000), np.uint8))
+        long_refused = False
+    except ValueError:
+        long_refused = True
+    report("fp8_dot == exact Fraction sum (K up to 16384)", bad == 0 and naive_bad >= 4 and long_refused,
+           f"{bad} of {n} differ (float32 running sum: {naive_bad})")
+
+    # one product restated with exact rationals: codes by the oracle, the exact sum rounded once to float32, then
+    # the fma rounded once; and its distance from the float64 product
+    xs = torch.from_numpy(rng.standard_normal((5, 40)))
+    xs[2] = 0.0
+    w = ref.round_bf16(rng.standard_normal((7, 40)).astype(np.float32))
+    bias = torch.from_numpy(rng.standard_normal(7).astype(np.float32).astype(np.float64))
+    cw, sw = ref.quantize_rows_fp8(w)
+    y = ref.linear_fp8(xs, cw, sw, bias).numpy()
+    ok = True
+    for i in range(5):
+        row = [_f32(float(v)) for v in xs[i]]
+        sx = _f32(max(abs(v) for v in row) / 448.0)
+        cx = [0 if sx == 0 else _f8_oracle(_f32(v / sx)) for v in row]
+        fx = [_E4M3_EXACT[c & 0x7F] * (-1 if c >> 7 else 1) for c in cx]
+        for j in range(7):
+            fw = [_E4M3_EXACT[c & 0x7F] * (-1 if c >> 7 else 1) for c in cw[j].tolist()]
+            acc = float(_round_f32(sum((a * b for a, b in zip(fx, fw)), Fraction(0))))
+            v = Fraction(acc) * Fraction(float(np.float32(np.float32(sx) * sw[j]))) + Fraction(float(bias[j]))
+            ok &= float(_round_f32(v)) == float(y[i, j])
+    full = ref.linear(xs, torch.from_numpy(w.astype(np.float64)), bias).numpy()
+    rel = float(np.linalg.norm(y - full) / np.linalg.norm(full))
+    y8 = ref.linear_int8(xs, *ref.quantize_rows(w), bias).numpy()
+    rel8 = float(np.linalg.norm(y8 - full) / np.linalg.norm(full))
+    report("linear_fp8 == exact-rational product; near float64", ok and 1e-3 < rel < 1e-1 and rel != rel8,
+           f"rel L2 vs float {rel:.1e} (int8 {rel8:.1e})")
+    try:
+        ref.linear_fp8(xs.clone().requires_grad_(True), cw, sw)
+        refused = False
+    except ValueError:
+        refused = True
+    report("linear_fp8 refuses a tensor that needs a gradient", refused)
+
+    # the options: fp8 defaults to vision,prefix and refuses the expert; int8 keeps its three stages
+    qs = ref.quant_stages
+    ok = (qs("fp8", None) == (["vision", "prefix"], None) and qs("fp8", "prefix") == (["prefix"], None)
+          and qs("int8", None) == (list(ref.QUANT_STAGES), None) and qs("bf16", None) == ([], None)
+          and "expert" in (qs("fp8", "vision,expert")[1] or "") and "expert" in (qs("fp8", "expert")[1] or "")
+          and qs("bf16", "vision")[1] is not None and qs("fp8", "vision,text")[1] is not None)
+    report("quant_stages: fp8 is vision,prefix, refuses expert", ok)
+
+
 def check_model(name):
     m = ref.Pi0Reference(os.path.join(FIX, name))
     pi05 = m.cfg["pi05"]
@@ -342,6 +529,25 @@ def check_model(name):
         report(f"{tag} int8 {label} vs bf16: rel L2 in (1e-4, 1e-1)", 1e-4 < rel < 1e-1, f"{rel:.1e}")
     d = max(maxdiff(mq.sample_actions({k: v[b:b + 1] for k, v in inp.items()}), q8[b:b + 1]) for b in range(2))
     report(f"{tag} int8 batch 2 == 2 x batch 1", d == 0.0, f"max|d|={d:.1e}")
+    # FP8 (docs/precision.md 8): vision and prefix only, each moving the actions by an 8-bit-sized amount and not as
+    # int8 does; the expert is refused; per-row scales again make a sample independent of the batch
+    for stages in (("vision",), ("prefix",), ref.FP8_STAGES):
+        mf = ref.Pi0Reference(os.path.join(FIX, name), quant=stages, precision="fp8")
+        f8 = mf.sample_actions(inp)
+        rel = float((f8 - base).norm() / base.norm())
+        i8 = ref.Pi0Reference(os.path.join(FIX, name), quant=stages).sample_actions(inp)
+        rel8 = float((f8 - i8).norm() / i8.norm())
+        label = "vision,prefix" if len(stages) == 2 else stages[0]
+        report(f"{tag} fp8 {label} vs bf16: rel L2 in (1e-4, 3e-1)", 1e-4 < rel < 3e-1 and rel8 > 1e-4,
+               f"{rel:.1e} (vs int8 {rel8:.1e})")
+    d = max(maxdiff(mf.sample_actions({k: v[b:b + 1] for k, v in inp.items()}), f8[b:b + 1]) for b in range(2))
+    report(f"{tag} fp8 batch 2 == 2 x batch 1", d == 0.0, f"max|d|={d:.1e}")
+    try:
+        ref.Pi0Reference(os.path.join(FIX, name), quant=("vision", "expert"), precision="fp8")
+        refused = ""
+    except ValueError as e:
+        refused = str(e)
+    report(f"{tag} fp8 with the expert is refused", "expert" in refused)
 
     # (3) every weight tensor matters, except those the spec says are unused
     last = m.cfg["paligemma"]["depth"] - 1
@@ -630,6 +836,7 @@ def main():
     torch.set_num_threads(1)
     check_blocks()
     check_quant()
+    check_fp8()
     for name in MODELS:
         check_model(name)
     check_loader()
