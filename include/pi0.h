@@ -56,10 +56,11 @@ typedef enum {
 typedef struct pi0_model pi0_model;
 typedef struct pi0_session pi0_session;
 
-/* The precision of the large products (docs/precision.md): bf16 weights and activations, or 8-bit integers with one
- * scale per weight row (made at load from the checkpoint) and one per activation row (from the live values), the
- * products accumulated in int32. Attention, softmax, norms, residuals and RoPE stay as they are. */
-typedef enum { PI0_PRECISION_BF16 = 0, PI0_PRECISION_INT8 = 1 } pi0_precision;
+/* The precision of the large products (docs/precision.md): bf16 weights and activations, or 8-bit codes with one
+ * scale per weight row (made at load from the checkpoint) and one per activation row (from the live values): integers
+ * with the products accumulated in int32, or FP8 (E4M3, the vision and prefix stages only, GPUs from sm_89 on) with
+ * the products accumulated in fp32. Attention, softmax, norms, residuals and RoPE stay as they are. */
+typedef enum { PI0_PRECISION_BF16 = 0, PI0_PRECISION_INT8 = 1, PI0_PRECISION_FP8 = 2 } pi0_precision;
 /* The stages an 8-bit precision applies to: the vision encoder's, the prefix's (PaliGemma's) and the action expert's
  * projections. */
 enum { PI0_STAGE_VISION = 1, PI0_STAGE_PREFIX = 2, PI0_STAGE_EXPERT = 4, PI0_STAGE_ALL = 7 };
@@ -72,7 +73,8 @@ typedef struct {
     int action_horizon;    /* overrides config.json's H (weights do not depend on it); 0 = keep */
     int max_token_len;     /* overrides the prompt length limit; 0 = keep */
     pi0_precision precision;   /* 0 = bf16 */
-    unsigned quant_stages; /* PI0_STAGE_* bits that run in `precision`; 0 = all (ignored for bf16) */
+    unsigned quant_stages; /* PI0_STAGE_* bits that run in `precision`; 0 = all it has a path for (fp8: vision and
+                              prefix; ignored for bf16) */
     int action_dim;        /* π0-FAST: overrides the action dim its tokens decode to (openpi's config sets it, the weights
                               do not); 0 = keep. Ignored by π0 / π0.5, whose weights fix it */
 } pi0_model_params;
@@ -210,7 +212,7 @@ pi0_status pi0_session_memory(const pi0_session *s, size_t *used, size_t *total)
 typedef struct {
     size_t weights_bf16;   /* the weights kept in bf16 */
     size_t weights_f32;    /* the fp32 copies of those the kernels read in fp32 (norms, biases, patch, action, time) */
-    size_t weights_8bit;   /* the weights --precision int8 selects: int8 values and their fp32 row scales */
+    size_t weights_8bit;   /* the weights --precision int8 / fp8 selects: 8-bit codes and their fp32 row scales */
     size_t session;        /* activations, the prefix KV cache and scratch made at create, and what calls added since
                               (the GEMM timing scratch at the first call, exact real-time chunking's transposes) */
     int integrated;        /* 1: the GPU shares the host's memory (cudaDevAttrIntegrated) */

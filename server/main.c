@@ -36,8 +36,8 @@ static const char usage[] =
     "  --action-dim N          π0-FAST: the chunk's width its tokens decode to (default: the --config's, else\n"
     "                          config.json's, else 32)\n"
     "  --max-token-len N       prompt length limit (default: config.json's, else the --config's, else 48 / 200)\n"
-    "  --precision bf16|int8   the large products' precision (default bf16; int8: docs/precision.md)\n"
-    "  --quant-stages LIST     the int8 stages, of vision,prefix,expert (default: all)\n"
+    "  --precision bf16|int8|fp8  the large products' precision (default bf16; docs/precision.md)\n"
+    "  --quant-stages LIST     the 8-bit stages, of vision,prefix,expert (default: all the precision has a path for)\n"
     "  --api-key KEY           require 'Authorization: Api-Key KEY' (or set PI0_API_KEY)\n"
     "  --max-batch N           run up to N concurrent requests as one batch (default 1)\n"
     "  --batch-window-ms T     after a request, wait up to T ms for others to batch with it (default 0)\n"
@@ -103,11 +103,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) wp.api_key = val;
         else if (!strcmp(a, "--backend")) backend = val;
         else if (!strcmp(a, "--precision")) {
-            if (strcmp(val, "bf16") && strcmp(val, "int8")) {
-                fprintf(stderr, "pi0-server: --precision: expected bf16 or int8, got '%s'\n", val);
+            if (strcmp(val, "bf16") && strcmp(val, "int8") && strcmp(val, "fp8")) {
+                fprintf(stderr, "pi0-server: --precision: expected bf16, int8 or fp8, got '%s'\n", val);
                 return 2;
             }
-            pp.model.precision = strcmp(val, "int8") ? PI0_PRECISION_BF16 : PI0_PRECISION_INT8;
+            pp.model.precision = !strcmp(val, "int8") ? PI0_PRECISION_INT8
+                                 : !strcmp(val, "fp8") ? PI0_PRECISION_FP8 : PI0_PRECISION_BF16;
         } else if (!strcmp(a, "--quant-stages")) {
             unsigned bits = 0;
             char list[64];
@@ -242,9 +243,10 @@ int main(int argc, char **argv) {
             info.robot_name, info.action_horizon, info.action_dim, info.asset_id ? info.asset_id : "-",
             pi0_session_backend(info.session), pi0_session_device(info.session), ep.max_batch, ep.batch_window_ms,
             wp.api_key ? ", API key required" : "");
-    if (pp.model.precision == PI0_PRECISION_INT8) {
-        unsigned q = pp.model.quant_stages ? pp.model.quant_stages : PI0_STAGE_ALL;
-        srv_log("precision: int8 for%s%s%s, bf16 for the rest", q & PI0_STAGE_VISION ? " vision" : "",
+    if (mi.quant_stages) {
+        unsigned q = mi.quant_stages;
+        srv_log("precision: %s for%s%s%s, bf16 for the rest", mi.precision == PI0_PRECISION_FP8 ? "fp8" : "int8",
+                q & PI0_STAGE_VISION ? " vision" : "",
                 q & PI0_STAGE_PREFIX ? " prefix" : "", q & PI0_STAGE_EXPERT ? " expert" : "");
     }
     srv_log("listening on %s:%d", wp.host && wp.host[0] ? wp.host : "0.0.0.0", ws_server_port(s));

@@ -122,11 +122,16 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     if (p->action_horizon < 0 || p->max_token_len < 0 || p->action_dim < 0)
         return pi0_fail(PI0_ERR_ARG, "action_horizon %d / max_token_len %d / action_dim %d: expected >= 0", p->action_horizon,
                         p->max_token_len, p->action_dim);
-    if (p->precision != PI0_PRECISION_BF16 && p->precision != PI0_PRECISION_INT8)
-        return pi0_fail(PI0_ERR_ARG, "precision %d: expected PI0_PRECISION_BF16 (0) or PI0_PRECISION_INT8 (1)", (int)p->precision);
+    if (p->precision != PI0_PRECISION_BF16 && p->precision != PI0_PRECISION_INT8 && p->precision != PI0_PRECISION_FP8)
+        return pi0_fail(PI0_ERR_ARG, "precision %d: expected PI0_PRECISION_BF16 (0), PI0_PRECISION_INT8 (1) or "
+                        "PI0_PRECISION_FP8 (2)", (int)p->precision);
     if (p->quant_stages & ~(unsigned)PI0_STAGE_ALL)
         return pi0_fail(PI0_ERR_ARG, "quant_stages 0x%x: expected PI0_STAGE_VISION | PI0_STAGE_PREFIX | PI0_STAGE_EXPERT bits",
                         p->quant_stages);
+    if (p->precision == PI0_PRECISION_FP8 && (p->quant_stages & PI0_STAGE_EXPERT))
+        return pi0_fail(PI0_ERR_ARG, "quant_stages: fp8 has no path for the expert stage (its few-row products stream their "
+                        "weights, where fp8 saves what int8 saves at a larger error; docs/precision.md 8): quantise vision "
+                        "and prefix, or use int8 for the expert");
     if (p->precision != PI0_PRECISION_BF16 && !prov->weights_upload)
         return pi0_fail(PI0_ERR_UNSUPPORTED, "the %s backend has no 8-bit path", prov->name);
     pi0_model *m = calloc(1, sizeof *m);
@@ -137,7 +142,10 @@ pi0_status pi0_model_load(pi0_model **out, const char *dir, const pi0_model_para
     m->n_threads = p->n_threads;
     m->device = p->device;
     m->quant.precision = p->precision;
-    m->quant.stages = p->precision == PI0_PRECISION_BF16 ? 0 : p->quant_stages ? p->quant_stages : PI0_STAGE_ALL;
+    m->quant.stages = p->precision == PI0_PRECISION_BF16 ? 0
+                      : p->quant_stages                 ? p->quant_stages
+                      : p->precision == PI0_PRECISION_FP8 ? PI0_STAGE_VISION | PI0_STAGE_PREFIX
+                                                        : PI0_STAGE_ALL;
     if (api_path_exists(st_path)) st = load_safetensors(m, dir);
     else if (orbax_find_params(dir, params, sizeof params)) st = load_orbax(m, params, p->quiet);
     else st = pi0_fail(PI0_ERR_IO, "%s: no checkpoint found: expected model.safetensors + config.json (openpi's PyTorch "

@@ -143,7 +143,8 @@ struct pi0_backend {
      * (stride 3D), row r uses mod row r / rows_per_mod (docs/model.md 3.7). */
     void (*adarms)(pi0_backend *be, pt out, pt x, pt mod, int rows_per_mod, int M, int D, float eps);
     /* out (M, N) [op]= x (M, K) . W[:, k0:k0+K]^T + b; W has W->cols columns. b may be NULL. Where the store keeps W in
-     * int8 (k0 = 0, K = W->cols), each row of x is quantised as quant_row_i8 does and the output is quant_dequant's
+     * 8 bits (k0 = 0, K = W->cols), each row of x is quantised as quant_row_i8 / quant_row_f8 does and the output is
+     * quant_dequant's
      * (ACT rows: the stored values, bf16 on the GPU); every op that takes weights (qkv, mlp_up, linear_gated, ...) then
      * computes its products so. */
     void (*linear)(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0_wt *b, int M, int N, int K, int k0,
@@ -251,8 +252,9 @@ pi0_status cpu_backend_create(pi0_backend **out, int n_threads, const void *weig
 pi0_status cpu_weights_upload(void **store, const pi0_weights *w, const pi0_config *c, const pi0_quant *q, int device,
                               void (*done)(void *user, const pi0_wt *t), void *user);
 void cpu_weights_free(void *store);
-/* The op tests' stores: ts[i] in int8 where i8[i] (ids 1 .. max_id), and the store a backend's ops read from now on. */
-pi0_status cpu_weights_list(void **store, const pi0_wt *const *ts, const int *i8, int n, int max_id);
+/* The op tests' stores: ts[i] in the 8-bit format fmt[i] (a pi0_precision; 0: as it is; ids 1 .. max_id), and the
+ * store a backend's ops read from now on. */
+pi0_status cpu_weights_list(void **store, const pi0_wt *const *ts, const int *fmt, int n, int max_id);
 void cpu_use_weights(pi0_backend *be, const void *store);
 
 /* ---- the backends of this build (backends.c: the one place that knows which exist) ----

@@ -26,10 +26,12 @@ unsigned quant_stage(const pi0_weights *w, const pi0_config *c, const pi0_wt *t)
 }
 
 int quant_wants(const pi0_quant *q, const pi0_weights *w, const pi0_config *c, const pi0_wt *t) {
-    return q && q->precision == PI0_PRECISION_INT8 && (quant_stage(w, c, t) & q->stages);
+    return q && q->precision != PI0_PRECISION_BF16 && (quant_stage(w, c, t) & q->stages);
 }
 
-void quant_weight_i8(const pi0_wt *t, int8_t *q, float *s) {
+void quant_weight(const pi0_wt *t, pi0_precision precision, void *qv, float *s) {
+    const int f8 = precision == PI0_PRECISION_FP8;
+    const float top = f8 ? 448.0f : 127.0f;
     int64_t K = t->cols;
     #pragma omp parallel for schedule(static)   /* rows are independent: the same bits with any thread count */
     for (int64_t r = 0; r < t->rows; r++) {
@@ -43,13 +45,16 @@ void quant_weight_i8(const pi0_wt *t, int8_t *q, float *s) {
                 if (a > amax) amax = a;
             }
         }
-        float sc = amax / 127.0f;
+        float sc = amax / top;
         s[r] = sc;
         for (int64_t k0 = 0; k0 < K; k0 += 512) {
             int n = (int)(K - k0 < 512 ? K - k0 : 512);
             pi0_to_f32(row, (const char *)t->data + (size_t)(r * K + k0) * pi0_dtype_size(t->dtype), t->dtype, (size_t)n);
-            for (int k = 0; k < n; k++)
-                q[r * K + k0 + k] = quant_i8(pi0_bf16_to_f32(pi0_f32_to_bf16(row[k])), sc);
+            for (int k = 0; k < n; k++) {
+                float v = pi0_bf16_to_f32(pi0_f32_to_bf16(row[k]));
+                if (f8) ((uint8_t *)qv)[r * K + k0 + k] = sc > 0.0f ? f8_code(v / sc) : 0;
+                else ((int8_t *)qv)[r * K + k0 + k] = quant_i8(v, sc);
+            }
         }
     }
 }

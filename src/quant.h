@@ -1,7 +1,8 @@
 /* quant.h — the 8-bit formats' definition (docs/precision.md), shared by the backends so that each quantises the
- * weights identically: symmetric int8 with one fp32 scale per row, for the weight rows (made once at load) and for the
- * activation rows (made per product from the live values). The product of an int8 row pair is exact in int32; the
- * result is acc * (scale_x * scale_w) + bias, one fused multiply-add in fp32 (quant_dequant). */
+ * weights identically: symmetric int8 or FP8 (E4M3) with one fp32 scale per row, for the weight rows (made once at
+ * load) and for the activation rows (made per product from the live values). The product of an int8 row pair is exact
+ * in int32, of an E4M3 row pair exact in float64 (rounded once to fp32); the result is acc * (scale_x * scale_w) + bias,
+ * one fused multiply-add in fp32 (quant_dequant). */
 #ifndef PI0_QUANT_H
 #define PI0_QUANT_H
 
@@ -22,9 +23,10 @@ unsigned quant_stage(const pi0_weights *w, const pi0_config *c, const pi0_wt *t)
 /* Whether q quantises t. */
 int quant_wants(const pi0_quant *q, const pi0_weights *w, const pi0_config *c, const pi0_wt *t);
 
-/* The rows of t (any float dtype, each value first rounded to bf16, the values the bf16 path reads) to int8: s[r] =
- * max |w[r, :]| / 127, q = quant_i8(w, s[r]). q [rows, cols], s [rows]. */
-void quant_weight_i8(const pi0_wt *t, int8_t *q, float *s);
+/* The rows of t (any float dtype, each value first rounded to bf16, the values the bf16 path reads) to 8-bit codes of
+ * `precision` (PI0_PRECISION_INT8: s[r] = max |w[r, :]| / 127, q = quant_i8(w, s[r]); PI0_PRECISION_FP8: / 448 and
+ * f8_code(w / s[r])). q [rows, cols] (int8_t or uint8_t codes), s [rows]. */
+void quant_weight(const pi0_wt *t, pi0_precision precision, void *q, float *s);
 
 /* round-half-even(x / s) within [-127, 127] (a subnormal s can put x / s past 127), 0 where s = 0 */
 static inline int8_t quant_i8(float x, float s) {
@@ -50,7 +52,46 @@ static inline float quant_row_i8(const float *x, int K, int8_t *q) {
     return s;
 }
 
-/* The output of one int8 product: acc * (sx * sw) + b as one fused multiply-add (b = 0 without a bias). */
-static inline float quant_dequant(int32_t acc, float sx, float sw, float b) { return fmaf((float)acc, sx * sw, b); }
+/* The output of one 8-bit product: acc * (sx * sw) + b as one fused multiply-add (b = 0 without a bias); an int8
+ * product's int32 acc is first rounded to fp32. */
+static inline float quant_dequant(float acc, float sx, float sw, float b) { return fmaf(acc, sx * sw, b); }
+
+/* FP8 E4M3 (docs/precision.md 8): the value of code c: (8 + m) 2^(e - 10) for exponent field e >= 1, m 2^-9 for e = 0
+ * (0x7f / 0xff, NaN, is never produced). */
+static inline float f8_value(uint8_t c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    float v = e == 15 && m == 7 ? NAN : e ? ldexpf((float)(8 + m), e - 10) : ldexpf((float)m, -9);
+    return c & 0x80 ? -v : v;
+}
+
+/* The E4M3 code nearest to v (finite), ties to the even mantissa, magnitudes above 448 to 448; the sign is kept (a
+ * negative value that rounds to 0 gives 0x80, -0), as the GPU's conversion keeps it. */
+static inline uint8_t f8_code(float v) {
+    uint8_t sign = signbit(v) ? 0x80 : 0;
+    float a = fabsf(v);
+    if (a > 448.0f) a = 448.0f;
+    if (a < 0x1p-6f) return (uint8_t)(sign | (int)rintf(a * 0x1p9f));   /* subnormals (8 rounds up to 2^-6, code 8) */
+    int e;
+    frexpf(a, &e);                                                     /* a in [2^(e-1), 2^e) */
+    int q = (int)rintf(ldexpf(a, 4 - e));                              /* the mantissa in 8..16 (16: the next binade) */
+    return (uint8_t)(sign | (((e + 6) << 3) + q - 8));
+}
+
+/* One activation row to E4M3 as quant_row_i8 does to int8: s = max |x| / 448, q = f8_code(x / s); 0 codes for s = 0;
+ * NaN and 0 codes for a non-finite row. */
+static inline float quant_row_f8(const float *x, int K, uint8_t *q) {
+    float amax = 0.0f;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        amax = a > amax || a != a ? a : amax;
+    }
+    if (!(amax <= 3.4028235e38f)) {
+        for (int k = 0; k < K; k++) q[k] = 0;
+        return NAN;
+    }
+    float s = amax / 448.0f;
+    for (int k = 0; k < K; k++) q[k] = s > 0.0f ? f8_code(x[k] / s) : 0;
+    return s;
+}
 
 #endif

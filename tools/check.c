@@ -35,15 +35,23 @@ typedef struct {
     pi0_inputs_buf *buf;
 } obs;
 
-/* Actions [B, H, A] of the checkpoint at one precision on the observations; NULL after a message. */
-static float *run(const check_opts *o, pi0_precision p, unsigned stages, const pi0_inputs *in, size_t n) {
+/* Actions [B, H, A] of the checkpoint at one precision on the observations; NULL after a message (*unsupported set, when
+ * given, where the backend refused the precision at load: fp8 on a GPU without it). */
+static float *run(const check_opts *o, pi0_precision p, unsigned stages, const pi0_inputs *in, size_t n, int *unsupported) {
     pi0_model *m = NULL;
     pi0_session *s = NULL;
     float *act = malloc(n * sizeof *act);
     pi0_model_params mp = {.backend = o->backend, .device = o->device, .n_threads = o->threads, .quiet = 1,
                            .precision = p, .quant_stages = stages};
     pi0_model_info mi;
-    int ok = act && pi0_model_load(&m, o->ckpt, &mp) == PI0_OK;
+    pi0_status st = act ? pi0_model_load(&m, o->ckpt, &mp) : PI0_ERR_NOMEM;
+    int ok = st == PI0_OK;
+    if (unsupported && st == PI0_ERR_UNSUPPORTED) {
+        *unsupported = 1;
+        fprintf(stderr, "check-precision: %s\n", pi0_last_error());
+        free(act);
+        return NULL;
+    }
     if (ok) {
         pi0_model_get_info(m, &mi);
         ok = pi0_session_create(&s, m, &(pi0_session_params){.max_batch = in->batch}) == PI0_OK &&
@@ -147,7 +155,7 @@ int cmd_check_precision(int argc, char **argv) {
     size_t per = (size_t)mi.action_horizon * mi.action_dim, n = (size_t)B * per;
     printf("checkpoint %s (%s), %d observation(s) %s, backend %s\n", o.ckpt, mi.pi05 ? "pi05" : "pi0", B,
            obs_path ? obs_path : "(random)", o.backend == PI0_BACKEND_CUDA ? "cuda" : "cpu");
-    if (!(ref = run(&o, PI0_PRECISION_BF16, 0, &ob.in, n))) goto done;
+    if (!(ref = run(&o, PI0_PRECISION_BF16, 0, &ob.in, n, NULL))) goto done;
     /* one intensity level (2/255 in [-1, 1]) up or down on every pixel of every camera, clamped to the range */
     size_t ni = (size_t)B * mi.n_cameras * mi.image_size * mi.image_size * 3;
     if (!(img2 = malloc(ni * sizeof *img2))) { fprintf(stderr, "pi0: out of memory\n"); goto done; }
@@ -158,29 +166,43 @@ int cmd_check_precision(int argc, char **argv) {
     }
     pi0_inputs in2 = ob.in;
     in2.images = img2;
-    if (!(noisy = run(&o, PI0_PRECISION_BF16, 0, &in2, n))) goto done;
+    if (!(noisy = run(&o, PI0_PRECISION_BF16, 0, &in2, n, NULL))) goto done;
     double cmin, call, scale = deviation(noisy, ref, B, per, &cmin, &call);
     printf("%-26s %11s %12s %12s  %s\n", "run", "rel_l2", "cos (all)", "cos (min)", "verdict");
     printf("%-26s %11.3e %12.6f %12.6f  (the noise scale)\n",
            o.backend == PI0_BACKEND_CUDA ? "bf16, +-1 level on images" : "fp32, +-1 level on images", scale, call, cmin);
-    static const struct { const char *name; unsigned stages; } runs[] = {
-        {"int8 vision", PI0_STAGE_VISION}, {"int8 prefix", PI0_STAGE_PREFIX}, {"int8 expert", PI0_STAGE_EXPERT},
-        {"int8 all stages", PI0_STAGE_ALL}};
-    unsigned ok_stages = 0, all_ok = 0;
+    /* fp8 has no expert path (docs/precision.md 8): its runs are vision, prefix and both */
+    static const struct { const char *name; pi0_precision p; unsigned stages; } runs[] = {
+        {"int8 vision", PI0_PRECISION_INT8, PI0_STAGE_VISION}, {"int8 prefix", PI0_PRECISION_INT8, PI0_STAGE_PREFIX},
+        {"int8 expert", PI0_PRECISION_INT8, PI0_STAGE_EXPERT}, {"int8 all stages", PI0_PRECISION_INT8, PI0_STAGE_ALL},
+        {"fp8 vision", PI0_PRECISION_FP8, PI0_STAGE_VISION}, {"fp8 prefix", PI0_PRECISION_FP8, PI0_STAGE_PREFIX},
+        {"fp8 vision,prefix", PI0_PRECISION_FP8, PI0_STAGE_VISION | PI0_STAGE_PREFIX}};
+    unsigned ok_stages = 0, all_ok = 0, f8_ok = 0;
+    int f8_unsupported = 0;
     for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
-        float *q = run(&o, PI0_PRECISION_INT8, runs[k].stages, &ob.in, n);
+        int f8 = runs[k].p == PI0_PRECISION_FP8;
+        if (f8 && f8_unsupported) continue;
+        float *q = run(&o, runs[k].p, runs[k].stages, &ob.in, n, f8 ? &f8_unsupported : NULL);
+        if (!q && f8_unsupported) { printf("%-26s (this backend has no fp8 path: int8 only)\n", "fp8"); continue; }
         if (!q) goto done;
         double dev = deviation(q, ref, B, per, &cmin, &call);
         int noise_ok = dev <= scale, peer = call >= 0.999 && cmin >= 0.995;
         printf("%-26s %11.3e %12.6f %12.6f  %s (%.1fx the noise scale)\n", runs[k].name, dev, call, cmin,
                noise_ok ? "within sensor noise" : peer ? "peer level" : "not recommended", scale > 0 ? dev / scale : 0.0);
-        if (noise_ok || peer) {
+        if ((noise_ok || peer) && f8) {
+            if (runs[k].stages == (PI0_STAGE_VISION | PI0_STAGE_PREFIX) || !f8_ok) f8_ok = runs[k].stages;
+        } else if (noise_ok || peer) {   /* fp8: both stages, else the first that passed alone */
             if (runs[k].stages == PI0_STAGE_ALL) all_ok = 1;
             else ok_stages |= runs[k].stages;
         }
         free(q);
     }
-    /* the options line: every stage if all of them together passed, else the stages that passed alone */
+    /* fp8's line (it covers vision and prefix at most, so int8 keeps the final one), then the options line: every stage
+     * in int8 if all of them together passed, else the stages that passed alone */
+    if (f8_ok)
+        printf("fp8 alternative (GPUs from sm_89 on): --precision fp8%s\n",
+               f8_ok == (PI0_STAGE_VISION | PI0_STAGE_PREFIX) ? "" : f8_ok == PI0_STAGE_VISION ? " --quant-stages vision"
+                                                                                       : " --quant-stages prefix");
     unsigned use = all_ok ? PI0_STAGE_ALL : ok_stages;
     if (!use) printf("options: --precision bf16   (no stage's 8-bit run passed)\n");
     else if (use == PI0_STAGE_ALL) printf("options: --precision int8\n");

@@ -26,7 +26,8 @@ int cli_parse_int(const char *flag, const char *v, long long lo, long long hi, l
 int cli_precision(const char *v, pi0_precision *out) {
     if (!strcmp(v, "bf16")) { *out = PI0_PRECISION_BF16; return 1; }
     if (!strcmp(v, "int8")) { *out = PI0_PRECISION_INT8; return 1; }
-    fprintf(stderr, "pi0: --precision: expected bf16 or int8, got '%s'\n", v);
+    if (!strcmp(v, "fp8")) { *out = PI0_PRECISION_FP8; return 1; }
+    fprintf(stderr, "pi0: --precision: expected bf16, int8 or fp8, got '%s'\n", v);
     return 0;
 }
 
@@ -54,7 +55,7 @@ int cli_stages(const char *v, unsigned *out) {
 
 const char *cli_precision_name(pi0_precision p, unsigned stages, char *buf, size_t n) {
     if (p == PI0_PRECISION_BF16 || !stages) { snprintf(buf, n, "bf16"); return buf; }
-    snprintf(buf, n, "int8:%s%s%s", stages & PI0_STAGE_VISION ? "v" : "", stages & PI0_STAGE_PREFIX ? "p" : "",
+    snprintf(buf, n, "%s:%s%s%s", p == PI0_PRECISION_FP8 ? "fp8" : "int8", stages & PI0_STAGE_VISION ? "v" : "", stages & PI0_STAGE_PREFIX ? "p" : "",
              stages & PI0_STAGE_EXPERT ? "e" : "");
     return buf;
 }

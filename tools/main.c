@@ -24,8 +24,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
     {"run", NULL},   /* its own, longer help: run.c */
     {"infer", "pi0 infer --checkpoint DIR --inputs IN.safetensors --output OUT.safetensors\n"
               "          [--backend cpu|cuda] [--device N] [--steps N] [--seed S] [--threads N] [--dump]\n"
-              "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]   (default bf16; int8: every stage\n"
-              "           unless --quant-stages names some; docs/precision.md)\n"
+              "          [--precision bf16|int8|fp8 [--quant-stages vision,prefix,expert]]   (default bf16; int8: every\n"
+              "           stage, fp8: vision and prefix, unless --quant-stages names some; docs/precision.md)\n"
               "          [--max-decoding-steps N (256)] [--temperature T (0: greedy)]   (π0-FAST: output_tokens [B, N])\n"
               "          [--action-horizon N] [--max-token-len N]   (default: the inputs' noise [B, H, A] and tokens\n"
               "           [B, L] when present, else the checkpoint's; Orbax checkpoints store neither)\n"
@@ -37,11 +37,11 @@ static const struct { const char *name, *usage; } CMDS[] = {
                        "                   [--dtype bf16|f32] [--force] DIR\n"
                        "  writes a random-weight checkpoint (full size: about 7 GB); refuses to overwrite one unless --force\n"},
     {"bench", "pi0 bench [--workload NAME|all] [--backend cpu|cuda] [--device N] [--full] [--checkpoint DIR]\n"
-              "          [--precision bf16|int8 [--quant-stages vision,prefix,expert]]\n"
+              "          [--precision bf16|int8|fp8 [--quant-stages vision,prefix,expert]]\n"
               "          [--iters N] [--warmup N] [--threads N] [--no-graph] [--csv FILE] [--trace FILE]\n"
               "          [--vary-tokens K]  (run i drops i % K prompt tokens: new prefix lengths)\n"
               "          [--list]  (the workloads)\n"},
-    {"info", "pi0 info --checkpoint DIR [--backend cuda [--device N] [--max-batch B]] [--precision int8 [--quant-stages L]]\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
+    {"info", "pi0 info --checkpoint DIR [--backend cuda [--device N] [--max-batch B]] [--precision int8|fp8 [--quant-stages L]]\n  the format found (safetensors, lerobot, orbax-ocdbt, orbax-zarr) and every dimension; for a LeRobot\n"
              "  policy also its cameras, state and action features, normalisation modes and prompt format; with\n"
              "  --backend cuda the device memory a session for B observations (default 1) takes: its weights (bf16,\n"
              "  8-bit), its activations and scratch, all in use, and whether the GPU shares the host's memory\n"},

@@ -21,7 +21,7 @@ static void run_usage(FILE *f) {
             "               [--image KEY=FILE ...] [--obs FILE.safetensors] [--state v1,v2,...] [--prompt TEXT]\n"
             "               [--noise FILE.safetensors] [--seed N] [--json] [--dump-inputs FILE.safetensors]\n"
             "               [--asset-id ID] [--default-prompt TEXT] [--delta-actions on|off] [--max-token-len N]\n"
-            "               [--action-horizon N] [--precision bf16|int8 [--quant-stages vision,prefix,expert]]\n"
+            "               [--action-horizon N] [--precision bf16|int8|fp8 [--quant-stages vision,prefix,expert]]\n"
             "               [--steps N] [--backend cpu|cuda] [--device N] [--threads N]\n"
             "               [--save-chunk FILE] [--rtc-prev FILE --rtc-delay D --rtc-horizon S --rtc-schedule zeros|ones|linear|exp\n"
             "                --rtc-max-weight W --rtc-mode lerobot|exact]   (real-time chunking: --save-chunk writes the model-space\n"

@@ -156,15 +156,17 @@ def _path(p, what: str) -> bytes:
 
 
 _STAGES = {"vision": 1, "prefix": 2, "expert": 4}   # pi0.h PI0_STAGE_*
+_PRECISIONS = {"bf16": 0, "int8": 1, "fp8": 2}       # pi0.h pi0_precision
 
 
 def _precision(precision, quant_stages):
-    """precision "bf16" | "int8" and quant_stages (None = all; else an iterable of "vision", "prefix", "expert", or
-    one comma-separated string) as pi0.h's pi0_precision and PI0_STAGE_* bits (docs/precision.md)."""
-    if precision not in ("bf16", "int8"):
-        raise InputError("PI0_ERR_ARG", f"precision: expected 'bf16' or 'int8', found {precision!r:.80}")
+    """precision "bf16" | "int8" | "fp8" and quant_stages (None = all the precision has a path for; else an iterable of
+    "vision", "prefix", "expert", or one comma-separated string) as pi0.h's pi0_precision and PI0_STAGE_* bits
+    (docs/precision.md)."""
+    if precision not in _PRECISIONS:
+        raise InputError("PI0_ERR_ARG", f"precision: expected 'bf16', 'int8' or 'fp8', found {precision!r:.80}")
     if quant_stages is None:
-        return (0, 0) if precision == "bf16" else (1, 0)
+        return _PRECISIONS[precision], 0
     names = quant_stages.split(",") if isinstance(quant_stages, str) else list(quant_stages)
     bits = 0
     for n in names:
@@ -172,8 +174,8 @@ def _precision(precision, quant_stages):
             raise InputError("PI0_ERR_ARG", f"quant_stages: expected vision, prefix or expert, found {n!r:.80}")
         bits |= _STAGES[n]
     if precision == "bf16" or not bits:
-        raise InputError("PI0_ERR_ARG", "quant_stages: needs precision='int8' and at least one stage")
-    return 1, bits
+        raise InputError("PI0_ERR_ARG", "quant_stages: needs precision='int8' or 'fp8' and at least one stage")
+    return _PRECISIONS[precision], bits
 
 
 def _model_params(backend: str, device: int, threads: int, action_horizon: int, max_token_len: int,
@@ -312,7 +314,8 @@ class Policy(_Closing):
     max_batch: observations per infer_batch; steps: flow-matching steps (None = 10); threads: CPU threads (0 = all
     cores).
     asset_id, default_prompt, delta_actions (None = the config's), action_horizon, max_token_len: as `pi0 run`.
-    precision: "bf16" or "int8"; quant_stages: the int8 stages ("vision", "prefix", "expert"; None = all), as
+    precision: "bf16", "int8" or "fp8"; quant_stages: the 8-bit stages ("vision", "prefix", "expert"; None = all the
+    precision has a path for: fp8 has none for the expert), as
     `pi0 infer --precision --quant-stages` (docs/precision.md; check your checkpoint first: `pi0 check-precision`).
 
     Thread safety: infer and infer_batch may be called from several threads; observations are prepared
@@ -664,7 +667,7 @@ def _model_info(m) -> Dict[str, Any]:
     lib.pi0_model_get_info(m, ctypes.byref(mi))
     llm = lambda s: {f: getattr(s, f) for f, _ in s._fields_}   # noqa: E731
     return {"pi05": bool(mi.pi05), "fast": bool(mi.fast), "action_dim": mi.action_dim, "action_horizon": mi.action_horizon,
-            "precision": "int8" if mi.quant_stages else "bf16",
+            "precision": {1: "int8", 2: "fp8"}.get(mi.precision, "bf16") if mi.quant_stages else "bf16",
             "quant_stages": [n for n, b in _STAGES.items() if mi.quant_stages & b],
             "max_token_len": mi.max_token_len, "n_cameras": mi.n_cameras, "image_size": mi.image_size,
             "vocab_size": mi.vocab_size, "n_params": mi.n_params, "format": _str(mi.format), "root": _str(mi.root),

@@ -19,7 +19,7 @@ typedef struct {
     float *scratch;        /* per-thread attention scores / weight tiles */
     size_t scratch_per_thread;
     const cpu_wstore *ws;  /* NULL: no 8-bit weights */
-    int8_t *xq;            /* the int8 rows of an 8-bit product's input (reserve: max_rows x the store's max_k) */
+    int8_t *xq;            /* the 8-bit rows of an 8-bit product's input (reserve: max_rows x the store's max_k) */
     float *xs;             /* and their scales */
     size_t xq_rows;
     int64_t xq_k;          /* the columns xq was sized for */
@@ -213,19 +213,25 @@ static int32_t dot_i8(const int8_t *a, const int8_t *b, int n) {
     return s;
 }
 
-/* linear with W in int8 (backend.h): each row of x quantised (quant_row_i8), the exact int32 products, then
- * quant_dequant and the epilogue. */
-static void linear_i8(pi0_backend *be, pt out, pt x, const cpu_q8 *w, const pi0_wt *b, int M, int N, int K,
-                      enum pi0_epi epi) {
+/* linear with W in 8 bits (backend.h): each row of x quantised (quant_row_i8 / quant_row_f8), the exact products (int32;
+ * E4M3: float64, rounded once to fp32), then quant_dequant and the epilogue. */
+static void linear_8(pi0_backend *be, pt out, pt x, const cpu_q8 *w, const pi0_wt *b, int M, int N, int K,
+                     enum pi0_epi epi) {
     cpu_ctx *c = CTX(be);
     PI0_ASSERT((size_t)M <= c->xq_rows && K <= c->xq_k);
+    uint8_t *xf = (uint8_t *)c->xq;
+    const uint8_t *wf = (const uint8_t *)w->q;
     #pragma omp parallel for num_threads(NT) schedule(static)
-    for (int m = 0; m < M; m++) c->xs[m] = quant_row_i8(F(x) + (size_t)m * K, K, c->xq + (size_t)m * K);
+    for (int m = 0; m < M; m++)
+        c->xs[m] = w->fp8 ? quant_row_f8(F(x) + (size_t)m * K, K, xf + (size_t)m * K)
+                          : quant_row_i8(F(x) + (size_t)m * K, K, c->xq + (size_t)m * K);
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int n = 0; n < N; n++) {
         float bn = b ? wv(b, n) : 0.0f;
         for (int m = 0; m < M; m++) {
-            float v = quant_dequant(dot_i8(c->xq + (size_t)m * K, w->q + (size_t)n * K, K), c->xs[m], w->s[n], bn);
+            float acc = w->fp8 ? cpu_dot_f8(xf + (size_t)m * K, wf + (size_t)n * K, K)
+                               : (float)dot_i8(c->xq + (size_t)m * K, w->q + (size_t)n * K, K);
+            float v = quant_dequant(acc, c->xs[m], w->s[n], bn);
             float *o = F(out) + (size_t)m * N + n;
             *o = epi == EPI_ADD ? *o + v : epi == EPI_GELU ? gelu_tanh(v) : v;
         }
@@ -241,7 +247,7 @@ static void cpu_linear(pi0_backend *be, pt out, pt x, const pi0_wt *W, const pi0
     const cpu_q8 *q8 = q8_of(c, W);
     if (q8) {
         PI0_ASSERT(k0 == 0 && K == W->cols);
-        linear_i8(be, out, x, q8, b, M, N, K, epi);
+        linear_8(be, out, x, q8, b, M, N, K, epi);
         return;
     }
     int nblocks = (N + NB - 1) / NB;

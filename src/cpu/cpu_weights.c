@@ -1,5 +1,7 @@
-/* cpu_weights.c — the CPU backend's weight store (backend.h weights_upload): the int8 copies and row scales of the
- * weights an 8-bit precision selects (quant.h), by tensor id; every other weight is read from the mapping in place. */
+/* cpu_weights.c — the CPU backend's weight store (backend.h weights_upload): the 8-bit copies (int8 or E4M3) and row
+ * scales of the weights an 8-bit precision selects (quant.h), by tensor id; every other weight is read from the mapping
+ * in place. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "../backend.h"
@@ -14,12 +16,26 @@ void cpu_weights_free(void *store) {
     free(s);
 }
 
-static pi0_status q8_make(cpu_wstore *s, const pi0_wt *t) {
+static float f8_tab[256];
+static pthread_once_t f8_once = PTHREAD_ONCE_INIT;
+static void f8_tab_fill(void) { for (int c = 0; c < 256; c++) f8_tab[c] = f8_value((uint8_t)c); }
+
+/* Each product of two E4M3 values is exact in fp32 and the sum of up to 2^14 of them exact in float64 (every term is a
+ * multiple of 2^-18 below 2^18), so the order of the additions does not matter. */
+float cpu_dot_f8(const uint8_t *a, const uint8_t *b, int n) {
+    double s = 0.0;
+    for (int k = 0; k < n; k++) s += (double)(f8_tab[a[k]] * f8_tab[b[k]]);
+    return (float)s;
+}
+
+static pi0_status q8_make(cpu_wstore *s, const pi0_wt *t, pi0_precision precision) {
     cpu_q8 *e = &s->e[t->id];
     e->q = malloc((size_t)(t->rows * t->cols));
     e->s = malloc((size_t)t->rows * sizeof(float));
     if (!e->q || !e->s) return pi0_fail(PI0_ERR_NOMEM, "out of memory for the 8-bit weights");
-    quant_weight_i8(t, e->q, e->s);
+    e->fp8 = precision == PI0_PRECISION_FP8;
+    if (e->fp8) pthread_once(&f8_once, f8_tab_fill);
+    quant_weight(t, precision, e->q, e->s);
     if (t->cols > s->max_k) s->max_k = t->cols;
     return PI0_OK;
 }
@@ -34,10 +50,10 @@ typedef struct {
 static pi0_status q8_one(void *user, const char *name, pi0_wt *t) {
     q8_build *b = user;
     (void)name;
-    return quant_wants(b->q, b->w, b->c, t) ? q8_make(b->s, t) : PI0_OK;
+    return quant_wants(b->q, b->w, b->c, t) ? q8_make(b->s, t, b->q->precision) : PI0_OK;
 }
 
-pi0_status cpu_weights_list(void **out, const pi0_wt *const *ts, const int *i8, int n, int max_id) {
+pi0_status cpu_weights_list(void **out, const pi0_wt *const *ts, const int *fmt, int n, int max_id) {
     *out = NULL;
     cpu_wstore *s = calloc(1, sizeof *s);
     if (s) s->e = calloc((size_t)max_id + 1, sizeof *s->e);
@@ -45,9 +61,9 @@ pi0_status cpu_weights_list(void **out, const pi0_wt *const *ts, const int *i8, 
     s->n = max_id;
     pi0_status st = PI0_OK;
     for (int i = 0; i < n && st == PI0_OK; i++)
-        if (i8[i]) {
+        if (fmt[i]) {
             PI0_ASSERT(ts[i]->id >= 1 && ts[i]->id <= max_id);
-            st = q8_make(s, ts[i]);
+            st = q8_make(s, ts[i], (pi0_precision)fmt[i]);
         }
     if (st != PI0_OK) { cpu_weights_free(s); return st; }
     *out = s;

@@ -7,8 +7,9 @@
 
 /* The model's 8-bit weights (quant.h), by tensor id; the others are read from the mapping. */
 typedef struct {
-    int8_t *q;
+    int8_t *q;   /* int8 codes, or E4M3 codes (uint8_t) where fp8 */
     float *s;
+    int fp8;
 } cpu_q8;
 
 typedef struct {
@@ -16,5 +17,8 @@ typedef struct {
     int64_t max_k;   /* the widest 8-bit weight's columns */
     cpu_q8 *e;       /* [n + 1] */
 } cpu_wstore;
+
+/* The exact sum of the products of two rows of E4M3 codes (docs/precision.md 8), rounded once to fp32. */
+float cpu_dot_f8(const uint8_t *a, const uint8_t *b, int n);
 
 #endif

@@ -61,26 +61,28 @@ struct cuda_graph_entry {
 enum { CUDA_MAX_GRAPHS = 32, CUDA_MAX_CARVED = 64 };
 
 // One tensor's copies in the model's weight store (backend.cu): bf16, or for the weights an 8-bit precision selects
-// int8 with one scale per row (quant.h) instead; fp32 for those the kernels read in fp32; and `next`, the id of the
-// tensor placed right after it as one [rows, cols] bf16 matrix (a group the layout planned), or 0.
+// int8 or E4M3 codes (fp8 set) with one scale per row (quant.h) instead; fp32 for those the kernels read in fp32; and
+// `next`, the id of the tensor placed right after it as one [rows, cols] bf16 matrix (a group the layout planned), or 0.
 struct cuda_wentry {
     bf16 *bf;
     float *f32;
     int8_t *q8;
     float *s8;
     int next;
+    int fp8;
 };
 
-enum { CUDA_W_F32 = 1, CUDA_W_I8 = 2 };   // cuda_upload_list's formats of a tensor: an fp32 copy too; int8, no bf16
+// cuda_upload_list's formats of a tensor: an fp32 copy too; int8, no bf16; E4M3, no bf16
+enum { CUDA_W_F32 = 1, CUDA_W_I8 = 2, CUDA_W_F8 = 4, CUDA_W_8BIT = CUDA_W_I8 | CUDA_W_F8 };
 
 struct cuda_wstore {
     char **slab;       // [nslab] device allocations that hold the copies (wstore.cu)
     int nslab;
-    size_t bytes_bf16, bytes_f32, bytes_i8;   // the copies' bytes by format (int8: with the row scales)
+    size_t bytes_bf16, bytes_f32, bytes_i8;   // the copies' bytes by format (8-bit: with the row scales)
     int device;
     int n;             // ids 1 .. n
     cuda_wentry *e;    // [n + 1], by id
-    int64_t q8_k, q8_n;   // the largest columns and rows of an int8 weight (the 8-bit products' scratch), 0: none
+    int64_t q8_k, q8_n;   // the largest columns and rows of an 8-bit weight (the 8-bit products' scratch), 0: none
 };
 
 // A weight as the kernels read it: its copies and shape. From a pi0_wt by cuda_wv, or made by gemm_bwd.cu for a
@@ -88,11 +90,12 @@ struct cuda_wstore {
 struct wview {
     const bf16 *bf;
     const float *f32;
-    const int8_t *q8;
+    const int8_t *q8;   // int8 codes, or E4M3 codes where fp8
     const float *s8;
     int64_t rows, cols;
     pi0_dtype dtype;
     int next;
+    int fp8;
 };
 
 struct cuda_ctx {
@@ -308,11 +311,17 @@ void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const
 void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
                   const void *W, int ldw, cudaDataType tw, float beta, void *Y, int ldy, cudaDataType ty,
                   const void *bias, int batch, long long sx, long long sw, long long sy, long long sb, int gelu);
+// FP8 (E4M3) operands X [M, K] and W [N, K], both row-major with ld K: Y (ldy N) = per-row scales sx[m] sw[n] applied
+// to the fp32-accumulated product, + bias (fp32), GELU, + beta Y, in bf16 (ty CUDA_R_16BF); or (ty CUDA_R_32F) the
+// unscaled fp32 product alone. 0 where cuBLASLt has no algorithm for it here (nothing ran, no error set).
+int cuda_gemm_f8(cuda_ctx *c, int M, int N, int K, const void *X, const void *W, void *Y, cudaDataType ty,
+                 const float *sx, const float *sw, const float *bias, float beta, int gelu);
 gemm_cache *gemm_cache_new(void);
 void gemm_cache_free(gemm_cache *g);
-// linear_i8.cu: linear with an int8 weight (backend.h linear), and the scratch it needs for rows of the store's
-// widest int8 weight (at reserve)
+// linear_i8.cu: linear with an int8 or E4M3 weight (backend.h linear), and the scratch it needs for rows of the
+// store's widest 8-bit weight (at reserve)
 void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias, int M, int N, int K, enum pi0_epi epi);
+void cuda_linear_f8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias, int M, int N, int K, enum pi0_epi epi);
 pi0_status cuda_reserve_i8(cuda_ctx *c, size_t max_rows);
 // cuda_linear on a weight view: a pi0_wt's copies (cuda_wv) or a copy the caller owns (gemm_bwd.cu's transposes)
 void cuda_linear_v(pi0_backend *be, pt out, pt x, const wview *W, const wview *b, int M, int N, int K, int k0,

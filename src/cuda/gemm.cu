@@ -16,6 +16,7 @@
 
 struct gemm_key {
     int trans_w, M, N, K, ldx, ldw, ldy, tx, tw, ty, has_bias, batch, gelu;
+    int f8_outer;                 // FP8 operands with one fp32 scale per row of each (OUTER_VEC_32F) and an fp32 bias
     float alpha, beta;            // the tuning times the call's own (cuBLASLt runs other kernels for beta != 0)
     int al_x, al_w, al_y, al_b;   // pointer alignments in bytes (cuBLASLt assumes 256 unless told)
     long long sx, sw, sy, sb;   // batch strides in elements (sb: the bias)
@@ -67,7 +68,8 @@ static int set_batch(cuda_ctx *c, cublasLtMatrixLayout_t l, int batch, long long
            !CUBLAS_NOTE(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
 }
 
-static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
+// The plan of k, made at its first call; NULL where cuBLASLt has no algorithm for it (an error unless probe).
+static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int probe) {
     gemm_cache *g = c->gemms;
     for (int i = 0; i < g->n; i++)
         if (!memcmp(&g->plans[i].key, k, sizeof *k)) return &g->plans[i];
@@ -89,6 +91,14 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
         return NULL;
     CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (k->f8_outer) {
+        cublasLtMatmulMatrixScale_t sm = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        cudaDataType bt = CUDA_R_32F;
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &sm, sizeof sm));
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &sm, sizeof sm));
+        if (k->has_bias)
+            CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
     if (k->has_bias || k->gelu) {
         cublasLtEpilogue_t ep = k->gelu ? (k->has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU)
                                         : CUBLASLT_EPILOGUE_BIAS;
@@ -122,7 +132,7 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k) {
                                                       res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
-        if (!c->err) {
+        if (!c->err && !probe) {
             c->err = PI0_ERR_CUDA;
             snprintf(c->errmsg, sizeof c->errmsg, "cuBLASLt has no algorithm for GEMM M=%d N=%d K=%d (ldx %d ldw %d ldy %d, "
                      "types %d/%d/%d, batch %d): status %d", k->M, k->N, k->K, k->ldx, k->ldw, k->ldy, k->tx, k->tw, k->ty,
@@ -235,7 +245,7 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
     k.al_x = alignment(X); k.al_w = alignment(W); k.al_y = alignment(Y); k.al_b = bias ? alignment(bias) : 0;
     k.sx = batch > 1 ? sx : 0; k.sw = batch > 1 ? sw : 0; k.sy = batch > 1 ? sy : 0; k.sb = batch > 1 ? sb : 0;
     k.gelu = gelu; k.alpha = alpha; k.beta = beta;
-    gemm_plan *p = get_plan(c, &k);
+    gemm_plan *p = get_plan(c, &k, 0);
     if (!p) return;
     if (!p->tuned)
         tune(c, p, X, W, bias, ((batch > 1 ? (size_t)(batch - 1) * (size_t)sy : 0) + (size_t)M * ldy) *
@@ -245,6 +255,31 @@ void cuda_gemm_ex(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, co
     const void *pa = tx == CUDA_R_8I ? (const void *)&ialpha : &alpha, *pb = tx == CUDA_R_8I ? (const void *)&ibeta : &beta;
     CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, pa, W, p->la, X, p->lb, pb, Y, p->lc, Y, p->lc, &p->algo,
                                   c->workspace, c->ws_size, c->stream));
+}
+
+int cuda_gemm_f8(cuda_ctx *c, int M, int N, int K, const void *X, const void *W, void *Y, cudaDataType ty,
+                 const float *sx, const float *sw, const float *bias, float beta, int gelu) {
+    if (c->err || M <= 0 || N <= 0) return 1;
+    int outer = ty != CUDA_R_32F;
+    PI0_ASSERT(outer || (!bias && !gelu && beta == 0.0f));
+    gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.trans_w = 1; k.M = M; k.N = N; k.K = K; k.ldx = K; k.ldw = K; k.ldy = N;
+    k.tx = k.tw = CUDA_R_8F_E4M3; k.ty = ty; k.has_bias = bias != NULL; k.batch = 1;
+    k.al_x = alignment(X); k.al_w = alignment(W); k.al_y = alignment(Y); k.al_b = bias ? alignment(bias) : 0;
+    k.gelu = gelu; k.alpha = 1.0f; k.beta = beta; k.f8_outer = outer;
+    gemm_plan *p = get_plan(c, &k, 1);
+    if (!p) return 0;
+    if (outer) {   // W is cuBLASLt's A (a scale per output feature), X its B (a scale per row)
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw));
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx));
+    }
+    if (!p->tuned) tune(c, p, X, W, bias, (size_t)M * N * (ty == CUDA_R_32F ? 4 : 2));
+    if (bias) CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const float alpha = 1.0f;
+    CUBLAS_NOTE(c, cublasLtMatmul(c->lt, p->desc, &alpha, W, p->la, X, p->lb, &beta, Y, p->lc, Y, p->lc, &p->algo,
+                                  c->workspace, c->ws_size, c->stream));
+    return 1;
 }
 
 void cuda_gemm(cuda_ctx *c, int trans_w, int M, int N, int K, float alpha, const void *X, int ldx, cudaDataType tx,
@@ -356,9 +391,9 @@ void cuda_linear_v(pi0_backend *be, pt out, pt x, const wview *W, const wview *b
     cuda_ctx *c = CTX(be);
     if (c->err || M <= 0) return;
     const bf16 *w = W->bf + k0;
-    if (W->q8) {   // int8 weights (linear_i8.cu)
+    if (W->q8) {   // 8-bit weights (linear_i8.cu)
         PI0_ASSERT(k0 == 0 && K == W->cols && x.kind == PT_ACT && out.kind == PT_ACT);
-        cuda_linear_i8(CTX(be), out, x, W, b ? b->f32 : NULL, M, N, K, epi);
+        (W->fp8 ? cuda_linear_f8 : cuda_linear_i8)(CTX(be), out, x, W, b ? b->f32 : NULL, M, N, K, epi);
         return;
     }
     if (x.kind == PT_F32) {

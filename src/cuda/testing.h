@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 /* A weight store for a list of tensors (op tests), as cuda_weights_upload makes the model's: ts[i] with an fp32 copy
- * where fmt[i] & 1, in int8 (quant.h) instead of bf16 where fmt[i] & 2, group[i] > 1 starting a group of that many that
+ * where fmt[i] & 1, in int8 (quant.h) instead of bf16 where fmt[i] & 2, in E4M3 where fmt[i] & 4, group[i] > 1 starting a group of that many that
  * the ops may run as one product (the members follow in ts); ids unique, 1 .. max_id. Free with cuda_weights_free. */
 pi0_status cuda_upload_list(void **store, const pi0_wt *const *ts, const int *fmt, const int *group, int n, int max_id,
                             int device);
@@ -26,6 +26,9 @@ long cuda_gemv_launches(void);
 long cuda_decode_attention_launches(void);
 /* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
 long cuda_flash_wg_launches(void);
+/* 8-bit E4M3 products in this process by the form that ran them (linear_i8.cu f8_form: 0 cuBLASLt with the scales
+ * in the kernel, 1 cuBLASLt and a scaling pass, 2 the rows kernel). */
+long cuda_f8_launches(int form);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
 /* Frees the backend's transposed weight copies (linear_t, gemm_bwd.cu), which it keys by tensor id and keeps for the

@@ -56,14 +56,14 @@ static pi0_status upload_f32(const pi0_wt *t, char *dst, const char *name) {
     return e == cudaSuccess ? PI0_OK : pi0_fail(PI0_ERR_CUDA, "uploading %s: %s", name, cudaGetErrorString(e));
 }
 
-static pi0_status upload_i8(const pi0_wt *t, int8_t *dq, float *ds) {
+static pi0_status upload_8bit(const pi0_wt *t, int fp8, int8_t *dq, float *ds) {
     size_t m = (size_t)(t->rows * t->cols);
     int8_t *q = (int8_t *)malloc(m);
     float *sc = (float *)malloc((size_t)t->rows * 4);
     pi0_status st = PI0_OK;
     if (!q || !sc) st = pi0_fail(PI0_ERR_NOMEM, "out of memory");
     else {
-        quant_weight_i8(t, q, sc);   // quantised on the host
+        quant_weight(t, fp8 ? PI0_PRECISION_FP8 : PI0_PRECISION_INT8, q, sc);   // quantised on the host
         cudaError_t e = cudaMemcpy(dq, q, m, cudaMemcpyHostToDevice);
         if (e == cudaSuccess) e = cudaMemcpy(ds, sc, (size_t)t->rows * 4, cudaMemcpyHostToDevice);
         if (e != cudaSuccess) st = pi0_fail(PI0_ERR_CUDA, "uploading weight %d: %s", t->id, cudaGetErrorString(e));
@@ -83,10 +83,10 @@ extern "C" void cuda_weights_free(void *store) {
     free(s);
 }
 
-// The bytes of a tensor's copies: bf16, or int8 and its row scales; and fp32.
+// The bytes of a tensor's copies: bf16, or 8-bit codes and their row scales; and fp32.
 static size_t copies_bytes(const pi0_wt *t, int fmt) {
     size_t m = (size_t)(t->rows * t->cols);
-    return (fmt & CUDA_W_I8 ? up256(m) + up256((size_t)t->rows * 4) : up256(m * 2)) +
+    return (fmt & CUDA_W_8BIT ? up256(m) + up256((size_t)t->rows * 4) : up256(m * 2)) +
            (fmt & CUDA_W_F32 ? up256(m * 4) : 0);
 }
 
@@ -94,30 +94,31 @@ static size_t copies_bytes(const pi0_wt *t, int fmt) {
 static int unit_len(const int *group, int i, int n) { return group[i] > 1 ? (group[i] < n - i ? group[i] : n - i) : 1; }
 
 // The copies of one unit ts[0 .. u) from `at` on: the bf16 copies in order (a group's members back to back, linked
-// where the predecessor ends on a 256-byte boundary), then the int8 copies with their row scales, then the fp32 copies.
+// where the predecessor ends on a 256-byte boundary), then the 8-bit copies with their row scales, then the fp32 copies.
 static pi0_status upload_unit(cuda_wstore *s, const pi0_wt *const *ts, const int *fmt, int u, char *at,
                               uint16_t *stage) {
     pi0_status st = PI0_OK;
     char name[48];
     for (int j = 0; j < u && st == PI0_OK; j++) {
-        if (fmt[j] & CUDA_W_I8) continue;
+        if (fmt[j] & CUDA_W_8BIT) continue;
         cuda_wentry *w = &s->e[ts[j]->id];
         w->bf = (bf16 *)at;
         at += up256((size_t)(ts[j]->rows * ts[j]->cols) * 2);
         snprintf(name, sizeof name, "weight %d", ts[j]->id);
         st = upload_bf16(ts[j], (char *)w->bf, stage, name);
     }
-    for (int j = 0; u > 1 && !(fmt[0] & CUDA_W_I8) && j + 1 < u && (size_t)(ts[j]->rows * ts[j]->cols) * 2 % 256 == 0 &&
-                    !(fmt[j + 1] & CUDA_W_I8) && ts[j + 1]->cols == ts[0]->cols; j++)
+    for (int j = 0; u > 1 && !(fmt[0] & CUDA_W_8BIT) && j + 1 < u && (size_t)(ts[j]->rows * ts[j]->cols) * 2 % 256 == 0 &&
+                    !(fmt[j + 1] & CUDA_W_8BIT) && ts[j + 1]->cols == ts[0]->cols; j++)
         s->e[ts[j]->id].next = ts[j + 1]->id;
     for (int j = 0; j < u && st == PI0_OK; j++) {
-        if (!(fmt[j] & CUDA_W_I8)) continue;
+        if (!(fmt[j] & CUDA_W_8BIT)) continue;
         cuda_wentry *w = &s->e[ts[j]->id];
         w->q8 = (int8_t *)at;
         at += up256((size_t)(ts[j]->rows * ts[j]->cols));
         w->s8 = (float *)at;
         at += up256((size_t)ts[j]->rows * 4);
-        st = upload_i8(ts[j], w->q8, w->s8);
+        w->fp8 = !!(fmt[j] & CUDA_W_F8);
+        st = upload_8bit(ts[j], w->fp8, w->q8, w->s8);
     }
     for (int j = 0; j < u && st == PI0_OK; j++) {
         if (!(fmt[j] & CUDA_W_F32)) continue;
@@ -130,7 +131,8 @@ static pi0_status upload_unit(cuda_wstore *s, const pi0_wt *const *ts, const int
     return st;
 }
 
-// Uploads n tensors: ts[i] in bf16, or in int8 with its row scales where fmt[i] & CUDA_W_I8, an fp32 copy too where
+// Uploads n tensors: ts[i] in bf16, or in int8 / E4M3 with its row scales where fmt[i] & CUDA_W_I8 / CUDA_W_F8, an fp32
+// copy too where
 // fmt[i] & CUDA_W_F32, and group[i] > 1 starting a group of that many bf16 tensors (the members follow in ts). Each
 // tensor's id must be 1 .. max_id and unique. done (may be NULL) as backend.h weights_upload.
 static pi0_status upload_list(void **out, const pi0_wt *const *ts, const int *fmt, const int *group, int n, int max_id,
@@ -157,7 +159,7 @@ static pi0_status upload_list(void **out, const pi0_wt *const *ts, const int *fm
             PI0_ASSERT(ts[j]->id >= 1 && ts[j]->id <= max_id && !s->e[ts[j]->id].next);
             s->e[ts[j]->id].next = -1;   // (marks the id taken until the upload below)
             b += copies_bytes(ts[j], fmt[j]);
-            if (fmt[j] & CUDA_W_I8) {
+            if (fmt[j] & CUDA_W_8BIT) {
                 s->bytes_i8 += up256(m) + up256((size_t)ts[j]->rows * 4);
                 if (ts[j]->cols > s->q8_k) s->q8_k = ts[j]->cols;
                 if (ts[j]->rows > s->q8_n) s->q8_n = ts[j]->rows;
@@ -270,7 +272,8 @@ static pi0_status plan_one(void *user, const char *name, pi0_wt *t) {
     for (int i = 0; i < n; i++) {
         int f32 = grp[i]->cols == 1;
         for (size_t j = 0; j < sizeof f32w / sizeof *f32w; j++) f32 |= grp[i] == f32w[j];
-        int fmt = (f32 ? CUDA_W_F32 : 0) | (quant_wants(p->q, w, p->cfg, grp[i]) ? CUDA_W_I8 : 0);
+        int fmt = (f32 ? CUDA_W_F32 : 0) |
+                  (quant_wants(p->q, w, p->cfg, grp[i]) ? p->q->precision == PI0_PRECISION_FP8 ? CUDA_W_F8 : CUDA_W_I8 : 0);
         if (!plan_add(p->l, grp[i], fmt, i ? 0 : n)) return pi0_fail(PI0_ERR_NOMEM, "out of memory");
     }
     return PI0_OK;
@@ -281,6 +284,14 @@ extern "C" pi0_status cuda_weights_upload(void **out, const pi0_weights *w, cons
     wt_plan l = {};
     plan_ctx p = {&l, w, cfg, q};
     *out = NULL;
+    if (q && q->precision == PI0_PRECISION_FP8) {   // FP8 tensor cores: Ada (sm_89) and later
+        cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+            return pi0_fail(PI0_ERR_CUDA, "CUDA device %d: its properties: %s", device, cudaGetErrorString(cudaGetLastError()));
+        if (prop.major * 10 + prop.minor < 89)
+            return pi0_fail(PI0_ERR_UNSUPPORTED, "precision fp8: CUDA device %d (%s, sm_%d%d) has no FP8 tensor cores (sm_89 "
+                            "and later have them); use int8", device, prop.name, prop.major, prop.minor);
+    }
     pi0_status st = weights_foreach((pi0_weights *)w, cfg, plan_one, &p);
     if (st == PI0_OK) st = upload_list(out, l.t, l.fmt, l.group, l.n, w->n_ids, device, done, user);
     free(l.t);
@@ -294,6 +305,6 @@ extern "C" wview cuda_wv(const cuda_ctx *c, const pi0_wt *W) {
     // model.c passes only the bound tensors of the model whose store this session reads: any other is a bug
     PI0_ASSERT(s && W->id >= 1 && W->id <= s->n && (s->e[W->id].bf || s->e[W->id].q8));
     const cuda_wentry *e = &s->e[W->id];
-    wview v = {e->bf, e->f32, e->q8, e->s8, W->rows, W->cols, W->dtype, e->next};
+    wview v = {e->bf, e->f32, e->q8, e->s8, W->rows, W->cols, W->dtype, e->next, e->fp8};
     return v;
 }
