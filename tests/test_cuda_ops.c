@@ -127,7 +127,7 @@ typedef struct {
     pi0_wt w;
     uint16_t *data;
     int f32;
-    int i8;   /* both stores keep it in int8 (quant.h) */
+    int i8;   /* both stores keep it in 8 bits (quant.h): PI0_PRECISION_INT8 or PI0_PRECISION_FP8 */
 } hwt;
 
 static int last_id;   /* ids are unique in the process, as within a model */
@@ -165,7 +165,7 @@ static void *upload_grouped(hwt **ws, int n, const int *group) {
     PI0_ASSERT(n <= 8);
     for (int i = 0; i < n; i++) {
         list[i] = &ws[i]->w;
-        fmt[i] = (ws[i]->f32 ? 1 : 0) | (ws[i]->i8 ? 2 : 0);
+        fmt[i] = (ws[i]->f32 ? 1 : 0) | (ws[i]->i8 == PI0_PRECISION_FP8 ? 4 : ws[i]->i8 ? 2 : 0);
         i8[i] = ws[i]->i8;
         any8 |= i8[i];
         one[i] = 1;
@@ -308,7 +308,7 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd, int i8) {
     pi0_proj3 pj = {{&L.q, &L.k, &L.v}, {NULL, NULL, NULL}};
     cpu->qkv(cpu, oq.c, ok.c, ov.c, y.c, &pj, M, K, pos.c, hd, NULL);
     char shape[80];
-    snprintf(shape, sizeof shape, "%sM=%d K=%d q=%d kv=%d", i8 ? "int8 " : "", M, K, nq, nkv);
+    snprintf(shape, sizeof shape, "%sM=%d K=%d q=%d kv=%d", i8 == PI0_PRECISION_FP8 ? "fp8 " : i8 ? "int8 " : "", M, K, nq, nkv);
     long n0 = cuda_gemv_wg_launches(), p0 = cuda_gemv_launches();
     gpu->qkv(gpu, oq.g, ok.g, ov.g, y.g, &pj, M, K, pos.g, hd, NULL);
     if (hd % 64 == 0 && !i8) want_wg("qkv", shape, M, n0);
@@ -328,7 +328,7 @@ static void t_fused(int M, int K, int nq, int nkv, int F, int hd, int i8) {
     compare("qkv.q", shape, &oq, (size_t)nq, 8e-3);
     compare("qkv.k", shape, &ok, (size_t)nkv, 8e-3);
     compare("qkv.v", shape, &ov, (size_t)nkv, 8e-3);
-    snprintf(shape, sizeof shape, "%sM=%d K=%d F=%d", i8 ? "int8 " : "", M, K, F);
+    snprintf(shape, sizeof shape, "%sM=%d K=%d F=%d", i8 == PI0_PRECISION_FP8 ? "fp8 " : i8 ? "int8 " : "", M, K, F);
     compare("mlp_up", shape, &og, (size_t)F, 8e-3);
     pi0_proj3 pb = {{&L.q, &L.k, &L.v}, {&bq.w, &bk.w, &bv.w}};
     poison(&oq); poison(&ok); poison(&ov);
@@ -847,7 +847,7 @@ static void t_linear_t_cat(int M, const int *rows, int nw, int K, int ld, enum p
  * weights: t_fused.) */
 static void t_linear_i8(int M, int N, int K, int bias, enum pi0_epi epi) {
     hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
-    W.i8 = 1;
+    W.i8 = PI0_PRECISION_INT8;
     hwt *ws[2] = {&W, &b};
     void *ar = upload_wts(ws, 2);
     dbuf x = mk((size_t)M * K, PT_ACT), y = mk((size_t)M * N, PT_ACT);
@@ -858,6 +858,39 @@ static void t_linear_i8(int M, int N, int K, int bias, enum pi0_epi epi) {
     char shape[80];
     snprintf(shape, sizeof shape, "int8 M=%d N=%d K=%d %s%s", M, N, K, ename(epi), bias ? "+b" : "");
     compare("linear", shape, &y, (size_t)N, 2.5e-3);
+    rel(&x); rel(&y);
+    free_wts(ar, ws, 2);
+}
+
+/* linear with an E4M3 weight (docs/precision.md 8) in the form `form` (linear_i8.cu f8_form; the environment's
+ * PI0_CUDA_F8 chooses it): the CPU twin sums the decoded products exactly, the GPU in fp32, so the outputs differ by
+ * that and the bf16 rounding. Checks that the form asked for ran: the rows kernel always, cuBLASLt's scaling pass where
+ * the shape allows cuBLASLt; the in-kernel scales (form 0) are the library's to offer, so where it declines, a cuBLASLt
+ * form must still have run (form 1) and the line says so. */
+static void t_linear_f8(int M, int N, int K, int bias, enum pi0_epi epi, int form) {
+    static const char *env[3] = {NULL, "scalar", "rows"};
+    if (env[form]) setenv("PI0_CUDA_F8", env[form], 1); else unsetenv("PI0_CUDA_F8");
+    hwt W = mkw(N, K, 1.0f / sqrtf((float)K), 0), b = mkw(N, 1, 0.1f, 0);
+    W.i8 = PI0_PRECISION_FP8;
+    hwt *ws[2] = {&W, &b};
+    void *ar = upload_wts(ws, 2);
+    dbuf x = mk((size_t)M * K, PT_ACT), y = mk((size_t)M * N, PT_ACT);
+    set_rand(&x, 1.0f);
+    if (epi == EPI_ADD) set_rand(&y, 1.0f); else poison(&y);
+    long ran = cuda_f8_launches(form), ran1 = cuda_f8_launches(1);
+    cpu->linear(cpu, y.c, x.c, &W.w, bias ? &b.w : NULL, M, N, K, 0, epi);
+    gpu->linear(gpu, y.g, x.g, &W.w, bias ? &b.w : NULL, M, N, K, 0, epi);
+    char shape[96];
+    snprintf(shape, sizeof shape, "fp8 form %d M=%d N=%d K=%d %s%s", form, M, N, K, ename(epi), bias ? "+b" : "");
+    compare("linear", shape, &y, (size_t)N, 2.5e-3);
+    int lt = M > 64 && K % 16 == 0 && N % 16 == 0;
+    if (form == 2 || (lt && form == 1)) CHECK(cuda_f8_launches(form) > ran, "linear %s: form %d did not run", shape, form);
+    if (lt && form == 0) {
+        int took = cuda_f8_launches(0) > ran;
+        CHECK(took || cuda_f8_launches(1) > ran1, "linear %s: no cuBLASLt form ran", shape);
+        if (!took) printf("linear %s: cuBLASLt declined the in-kernel scales here; its scaling pass ran\n", shape);
+    }
+    unsetenv("PI0_CUDA_F8");
     rel(&x); rel(&y);
     free_wts(ar, ws, 2);
 }
@@ -1537,9 +1570,18 @@ static void op_tests(void) {
             t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 0, EPI_ADD);
             t_linear_i8(I8[i].M, I8[i].N, I8[i].K, 1, EPI_GELU);
         }
+        printf("-- linear fp8: cuBLASLt with the scales in the kernel, cuBLASLt and a scaling pass, the rows kernel\n");
+        for (size_t i = 0; i < N_OF(I8); i++)
+            for (int form = 0; form < 3; form++) {
+                t_linear_f8(I8[i].M, I8[i].N, I8[i].K, 1, EPI_STORE, form);
+                t_linear_f8(I8[i].M, I8[i].N, I8[i].K, 0, EPI_ADD, form);
+                t_linear_f8(I8[i].M, I8[i].N, I8[i].K, 1, EPI_GELU, form);
+            }
         printf("-- qkv / mlp_up on int8 weights (and SigLIP's biased form): the expert at B = 1, the prefix\n");
         t_fused(11, 1024, 2048, 256, 4096, 256, 1);
         t_fused(788, 2048, 2048, 256, 2048, 256, 1);
+        t_fused(788, 2048, 2048, 256, 2048, 256, PI0_PRECISION_FP8);
+        t_fused(11, 1024, 2048, 256, 4096, 256, PI0_PRECISION_FP8);
     }
     printf("-- early_next: the expert's o then gate|up, hint on and off, at B = 1 and 51 rows\n");
     t_early_next(11);

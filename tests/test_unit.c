@@ -370,14 +370,74 @@ static void test_quant(void) {
     float w[6] = {127.25f, 2.5f, -3.5f, 0.0f, 0.0f, 0.0f};
     pi0_wt t = {.data = w, .dtype = PI0_DT_F32, .rows = 2, .cols = 3, .id = 1};
     float ws[2];
-    quant_weight_i8(&t, q, ws);
+    quant_weight(&t, PI0_PRECISION_INT8, q, ws);
     CHECK(ws[0] == 1.0f && q[0] == 127 && q[1] == 2 && q[2] == -4 && ws[1] == 0.0f && !q[3] && !q[4] && !q[5],
-          "quant_weight_i8: s %g %g, q %d %d %d", ws[0], ws[1], q[0], q[1], q[2]);
+          "quant_weight int8: s %g %g, q %d %d %d", ws[0], ws[1], q[0], q[1], q[2]);
+}
+
+/* E4M3 (docs/precision.md 8): the values of the codes, and f8_code against a search of every code for the nearest value
+ * (ties to the even mantissa) on midpoints, their neighbours, the subnormals, saturation and random values; the row and
+ * weight scales. */
+static void test_quant_f8(void) {
+    int bad = 0;
+    /* the value table: code 0x7e is 448, 0x08 is 2^-6, 0x01 is 2^-9, 0x38 is 1; decoding is monotonic */
+    CHECK(f8_value(0x7e) == 448.0f && f8_value(0x08) == 0x1p-6f && f8_value(0x01) == 0x1p-9f && f8_value(0x38) == 1.0f &&
+          f8_value(0xb8) == -1.0f && f8_value(0x7f) != f8_value(0x7f), "f8_value: 448, 2^-6, 2^-9, 1, -1, NaN");
+    for (int c = 1; c < 0x7f; c++) bad += !(f8_value((uint8_t)c) > f8_value((uint8_t)(c - 1)));
+    CHECK(!bad, "f8_value: increasing over the positive codes (%d out of order)", bad);
+    /* nearest by search: ties go to the even code (E4M3's mantissa is the code's low bits) */
+    float probes[4096];
+    int np = 0;
+    for (int c = 0; c < 0x7e; c++) {
+        float lo = f8_value((uint8_t)c), hi = f8_value((uint8_t)(c + 1)), mid = lo + (hi - lo) / 2;
+        probes[np++] = mid;
+        probes[np++] = nextafterf(mid, 0.0f);
+        probes[np++] = nextafterf(mid, 1e9f);
+        probes[np++] = lo;
+    }
+    probes[np++] = 448.0f; probes[np++] = 449.0f; probes[np++] = 464.0f; probes[np++] = 1e30f; probes[np++] = 1e-30f;
+    uint64_t r = 12345;
+    while (np < 4096) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        probes[np++] = ldexpf((float)(r >> 40) / (float)(1 << 24), (int)((r >> 20) % 24) - 14);
+    }
+    for (int i = 0; i < np; i++)
+        for (int sg = 0; sg < 2; sg++) {
+            float v = sg ? -probes[i] : probes[i], a = fabsf(v);
+            int best = 0;
+            for (int c = 1; c < 0x7f; c++) {
+                float d = fabsf(f8_value((uint8_t)c) - a), db = fabsf(f8_value((uint8_t)best) - a);
+                if (d < db || (d == db && !(c & 1))) best = c;
+            }
+            if (a > 448.0f) best = 0x7e;
+            uint8_t want = (uint8_t)(best | (sg ? 0x80 : 0)), got = f8_code(v);
+            if (got != want && bad++ < 5) printf("  f8_code(%.9g) = 0x%02x, nearest 0x%02x\n", v, got, want);
+        }
+    CHECK(!bad, "f8_code: the nearest code, ties to even, saturating (%d wrong of %d)", bad, 2 * np);
+    /* a row: s = 448 / 448 = 1 gives codes of the values themselves; zero and non-finite rows as int8's */
+    uint8_t q[8];
+    float x[4] = {448.0f, 1.0625f, -0.3f, 0x1p-10f};
+    float s = quant_row_f8(x, 4, q);
+    CHECK(s == 1.0f && q[0] == 0x7e && q[1] == 0x38 && q[2] == f8_code(-0.3f) && q[3] == 0x00,
+          "quant_row_f8: s %g, q %02x %02x %02x %02x (1.0625 is a tie: to 1, even)", s, q[0], q[1], q[2], q[3]);
+    float nanrow[2] = {1.0f, NAN}, z[2] = {0.0f, 0.0f};
+    memset(q, 5, sizeof q);
+    s = quant_row_f8(nanrow, 2, q);
+    CHECK(s != s && !q[0] && !q[1], "quant_row_f8: a NaN row gives scale NaN and zeros");
+    s = quant_row_f8(z, 2, q);
+    CHECK(s == 0.0f && !q[0] && !q[1], "quant_row_f8: a zero row");
+    /* weights: bf16 first (448.5 is 448 in bf16: s = 1), rows independent */
+    float w[6] = {448.5f, 2.5f, -3.5f, 0.0f, 0.0f, 0.0f}, ws[2];
+    pi0_wt t = {.data = w, .dtype = PI0_DT_F32, .rows = 2, .cols = 3, .id = 1};
+    quant_weight(&t, PI0_PRECISION_FP8, q, ws);
+    CHECK(ws[0] == 1.0f && q[0] == 0x7e && q[1] == f8_code(2.5f) && q[2] == f8_code(-3.5f) && ws[1] == 0.0f && !q[3] &&
+          !q[4] && !q[5], "quant_weight fp8: s %g %g, q %02x %02x %02x", ws[0], ws[1], q[0], q[1], q[2]);
 }
 
 int main(void) {
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
     test_host_alloc();
+    test_quant_f8();
     test_conversions();
     test_safetensors_roundtrip();
     test_safetensors_hostile();
