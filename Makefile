@@ -184,7 +184,7 @@ LAB      := $(BUILD)/lab
 LAB_NV   := $(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Iinclude -Isrc -Isrc/cuda -DPI0_HAVE_CUDA
 LAB_LINK := $(BUILD)/libpi0.a $(if $(JANSSON_A),$(JANSSON_A),-ljansson) $(if $(ZSTD_A),$(ZSTD_A),-lzstd) -Xcompiler -fopenmp \
             -lcublasLt -lgomp
-LAB_BINS := gemv_smallm decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain wgmma_rate lt_search chain_prof \
+LAB_BINS := gemv_smallm decode_attn denoise_chain gateup_lab gelu_epilogue pdl_drain wgmma_rate lt_search lt_fp8 chain_prof \
             wg_prof fw_prof
 LAB_HDRS := $(wildcard bench/kernels/*.cuh) $(wildcard src/cuda/*.cuh)
 lab: $(if $(NVCC),$(LAB_BINS:%=$(LAB)/%),lab-no-nvcc)
@@ -197,6 +197,9 @@ $(LAB)/wgmma_rate: bench/kernels/wgmma_rate.cu $(LAB_HDRS)
 	@mkdir -p $(dir $@)
 	$(LAB_NV) $< -o $@
 $(LAB)/lt_search: bench/kernels/lt_search.cu
+	@mkdir -p $(dir $@)
+	$(LAB_NV) $< -o $@ -lcublasLt
+$(LAB)/lt_fp8: bench/kernels/lt_fp8.cu
 	@mkdir -p $(dir $@)
 	$(LAB_NV) $< -o $@ -lcublasLt
 # denoise_chain with the phase stamps of the few-row products and decode attention (LAB_PROF=1 prints them)

@@ -19,10 +19,11 @@ typedef struct {
     float *scratch;        /* per-thread attention scores / weight tiles */
     size_t scratch_per_thread;
     const cpu_wstore *ws;  /* NULL: no 8-bit weights */
-    int8_t *xq;            /* the 8-bit rows of an 8-bit product's input (reserve: max_rows x the store's max_k) */
+    int8_t *xq;            /* an 8-bit product's input rows (reserve: max_rows x the store's max_k, int8 or int32) */
     float *xs;             /* and their scales */
     size_t xq_rows;
     int64_t xq_k;          /* the columns xq was sized for */
+    int xq_f8;             /* and 4 bytes per value (E4M3's integers, cpu_f8_ints) */
 } cpu_ctx;
 
 #define CTX(be) ((cpu_ctx *)(be)->ctx)
@@ -218,18 +219,22 @@ static int32_t dot_i8(const int8_t *a, const int8_t *b, int n) {
 static void linear_8(pi0_backend *be, pt out, pt x, const cpu_q8 *w, const pi0_wt *b, int M, int N, int K,
                      enum pi0_epi epi) {
     cpu_ctx *c = CTX(be);
-    PI0_ASSERT((size_t)M <= c->xq_rows && K <= c->xq_k);
-    uint8_t *xf = (uint8_t *)c->xq;
-    const uint8_t *wf = (const uint8_t *)w->q;
+    PI0_ASSERT((size_t)M <= c->xq_rows && K <= c->xq_k && (!w->fp8 || c->xq_f8));
+    int32_t *xi = (int32_t *)c->xq;   /* E4M3: each row's codes, then their integers in place (cpu_f8_ints) */
     #pragma omp parallel for num_threads(NT) schedule(static)
-    for (int m = 0; m < M; m++)
-        c->xs[m] = w->fp8 ? quant_row_f8(F(x) + (size_t)m * K, K, xf + (size_t)m * K)
-                          : quant_row_i8(F(x) + (size_t)m * K, K, c->xq + (size_t)m * K);
+    for (int m = 0; m < M; m++) {
+        if (!w->fp8) { c->xs[m] = quant_row_i8(F(x) + (size_t)m * K, K, c->xq + (size_t)m * K); continue; }
+        uint8_t *codes = (uint8_t *)(xi + (size_t)m * K);
+        c->xs[m] = quant_row_f8(F(x) + (size_t)m * K, K, codes);
+        cpu_f8_ints(codes, xi + (size_t)m * K, K);
+    }
     #pragma omp parallel for num_threads(NT) schedule(static)
     for (int n = 0; n < N; n++) {
         float bn = b ? wv(b, n) : 0.0f;
+        int32_t *wi = (int32_t *)c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
+        if (w->fp8) cpu_f8_ints((const uint8_t *)w->q + (size_t)n * K, wi, K);
         for (int m = 0; m < M; m++) {
-            float acc = w->fp8 ? cpu_dot_f8(xf + (size_t)m * K, wf + (size_t)n * K, K)
+            float acc = w->fp8 ? cpu_dot_f8(xi + (size_t)m * K, wi, K)
                                : (float)dot_i8(c->xq + (size_t)m * K, w->q + (size_t)n * K, K);
             float v = quant_dequant(acc, c->xs[m], w->s[n], bn);
             float *o = F(out) + (size_t)m * N + n;
@@ -690,14 +695,16 @@ static pi0_status cpu_reserve(pi0_backend *be, size_t max_rows, size_t max_keys,
     (void)max_fused;    /* projections are computed separately */
     size_t need = (size_t)NB * KB + max_rows * NB;
     if (max_keys > need) need = max_keys;
-    if (c->ws && (max_rows > c->xq_rows || c->ws->max_k > c->xq_k)) {
-        int8_t *q = realloc(c->xq, max_rows * (size_t)c->ws->max_k);
+    if (c->ws && c->ws->fp8 && (size_t)c->ws->max_k > need) need = (size_t)c->ws->max_k;   /* a weight row's integers */
+    if (c->ws && (max_rows > c->xq_rows || c->ws->max_k > c->xq_k || (c->ws->fp8 && !c->xq_f8))) {
+        int8_t *q = realloc(c->xq, max_rows * (size_t)c->ws->max_k * (c->ws->fp8 ? 4 : 1));
         if (q) c->xq = q;
         float *xs = realloc(c->xs, max_rows * sizeof(float));
         if (xs) c->xs = xs;
         if (!q || !xs) return pi0_fail(PI0_ERR_NOMEM, "out of memory for the 8-bit products' input rows");
         c->xq_rows = max_rows;
         c->xq_k = c->ws->max_k;
+        c->xq_f8 = c->ws->fp8;
     }
     if (need <= c->scratch_per_thread) return PI0_OK;
     float *s = realloc(c->scratch, need * (size_t)c->n_threads * sizeof(float));

@@ -1,6 +1,7 @@
 /* cpu_weights.c — the CPU backend's weight store (backend.h weights_upload): the 8-bit copies (int8 or E4M3) and row
  * scales of the weights an 8-bit precision selects (quant.h), by tensor id; every other weight is read from the mapping
  * in place. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -16,16 +17,26 @@ void cpu_weights_free(void *store) {
     free(s);
 }
 
-static float f8_tab[256];
+static int32_t f8_int[256];   /* E4M3 code -> its value * 2^9 (NaN, never produced, as 0) */
 static pthread_once_t f8_once = PTHREAD_ONCE_INIT;
-static void f8_tab_fill(void) { for (int c = 0; c < 256; c++) f8_tab[c] = f8_value((uint8_t)c); }
+static void f8_tab_fill(void) {
+    for (int c = 0; c < 256; c++) {
+        float v = f8_value((uint8_t)c);
+        f8_int[c] = v == v ? (int32_t)ldexpf(v, 9) : 0;
+    }
+}
 
-/* Each product of two E4M3 values is exact in fp32 and the sum of up to 2^14 of them exact in float64 (every term is a
- * multiple of 2^-18 below 2^18), so the order of the additions does not matter. */
-float cpu_dot_f8(const uint8_t *a, const uint8_t *b, int n) {
-    double s = 0.0;
-    for (int k = 0; k < n; k++) s += (double)(f8_tab[a[k]] * f8_tab[b[k]]);
-    return (float)s;
+/* Backwards, so that in place each code is read before the integer written over it (bytes 4k..4k+3 hold codes >= k). */
+void cpu_f8_ints(const uint8_t *q, int32_t *v, int n) {
+    for (int k = n - 1; k >= 0; k--) v[k] = f8_int[q[k]];
+}
+
+/* Every E4M3 value is an integer times 2^-9, so a product is an integer times 2^-18 and the int64 sum is exact: the
+ * order of the additions does not matter, and the one rounding is the conversion to fp32. */
+float cpu_dot_f8(const int32_t *a, const int32_t *b, int n) {
+    int64_t s = 0;
+    for (int k = 0; k < n; k++) s += (int64_t)a[k] * b[k];
+    return (float)ldexp((double)s, -18);
 }
 
 static pi0_status q8_make(cpu_wstore *s, const pi0_wt *t, pi0_precision precision) {
@@ -35,6 +46,7 @@ static pi0_status q8_make(cpu_wstore *s, const pi0_wt *t, pi0_precision precisio
     if (!e->q || !e->s) return pi0_fail(PI0_ERR_NOMEM, "out of memory for the 8-bit weights");
     e->fp8 = precision == PI0_PRECISION_FP8;
     if (e->fp8) pthread_once(&f8_once, f8_tab_fill);
+    s->fp8 |= e->fp8;
     quant_weight(t, precision, e->q, e->s);
     if (t->cols > s->max_k) s->max_k = t->cols;
     return PI0_OK;
