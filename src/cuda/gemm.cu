@@ -96,6 +96,12 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int probe) {
         cudaDataType bt = CUDA_R_32F;
         CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &sm, sizeof sm));
         CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &sm, sizeof sm));
+        // the heuristic offers nothing for vector scales without their pointers (seen on the H200: every shape
+        // declined); each call sets its own, so any device address stands in here
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c->workspace,
+                                                      sizeof c->workspace));
+        CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c->workspace,
+                                                      sizeof c->workspace));
         if (k->has_bias)
             CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
