@@ -17,6 +17,7 @@ $B/pdl_drain | tee "$out/pdl_drain.txt"
 $B/gateup_lab | tee "$out/gateup_lab.txt"
 $B/wgmma_rate | tee "$out/wgmma_rate.txt"
 $B/lt_search | tee "$out/lt_search.txt"
+$B/lt_fp8 | tee "$out/lt_fp8.txt"
 LAB_PROF=1 $B/chain_prof | tee "$out/chain_prof.txt"
 if [ -n "$NCU" ] && command -v ncu >/dev/null; then   # NCU=1: DRAM throughput of each version (slow)
     ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
