@@ -103,9 +103,25 @@ def test_model_int8_equals_cli(tmp_path):
     assert not np.array_equal(got, bf)
 
 
+def test_model_fp8_equals_cli(tmp_path):
+    """precision="fp8" reaches the library: without quant_stages it runs vision and prefix (its default), the same actions
+    as `pi0 infer --precision fp8` bit for bit, and not int8's of the same stages."""
+    ckpt, inputs = os.path.join(FIX, "tiny-pi0"), os.path.join(FIX, "tiny-pi0", "b2.in.safetensors")
+    t = read_st(inputs)
+    args = (t["images"], t["state"], t["tokens"], t["token_mask"], t["image_masks"], t["noise"])
+    with pi0.Model(ckpt, backend="cpu", max_batch=2, precision="fp8") as m:
+        got = m.infer(*args)
+        info = m.info
+    assert info["precision"] == "fp8" and info["quant_stages"] == ["vision", "prefix"]
+    assert np.array_equal(got, cli_infer(tmp_path, ckpt, inputs, "--precision", "fp8"))
+    with pi0.Model(ckpt, backend="cpu", max_batch=2, precision="int8", quant_stages="vision,prefix") as m:
+        assert not np.array_equal(got, m.infer(*args))
+
+
 @pytest.mark.parametrize("kw,msg", [({"precision": "fp4"}, "precision"), ({"quant_stages": "prefix"}, "needs"),
                                     ({"precision": "int8", "quant_stages": ["vision", "lm"]}, "quant_stages"),
-                                    ({"precision": "int8", "quant_stages": []}, "at least one")])
+                                    ({"precision": "int8", "quant_stages": []}, "at least one"),
+                                    ({"precision": "fp8", "quant_stages": "prefix,expert"}, "expert")])
 def test_model_precision_refused(kw, msg):
     with pytest.raises(pi0.InputError, match=msg):
         pi0.Model(os.path.join(FIX, "tiny-pi0"), backend="cpu", **kw)
