@@ -35,14 +35,20 @@ static inline int8_t quant_i8(float x, float s) {
     return (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
 }
 
-/* One activation row of K values: returns its scale s = max |x| / 127 and writes q = quant_i8(x, s). A non-finite
- * value gives s = NaN and q = 0, so that the product's output is NaN as the bf16 path's would be. */
-static inline float quant_row_i8(const float *x, int K, int8_t *q) {
+/* max |x[k]|, NaN where any x[k] is NaN */
+static inline float quant_amax(const float *x, int K) {
     float amax = 0.0f;
     for (int k = 0; k < K; k++) {
         float a = fabsf(x[k]);
         amax = a > amax || a != a ? a : amax;
     }
+    return amax;
+}
+
+/* One activation row of K values: returns its scale s = max |x| / 127 and writes q = quant_i8(x, s). A non-finite
+ * value gives s = NaN and q = 0, so that the product's output is NaN as the bf16 path's would be. */
+static inline float quant_row_i8(const float *x, int K, int8_t *q) {
+    float amax = quant_amax(x, K);
     if (!(amax <= 3.4028235e38f)) {
         for (int k = 0; k < K; k++) q[k] = 0;
         return NAN;
@@ -80,11 +86,7 @@ static inline uint8_t f8_code(float v) {
 /* One activation row to E4M3 as quant_row_i8 does to int8: s = max |x| / 448, q = f8_code(x / s); 0 codes for s = 0;
  * NaN and 0 codes for a non-finite row. */
 static inline float quant_row_f8(const float *x, int K, uint8_t *q) {
-    float amax = 0.0f;
-    for (int k = 0; k < K; k++) {
-        float a = fabsf(x[k]);
-        amax = a > amax || a != a ? a : amax;
-    }
+    float amax = quant_amax(x, K);
     if (!(amax <= 3.4028235e38f)) {
         for (int k = 0; k < K; k++) q[k] = 0;
         return NAN;

@@ -183,7 +183,7 @@ int cmd_check_precision(int argc, char **argv) {
         int f8 = runs[k].p == PI0_PRECISION_FP8;
         if (f8 && f8_unsupported) continue;
         float *q = run(&o, runs[k].p, runs[k].stages, &ob.in, n, f8 ? &f8_unsupported : NULL);
-        if (!q && f8_unsupported) { printf("%-26s (this backend has no fp8 path: int8 only)\n", "fp8"); continue; }
+        if (!q && f8_unsupported) { printf("%-26s (this GPU has no FP8: int8 only)\n", "fp8"); continue; }
         if (!q) goto done;
         double dev = deviation(q, ref, B, per, &cmin, &call);
         int noise_ok = dev <= scale, peer = call >= 0.999 && cmin >= 0.995;
@@ -200,11 +200,11 @@ int cmd_check_precision(int argc, char **argv) {
     /* fp8's line (it covers vision and prefix at most, so int8 keeps the final one), then the options line: every stage
      * in int8 if all of them together passed, else the stages that passed alone */
     if (f8_ok)
-        printf("fp8 alternative (GPUs from sm_89 on): --precision fp8%s\n",
+        printf("fp8 alternative (on GPUs from sm_89 on): --precision fp8%s\n",
                f8_ok == (PI0_STAGE_VISION | PI0_STAGE_PREFIX) ? "" : f8_ok == PI0_STAGE_VISION ? " --quant-stages vision"
                                                                                        : " --quant-stages prefix");
     unsigned use = all_ok ? PI0_STAGE_ALL : ok_stages;
-    if (!use) printf("options: --precision bf16   (no stage's 8-bit run passed)\n");
+    if (!use) printf("options: --precision bf16   (no stage's int8 run passed)\n");
     else if (use == PI0_STAGE_ALL) printf("options: --precision int8\n");
     else
         printf("options: --precision int8 --quant-stages %s%s%s%s%s   (stages that passed alone; their combination was "

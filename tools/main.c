@@ -50,7 +50,8 @@ static const struct { const char *name, *usage; } CMDS[] = {
                 "  any checkpoint (Orbax above all) -> model.safetensors + config.json + assets/\n"},
     {"check-precision", "pi0 check-precision --checkpoint DIR [--obs IN.safetensors] [--backend cpu|cuda] [--device N]\n"
                         "          [--batch B] [--seed S] [--threads N]\n"
-                        "  how far int8 (each stage alone, and all) moves the actions from bf16, next to how far +-1 intensity\n"
+                        "  how far int8 (each stage alone, and all) and fp8 (vision, prefix, both) move the actions from bf16,\n"
+                        "  next to how far +-1 intensity\n"
                         "  level of noise on every camera moves them in bf16, on your observations (model-level inputs as\n"
                         "  `pi0 infer` reads them) or B random ones; a verdict per run and the options line to use\n"
                         "  (docs/precision.md)\n"},
@@ -152,7 +153,7 @@ static int cmd_infer(int argc, char **argv) {
         return 2;
     }
     if (stages && prec == PI0_PRECISION_BF16) {
-        fprintf(stderr, "pi0 infer: --quant-stages needs --precision int8\n");
+        fprintf(stderr, "pi0 infer: --quant-stages needs --precision int8 or fp8\n");
         return 2;
     }
     static const char *const schedules[] = {"zeros", "ones", "linear", "exp"};

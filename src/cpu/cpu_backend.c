@@ -232,7 +232,10 @@ static void linear_8(pi0_backend *be, pt out, pt x, const cpu_q8 *w, const pi0_w
     for (int n = 0; n < N; n++) {
         float bn = b ? wv(b, n) : 0.0f;
         int32_t *wi = (int32_t *)c->scratch + (size_t)omp_get_thread_num() * c->scratch_per_thread;
-        if (w->fp8) cpu_f8_ints((const uint8_t *)w->q + (size_t)n * K, wi, K);
+        if (w->fp8) {
+            PI0_ASSERT(c->scratch_per_thread >= (size_t)K);   /* reserve sized it for the store's widest weight */
+            cpu_f8_ints((const uint8_t *)w->q + (size_t)n * K, wi, K);
+        }
         for (int m = 0; m < M; m++) {
             float acc = w->fp8 ? cpu_dot_f8(xi + (size_t)m * K, wi, K)
                                : (float)dot_i8(c->xq + (size_t)m * K, w->q + (size_t)n * K, K);

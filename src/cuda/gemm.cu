@@ -39,6 +39,7 @@ struct gemm_plan {
     cublasLtMatmulAlgo_t cand[GEMM_CANDIDATES];
     int n_cand;
     int tuned;                                     // algo is a timed choice (its own, or a sibling's: share_tuned)
+    int declined;                                  // a probe that cuBLASLt has no algorithm for (kept: not asked again)
 };
 
 struct gemm_cache {
@@ -51,6 +52,7 @@ gemm_cache *gemm_cache_new(void) { return (gemm_cache *)calloc(1, sizeof(gemm_ca
 void gemm_cache_free(gemm_cache *g) {
     if (!g) return;
     for (int i = 0; i < g->n; i++) {
+        if (g->plans[i].declined) continue;
         cublasLtMatmulDescDestroy(g->plans[i].desc);
         cublasLtMatrixLayoutDestroy(g->plans[i].la);
         cublasLtMatrixLayoutDestroy(g->plans[i].lb);
@@ -68,7 +70,8 @@ static int set_batch(cuda_ctx *c, cublasLtMatrixLayout_t l, int batch, long long
            !CUBLAS_NOTE(c, cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
 }
 
-// The plan of k, made at its first call; NULL where cuBLASLt has no algorithm for it (an error unless probe).
+// The plan of k, made at its first call. Where cuBLASLt has no algorithm for it: an error and NULL, or for a probe a
+// plan marked declined, so that later calls do not ask the heuristic again.
 static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int probe) {
     gemm_cache *g = c->gemms;
     for (int i = 0; i < g->n; i++)
@@ -148,7 +151,10 @@ static gemm_plan *get_plan(cuda_ctx *c, const gemm_key *k, int probe) {
         cublasLtMatrixLayoutDestroy(p->la);
         cublasLtMatrixLayoutDestroy(p->lb);
         cublasLtMatrixLayoutDestroy(p->lc);
-        return NULL;
+        if (!probe) return NULL;
+        p->declined = 1;
+        g->n++;
+        return p;
     }
     p->algo = res[0].algo;
     p->n_cand = found;
@@ -275,7 +281,7 @@ int cuda_gemm_f8(cuda_ctx *c, int M, int N, int K, const void *X, const void *W,
     k.al_x = alignment(X); k.al_w = alignment(W); k.al_y = alignment(Y); k.al_b = bias ? alignment(bias) : 0;
     k.gelu = gelu; k.alpha = 1.0f; k.beta = beta; k.f8_outer = outer;
     gemm_plan *p = get_plan(c, &k, 1);
-    if (!p) return 0;
+    if (!p || p->declined) return 0;
     if (outer) {   // W is cuBLASLt's A (a scale per output feature), X its B (a scale per row)
         CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw));
         CUBLAS_NOTE(c, cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx));

@@ -8,8 +8,6 @@
 // the result is the CPU twin's (cpu_linear's int8 path) up to that rounding and the GELU's few ulp.
 #include <cuda_fp8.h>
 #include <float.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "common.cuh"
 
@@ -24,7 +22,12 @@ __device__ __forceinline__ int8_t quant_i8_dev(float x, float s) {
 
 __device__ __forceinline__ float amax_op(float a, float b) { return b > a || b != b ? b : a; }   // NaN sticks
 
-// One block per row: the row's absolute maximum (NaN kept), its scale, its int8 values.
+// f8_code on the device: the conversion rounds to nearest even and saturates to 448, as f8_code does.
+__device__ __forceinline__ uint8_t f8_code_dev(float v) { return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
+
+// One block per row: the row's absolute maximum (NaN kept), its scale, its codes: int8 (quant_row_i8) or E4M3
+// (quant_row_f8, F8).
+template <bool F8>
 __global__ void __launch_bounds__(256) quant_rows_kernel(int8_t *q, float *s, const bf16 *x, int K) {
     pdl_wait();
     pdl_trigger();
@@ -37,10 +40,13 @@ __global__ void __launch_bounds__(256) quant_rows_kernel(int8_t *q, float *s, co
     __syncthreads();
     a = part[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); w++) a = amax_op(a, part[w]);
-    float sc = a <= FLT_MAX ? __fdiv_rn(a, 127.0f) : __int_as_float(0x7fc00000);
+    float sc = a <= FLT_MAX ? __fdiv_rn(a, F8 ? 448.0f : 127.0f) : __int_as_float(0x7fc00000);
     if (threadIdx.x == 0) s[blockIdx.x] = sc;
     int8_t *qr = q + (size_t)blockIdx.x * K;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) qr[k] = a <= FLT_MAX ? quant_i8_dev(__bfloat162float(xr[k]), sc) : 0;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+        float v = __bfloat162float(xr[k]);
+        qr[k] = !(sc > 0.0f) ? 0 : F8 ? (int8_t)f8_code_dev(__fdiv_rn(v, sc)) : quant_i8_dev(v, sc);   // (NaN sc: 0)
+    }
 }
 
 // quant_dequant and the epilogue (an int8 product's int32 acc rounded to fp32 on the way in)
@@ -206,7 +212,7 @@ void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias
     size_t chunk = lt ? c->xq_rows : (size_t)M < c->xq_rows ? (size_t)M : c->xq_rows;
     for (int m0 = 0; m0 < M; m0 += (int)chunk) {
         int rows = M - m0 < (int)chunk ? M - m0 : (int)chunk;
-        cuda_launch(c, quant_rows_kernel, dim3(rows), dim3(256), 0, c->xq, c->xs, xb + (size_t)m0 * K, K);
+        cuda_launch(c, quant_rows_kernel<false>, dim3(rows), dim3(256), 0, c->xq, c->xs, xb + (size_t)m0 * K, K);
         bf16 *y = yb + (size_t)m0 * N;
         if (lt) {
             cuda_gemm_ex(c, 1, rows, N, K, 1.0f, c->xq, K, CUDA_R_8I, W->q8, K, CUDA_R_8I, 0.0f, c->acc, N, CUDA_R_32I,
@@ -228,29 +234,6 @@ void cuda_linear_i8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias
 }
 
 // ---- E4M3 (docs/precision.md 8) ----
-
-// f8_code on the device: the conversion rounds to nearest even and saturates to 448, as f8_code does.
-__device__ __forceinline__ uint8_t f8_code_dev(float v) { return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3); }
-
-// quant_row_f8 on the device, one block per row (quant_rows_kernel's form).
-__global__ void __launch_bounds__(256) quant_rows_f8_kernel(uint8_t *q, float *s, const bf16 *x, int K) {
-    pdl_wait();
-    pdl_trigger();
-    __shared__ float part[8];
-    const bf16 *xr = x + (size_t)blockIdx.x * K;
-    float a = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) a = amax_op(a, fabsf(__bfloat162float(xr[k])));
-    for (int o = 16; o; o >>= 1) a = amax_op(a, __shfl_xor_sync(0xffffffffu, a, o));
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = a;
-    __syncthreads();
-    a = part[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) a = amax_op(a, part[w]);
-    float sc = a <= FLT_MAX ? __fdiv_rn(a, 448.0f) : __int_as_float(0x7fc00000);
-    if (threadIdx.x == 0) s[blockIdx.x] = sc;
-    uint8_t *qr = q + (size_t)blockIdx.x * K;
-    for (int k = threadIdx.x; k < K; k += blockDim.x)
-        qr[k] = sc > 0.0f ? f8_code_dev(__fdiv_rn(__bfloat162float(xr[k]), sc)) : 0;
-}
 
 // 16 E4M3 codes to fp32 (exact: every E4M3 value is a half)
 __device__ __forceinline__ void f8_unpack16(uint4 v, float *f) {
@@ -314,16 +297,15 @@ __global__ void __launch_bounds__(32 * I8_WARPS) f8_rows_kernel(bf16 *y, const u
     }
 }
 
-// Which form the many-row products take: cuBLASLt with the scales in the kernel and bf16 out (0), cuBLASLt fp32 out and
-// a pass that applies the scales (1), the rows kernel (2). PI0_CUDA_F8=scalar|rows forces the later forms (the tests
-// run each on one GPU).
-static int f8_form(void) {
-    const char *e = getenv("PI0_CUDA_F8");
-    return e && !strcmp(e, "scalar") ? 1 : e && !strcmp(e, "rows") ? 2 : 0;
-}
-
-static long f8_ran[3];   // products by the form that ran them
-PI0_TEST_HOOK(extern "C" long cuda_f8_launches(int form) { return f8_ran[form]; })
+// The many-row products' forms: cuBLASLt with the scales in the kernel and bf16 out (0), cuBLASLt fp32 out and a pass
+// that applies the scales (1), the rows kernel (2). Each is taken where the one before is not available; the op tests
+// force the later ones (cuda_f8_force) to run each on one GPU, and count what ran.
+static int f8_first;
+#ifdef PI0_CUDA_TESTING
+static long f8_ran[3];   // (atomic: contexts may run on several threads)
+extern "C" void cuda_f8_force(int form) { f8_first = form; }
+extern "C" long cuda_f8_launches(int form) { return __atomic_load_n(&f8_ran[form], __ATOMIC_RELAXED); }
+#endif
 
 void cuda_linear_f8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias, int M, int N, int K, enum pi0_epi epi) {
     if (c->err || M <= 0) return;
@@ -333,25 +315,25 @@ void cuda_linear_f8(cuda_ctx *c, pt out, pt x, const wview *W, const float *bias
     const uint8_t *wq = (const uint8_t *)W->q8;
     uint8_t *xq = (uint8_t *)c->xq;
     // cuBLASLt's FP8 kernels want K and the leading dimensions in multiples of 16
-    const int form = f8_form(), lt = M > I8_FEW_ROWS && K % 16 == 0 && N % 16 == 0 && form < 2;
+    const int form = f8_first, lt = M > I8_FEW_ROWS && K % 16 == 0 && N % 16 == 0 && form < 2;
     size_t chunk = lt ? c->xq_rows : (size_t)M < c->xq_rows ? (size_t)M : c->xq_rows;
     for (int m0 = 0; m0 < M; m0 += (int)chunk) {
         int rows = M - m0 < (int)chunk ? M - m0 : (int)chunk;
-        cuda_launch(c, quant_rows_f8_kernel, dim3(rows), dim3(256), 0, xq, c->xs, xb + (size_t)m0 * K, K);
+        cuda_launch(c, quant_rows_kernel<true>, dim3(rows), dim3(256), 0, (int8_t *)xq, c->xs, xb + (size_t)m0 * K, K);
         bf16 *y = yb + (size_t)m0 * N;
         if (lt && form == 0 &&
             cuda_gemm_f8(c, rows, N, K, xq, wq, y, CUDA_R_16BF, c->xs, W->s8, bias, epi == EPI_ADD ? 1.0f : 0.0f,
                          epi == EPI_GELU)) {
-            f8_ran[0]++;
+            PI0_TEST_HOOK(__atomic_add_fetch(&f8_ran[0], 1, __ATOMIC_RELAXED));
             continue;
         }
         if (lt && cuda_gemm_f8(c, rows, N, K, xq, wq, c->acc, CUDA_R_32F, NULL, NULL, NULL, 0.0f, 0)) {
             cuda_launch(c, i8_dequant_kernel<float>, dim3(cdiv((long long)rows * N, 256)), dim3(256), 0, y,
                         (const float *)c->acc, c->xs, W->s8, bias, rows, N, (int)epi);
-            f8_ran[1]++;
+            PI0_TEST_HOOK(__atomic_add_fetch(&f8_ran[1], 1, __ATOMIC_RELAXED));
             continue;
         }
-        f8_ran[2]++;
+        PI0_TEST_HOOK(__atomic_add_fetch(&f8_ran[2], 1, __ATOMIC_RELAXED));
         int vec = K % 16 == 0;
         cuda_launch(c, vec ? f8_rows_kernel<true> : f8_rows_kernel<false>, dim3(cdiv(N, I8_WARPS)), dim3(32 * I8_WARPS), 0,
                     y, xq, c->xs, wq, W->s8, bias, rows, N, K, (int)epi);

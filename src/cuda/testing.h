@@ -26,9 +26,10 @@ long cuda_gemv_launches(void);
 long cuda_decode_attention_launches(void);
 /* Launches of attention.cu's wgmma flash kernel (the prefix: head_dim 256, MQA) in this process. */
 long cuda_flash_wg_launches(void);
-/* 8-bit E4M3 products in this process by the form that ran them (linear_i8.cu f8_form: 0 cuBLASLt with the scales
- * in the kernel, 1 cuBLASLt and a scaling pass, 2 the rows kernel). */
+/* 8-bit E4M3 products in this process by the form that ran them (linear_i8.cu: 0 cuBLASLt with the scales in the
+ * kernel, 1 cuBLASLt and a scaling pass, 2 the rows kernel), and the first form tried from now on (0: the library's). */
 long cuda_f8_launches(int form);
+void cuda_f8_force(int form);
 /* Launches of gateup.cu's gate|up + gelu * up kernel (the prefix MLP, M >= 136) in this process. */
 long cuda_gateup_launches(void);
 /* Frees the backend's transposed weight copies (linear_t, gemm_bwd.cu), which it keys by tensor id and keeps for the
