@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "weights.h"
 
@@ -35,26 +36,26 @@ static inline int8_t quant_i8(float x, float s) {
     return (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
 }
 
-/* max |x[k]|, NaN where any x[k] is NaN */
-static inline float quant_amax(const float *x, int K) {
+/* The scale of one activation row for an 8-bit format whose largest code is `top` (127: int8, 448: E4M3): max |x| / top.
+ * A non-finite value gives NaN, with the row's K codes (bytes at q) zeroed, so that the product's output is NaN as the
+ * bf16 path's would be. */
+static inline float quant_row_scale(const float *x, int K, float top, void *q) {
     float amax = 0.0f;
     for (int k = 0; k < K; k++) {
         float a = fabsf(x[k]);
         amax = a > amax || a != a ? a : amax;
     }
-    return amax;
+    if (amax <= 3.4028235e38f) return amax / top;
+    memset(q, 0, (size_t)K);
+    return NAN;
 }
 
 /* One activation row of K values: returns its scale s = max |x| / 127 and writes q = quant_i8(x, s). A non-finite
  * value gives s = NaN and q = 0, so that the product's output is NaN as the bf16 path's would be. */
 static inline float quant_row_i8(const float *x, int K, int8_t *q) {
-    float amax = quant_amax(x, K);
-    if (!(amax <= 3.4028235e38f)) {
-        for (int k = 0; k < K; k++) q[k] = 0;
-        return NAN;
-    }
-    float s = amax / 127.0f;
-    for (int k = 0; k < K; k++) q[k] = quant_i8(x[k], s);
+    float s = quant_row_scale(x, K, 127.0f, q);
+    if (s == s)
+        for (int k = 0; k < K; k++) q[k] = quant_i8(x[k], s);
     return s;
 }
 
@@ -86,13 +87,9 @@ static inline uint8_t f8_code(float v) {
 /* One activation row to E4M3 as quant_row_i8 does to int8: s = max |x| / 448, q = f8_code(x / s); 0 codes for s = 0;
  * NaN and 0 codes for a non-finite row. */
 static inline float quant_row_f8(const float *x, int K, uint8_t *q) {
-    float amax = quant_amax(x, K);
-    if (!(amax <= 3.4028235e38f)) {
-        for (int k = 0; k < K; k++) q[k] = 0;
-        return NAN;
-    }
-    float s = amax / 448.0f;
-    for (int k = 0; k < K; k++) q[k] = s > 0.0f ? f8_code(x[k] / s) : 0;
+    float s = quant_row_scale(x, K, 448.0f, q);
+    if (s == s)
+        for (int k = 0; k < K; k++) q[k] = s > 0.0f ? f8_code(x[k] / s) : 0;
     return s;
 }
 
